@@ -1,0 +1,62 @@
+"""One evaluation of every invariant: what `invmon check` and `invmon demo` do."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitor.config import Config
+from monitor.loader import Invariant, LoadResult, load_directory, name_for
+from monitor.problems import Problem
+from monitor.results import RunResult
+from monitor.runner import Runner
+
+
+@dataclass
+class CheckOutcome:
+    results: list[RunResult]
+    invariants: list[Invariant]
+    problems: list[Problem]
+
+
+class UnknownInvariant(Exception):
+    pass
+
+
+def failed_loads(problems: Sequence[Problem], directory: Path) -> list[RunResult]:
+    """A file that failed to load is reported as an `error` result, never dropped."""
+    by_path: dict[Path, list[Problem]] = {}
+    for problem in problems:
+        if problem.level == "error":
+            by_path.setdefault(problem.path, []).append(problem)
+    results = []
+    for path, found in sorted(by_path.items()):
+        try:
+            name = name_for(path, directory)
+        except ValueError:
+            name = str(path)
+        message = "; ".join(f"line {p.line}: {p.message}" for p in found)
+        results.append(RunResult.failed(name, f"invalid invariant file: {message}"))
+    return results
+
+
+def select(loaded: LoadResult, only: Sequence[str]) -> LoadResult:
+    if not only:
+        return loaded
+    known = {i.name for i in loaded.invariants}
+    missing = [name for name in only if name not in known]
+    if missing:
+        available = ", ".join(sorted(known)) or "none"
+        raise UnknownInvariant(
+            f"no invariant named {', '.join(map(repr, missing))}; available: {available}"
+        )
+    return LoadResult([i for i in loaded.invariants if i.name in only], [])
+
+
+def run_check(config: Config, dsn: str, directory: Path, only: Sequence[str] = ()) -> CheckOutcome:
+    loaded = select(load_directory(directory, config.invariant_defaults()), only)
+    with Runner(dsn, config.concurrency, config.database) as runner:
+        results = runner.run_all(loaded.invariants)
+    results += failed_loads(loaded.problems, directory)
+    return CheckOutcome(results, loaded.invariants, loaded.problems)

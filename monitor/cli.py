@@ -1,0 +1,145 @@
+"""The `invmon` command line. Thin: it parses flags, calls the core and prints."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from monitor import __version__
+from monitor.check import UnknownInvariant, run_check
+from monitor.config import Config, ConfigError, load_config
+from monitor.loader import load_directory
+from monitor.render import problems_text, results_document, results_table, to_json
+from monitor.results import exit_code
+
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_INVALID = 2
+
+
+def _quiet_libraries() -> None:
+    # sqlglot warns on stderr when it falls back to a generic Command for statements lint
+    # rejects anyway; the pool logs every failed connect, which `check` reports itself.
+    logging.getLogger("sqlglot").setLevel(logging.ERROR)
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+
+
+def fail(message: str) -> NoReturn:
+    click.echo(f"invmon: {message}", err=True)
+    sys.exit(EXIT_INVALID)
+
+
+def config_options(func: F) -> F:
+    func = click.option(
+        "--invariants",
+        "invariants_dir",
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Folder of invariant .sql files (default: from config, else ./invariants).",
+    )(func)
+    func = click.option(
+        "--dsn",
+        envvar="INVMON_DSN",
+        help="libpq DSN of the monitored database (a read replica). Env: INVMON_DSN.",
+    )(func)
+    func = click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="YAML config file (default: ./invmon.yaml when present).",
+    )(func)
+    return func
+
+
+def resolve_config(config_path: Path | None, dsn: str | None, invariants: Path | None) -> Config:
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        fail(str(exc))
+    updates: dict[str, Any] = {}
+    if dsn:
+        updates["dsn"] = dsn
+    if invariants:
+        updates["invariants"] = invariants
+    return config.model_copy(update=updates)
+
+
+@click.group()
+@click.version_option(__version__, prog_name="invmon")
+def main() -> None:
+    """invmon: invariants as SQL queries that return offending rows."""
+    _quiet_libraries()
+
+
+@main.command()
+@config_options
+@click.option("--only", multiple=True, metavar="NAME", help="Evaluate only this invariant.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def check(
+    config_path: Path | None,
+    dsn: str | None,
+    invariants_dir: Path | None,
+    only: tuple[str, ...],
+    fmt: str,
+) -> None:
+    """Evaluate every invariant once and exit 0 (all hold), 1 (violated) or 2 (error)."""
+    config = resolve_config(config_path, dsn, invariants_dir)
+    if not config.dsn:
+        fail("no database to check: pass --dsn, set INVMON_DSN, or set dsn in invmon.yaml")
+    if not config.invariants.is_dir():
+        fail(f"invariants folder {str(config.invariants)!r} not found; pass --invariants DIR")
+    try:
+        outcome = run_check(config, config.dsn, config.invariants, only)
+    except UnknownInvariant as exc:
+        fail(str(exc))
+    if fmt == "json":
+        document = results_document(outcome.results, outcome.invariants, outcome.problems)
+        click.echo(to_json(document))
+    else:
+        if outcome.problems:
+            click.echo(problems_text(outcome.problems), err=True)
+        click.echo(results_table(outcome.results))
+    sys.exit(exit_code(outcome.results))
+
+
+@main.command()
+@click.argument("directory", required=False, type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="YAML config file (default: ./invmon.yaml when present).",
+)
+def lint(directory: Path | None, config_path: Path | None) -> None:
+    """Validate every invariant file; print all problems as path:line: message."""
+    config = resolve_config(config_path, None, directory)
+    if not config.invariants.is_dir():
+        fail(f"invariants folder {str(config.invariants)!r} not found")
+    loaded = load_directory(config.invariants, config.invariant_defaults())
+    if loaded.problems:
+        click.echo(problems_text(loaded.problems))
+    count = len(loaded.invariants)
+    broken = len(loaded.failed_paths())
+    click.echo(f"{count} invariant{'s' * (count != 1)} valid, {broken} with errors", err=True)
+    sys.exit(EXIT_INVALID if loaded.errors else 0)
+
+
+@main.command()
+@click.option(
+    "--dsn",
+    "admin_dsn",
+    help="Use this server (a scratch database is created and dropped) "
+    "instead of starting a throwaway one.",
+)
+def demo(admin_dsn: str | None) -> None:
+    """Start a throwaway PostgreSQL with planted violations and run every shipped invariant."""
+    from monitor.demo import run_demo
+
+    sys.exit(run_demo(admin_dsn, click.echo))
+
+
+if __name__ == "__main__":
+    main()

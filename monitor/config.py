@@ -1,0 +1,151 @@
+"""The config file (YAML) and the models it is checked against.
+
+Secrets never need to be written into the file: any string may be `${ENV_VAR}`,
+`${ENV_VAR:-default}` or `${file:/run/secrets/name}`, resolved at load time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from monitor.durations import parse_duration, parse_schedule
+from monitor.header import Severity
+from monitor.loader import Defaults
+
+DEFAULT_CONFIG = Path("invmon.yaml")
+_REFERENCE = re.compile(r"\$\{([^}]+)\}")
+
+
+class ConfigError(Exception):
+    """A config problem, phrased for the person who wrote the file."""
+
+
+def _duration(value: Any) -> timedelta:
+    return parse_duration(value)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DefaultsConfig(_Model):
+    schedule: str = "every 15m"
+    timeout: timedelta = timedelta(seconds=30)
+    sample: int = Field(default=20, ge=0, le=1000)
+    severity: Severity = "warning"
+
+    _t = field_validator("timeout", mode="before")(_duration)
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str) -> str:
+        parse_schedule(value)
+        return value
+
+
+class DatabaseConfig(_Model):
+    connect_timeout: timedelta = timedelta(seconds=10)
+    lock_timeout: timedelta = timedelta(seconds=5)
+    # A standby cancels queries that conflict with replay; such a run is retried.
+    recovery_conflict_retries: int = Field(default=3, ge=0, le=10)
+    retry_backoff: timedelta = timedelta(seconds=1)
+
+    _t = field_validator("connect_timeout", "lock_timeout", "retry_backoff", mode="before")(
+        _duration
+    )
+
+
+class Config(_Model):
+    dsn: str | None = None
+    invariants: Path = Path("invariants")
+    concurrency: int = Field(default=4, ge=1, le=64)
+    defaults: DefaultsConfig = DefaultsConfig()
+    database: DatabaseConfig = DatabaseConfig()
+
+    def invariant_defaults(self) -> Defaults:
+        return Defaults(
+            schedule=self.defaults.schedule,
+            timeout=self.defaults.timeout,
+            sample=self.defaults.sample,
+            severity=self.defaults.severity,
+        )
+
+
+def interpolate(value: Any, where: str = "") -> Any:
+    """Replace ${VAR}, ${VAR:-default} and ${file:PATH} in every string of a YAML tree."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def resolve(match: re.Match[str]) -> str:
+        reference = match.group(1).strip()
+        if reference.startswith("file:"):
+            path = Path(reference[5:]).expanduser()
+            try:
+                return path.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"field {where!r}: cannot read secret file {str(path)!r} ({exc.strerror})"
+                ) from None
+        name, _, default = reference.partition(":-")
+        if name in os.environ:
+            return os.environ[name]
+        if ":-" in reference:
+            return default
+        raise ConfigError(
+            f"field {where!r}: environment variable {name} is not set; "
+            f"export it or write ${{{name}:-default}}"
+        )
+
+    return _REFERENCE.sub(resolve, value)
+
+
+def parse_config(data: Any, source: str) -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of settings at the top level")
+    try:
+        return Config.model_validate(interpolate(data))
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except ValidationError as exc:
+        messages = []
+        for error in exc.errors():
+            field = ".".join(str(part) for part in error["loc"]) or "(top level)"
+            if error["type"] == "extra_forbidden":
+                messages.append(f"{source}: unknown field {field!r}; check its spelling")
+                continue
+            reason = str(error["msg"]).removeprefix("Value error, ")
+            shown = "" if "dsn" in field else f" (got {error.get('input')!r})"
+            messages.append(f"{source}: field {field!r}: {reason}{shown}")
+        raise ConfigError("\n".join(messages)) from None
+
+
+def load_config(path: Path | None) -> Config:
+    """Read `path`, or ./invmon.yaml when it exists, or use the defaults."""
+    if path is None:
+        if not DEFAULT_CONFIG.exists():
+            return Config()
+        path = DEFAULT_CONFIG
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    return parse_config(data, str(path))

@@ -1,0 +1,90 @@
+"""Parsing of human durations ("30s", "15m", "1h30m") and invariant schedules.
+
+Pure functions: they take text and return values or raise ValueError with a sentence a user
+can act on. Cron expressions are checked with APScheduler's own parser so that what lint
+accepts is exactly what the scheduler will run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def parse_duration(value: str | int | float | timedelta) -> timedelta:
+    """Read "250ms", "30s", "5m", "1h30m", "2d" or a bare number of seconds."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration such as 30s or 5m, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = value.strip().lower().replace(" ", "")
+        if re.fullmatch(r"\d+(?:\.\d+)?", text):
+            seconds = float(text)
+        else:
+            parts = _PART.findall(text)
+            if not parts or "".join(n + u for n, u in parts) != text:
+                raise ValueError(f"{value!r} is not a duration; write it like 30s, 5m, 1h or 1h30m")
+            seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise ValueError(f"a duration must be positive, got {value!r}")
+    return timedelta(seconds=seconds)
+
+
+def format_duration(delta: timedelta) -> str:
+    """The inverse of parse_duration for display: 90s -> "1m30s"."""
+    total = delta.total_seconds()
+    if total < 1:
+        return f"{round(total * 1000)}ms"
+    whole = int(total)
+    out = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if whole >= size:
+            out.append(f"{whole // size}{unit}")
+            whole %= size
+    return "".join(out) or "0s"
+
+
+@dataclass(frozen=True)
+class IntervalSchedule:
+    every: timedelta
+
+    def __str__(self) -> str:
+        return f"every {format_duration(self.every)}"
+
+
+@dataclass(frozen=True)
+class CronSchedule:
+    expression: str
+
+    def __str__(self) -> str:
+        return f"cron {self.expression}"
+
+
+Schedule = IntervalSchedule | CronSchedule
+
+
+def parse_schedule(text: str) -> Schedule:
+    """Read "every 15m" or a five-field cron expression such as "*/10 * * * *"."""
+    spec = " ".join(str(text).split())
+    if spec.lower().startswith("every "):
+        return IntervalSchedule(parse_duration(spec[6:]))
+    fields = spec.split(" ")
+    if len(fields) != 5:
+        raise ValueError(
+            f"{text!r} is not a schedule; write 'every 15m', 'every 1h' "
+            "or a five-field cron expression such as '*/10 * * * *'"
+        )
+    from apscheduler.triggers.cron import CronTrigger
+
+    try:
+        CronTrigger.from_crontab(spec, timezone="UTC")
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not a valid cron expression: {exc}") from None
+    return CronSchedule(spec)

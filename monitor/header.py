@@ -1,0 +1,166 @@
+"""The header of an invariant file: its leading `-- key: value` comment lines, read as YAML.
+
+    -- description: Every dispute has at most one settled refund.
+    -- severity: critical
+    -- key: [dispute_id]
+    SELECT ...
+
+Unknown keys are errors, because a misspelt `severty:` that silently falls back to the
+default is exactly the kind of quiet failure this tool exists to catch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from monitor.durations import Schedule, parse_duration, parse_schedule
+
+Severity = Literal["critical", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
+
+_COMMENT = re.compile(r"^\s*--\s?(.*)$")
+
+
+class InvariantHeader(BaseModel):
+    """What a file says about itself. Unset fields fall back to the config's defaults."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    description: str = Field(min_length=1)
+    severity: Severity | None = None
+    owner: str | None = None
+    runbook: str | None = None
+    schedule: str | None = None
+    timeout: str | int | float | None = None
+    key: list[str] = Field(default_factory=list)
+    sample: int | None = Field(default=None, ge=0, le=1000)
+    tags: list[str] = Field(default_factory=list)
+    for_runs: int = Field(default=1, ge=1, alias="for")
+    channel: str | None = None
+
+    @field_validator("description")
+    @classmethod
+    def _description_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must say what must hold and why")
+        return " ".join(value.split())
+
+    @field_validator("runbook")
+    @classmethod
+    def _runbook_is_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://\S+$", value):
+            raise ValueError(f"must be an http(s) URL, got {value!r}")
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_schedule(value)
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout_parses(cls, value: str | int | float | None) -> str | int | float | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @field_validator("key", "tags", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @property
+    def timeout_delta(self) -> timedelta | None:
+        return None if self.timeout is None else parse_duration(self.timeout)
+
+    @property
+    def parsed_schedule(self) -> Schedule | None:
+        return None if self.schedule is None else parse_schedule(self.schedule)
+
+
+@dataclass(frozen=True)
+class SplitFile:
+    """A file cut into its header text and its SQL, keeping line numbers."""
+
+    header_lines: list[tuple[int, str]]  # (1-based line number, text after "--")
+    sql: str
+    sql_first_line: int
+
+
+class HeaderError(Exception):
+    def __init__(self, line: int, message: str) -> None:
+        self.line = line
+        self.message = message
+        super().__init__(message)
+
+
+def split_file(text: str) -> SplitFile:
+    lines = text.splitlines()
+    header: list[tuple[int, str]] = []
+    index = 0
+    while index < len(lines) and not lines[index].strip():
+        index += 1
+    while index < len(lines):
+        match = _COMMENT.match(lines[index])
+        if not match:
+            break
+        header.append((index + 1, match.group(1)))
+        index += 1
+    sql = "\n".join(lines[index:])
+    return SplitFile(header, sql, index + 1)
+
+
+def parse_header(split: SplitFile) -> InvariantHeader:
+    """Read the header; raise HeaderError naming the line of the offending key."""
+    first = split.header_lines[0][0] if split.header_lines else 1
+    if not split.header_lines:
+        raise HeaderError(
+            1, "no header; start the file with '-- description: <what must hold and why>'"
+        )
+    text = "\n".join(body for _, body in split.header_lines)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = split.header_lines[min(mark.line, len(split.header_lines) - 1)][0] if mark else first
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise HeaderError(line, f"header is not valid YAML ({problem})") from None
+    if not isinstance(data, dict):
+        raise HeaderError(first, "header must be '-- key: value' lines, starting with description")
+    try:
+        return InvariantHeader.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else "header"
+        line = _line_of_key(split, field) or first
+        if error["type"] == "extra_forbidden":
+            known = ", ".join(sorted(_header_keys()))
+            message = f"unknown header key {field!r}; known keys are {known}"
+        elif error["type"] == "missing":
+            message = f"header key {field!r} is required"
+        else:
+            reason = str(error["msg"]).removeprefix("Value error, ")
+            message = f"header key {field!r}: {reason} (got {error.get('input')!r})"
+        raise HeaderError(line, message) from None
+
+
+def _header_keys() -> set[str]:
+    return {f.alias or name for name, f in InvariantHeader.model_fields.items()}
+
+
+def _line_of_key(split: SplitFile, key: str) -> int | None:
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*:")
+    for number, body in split.header_lines:
+        if pattern.match(body):
+            return number
+    return None

@@ -1,0 +1,137 @@
+"""Finds invariant files, reads their headers and validates their SQL.
+
+Loading never stops at the first broken file: every file gets either an Invariant or the
+problems that keep it from being one, so one bad PR cannot silence the other checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from monitor.durations import Schedule, parse_schedule
+from monitor.header import HeaderError, InvariantHeader, Severity, parse_header, split_file
+from monitor.problems import Problem
+from monitor.validate import validate_sql
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What a header leaves unset; filled from the config file."""
+
+    schedule: str = "every 15m"
+    timeout: timedelta = timedelta(seconds=30)
+    sample: int = 20
+    severity: Severity = "warning"
+
+
+@dataclass(frozen=True)
+class Invariant:
+    name: str
+    path: Path
+    sql: str
+    sql_first_line: int
+    header: InvariantHeader
+    severity: Severity
+    schedule: Schedule
+    timeout: timedelta
+    sample: int
+
+    @property
+    def description(self) -> str:
+        return self.header.description
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return tuple(self.header.key)
+
+
+@dataclass
+class LoadResult:
+    invariants: list[Invariant] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.level == "error"]
+
+    def failed_paths(self) -> set[Path]:
+        return {p.path for p in self.errors}
+
+
+def discover(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*.sql") if p.is_file())
+
+
+def name_for(path: Path, directory: Path) -> str:
+    return path.relative_to(directory).with_suffix("").as_posix()
+
+
+def load_file(path: Path, name: str, defaults: Defaults) -> Invariant | list[Problem]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [Problem(path, 1, f"cannot read the file: {exc}")]
+    split = split_file(text)
+    problems: list[Problem] = []
+    header: InvariantHeader | None = None
+    try:
+        header = parse_header(split)
+    except HeaderError as exc:
+        problems.append(Problem(path, exc.line, exc.message))
+    offset = split.sql_first_line - 1
+    problems.extend(Problem(path, p.line + offset, p.message) for p in validate_sql(split.sql))
+    if problems or header is None:
+        return problems
+    return Invariant(
+        name=name,
+        path=path,
+        sql=split.sql.strip().rstrip(";").rstrip(),
+        sql_first_line=split.sql_first_line,
+        header=header,
+        severity=header.severity or defaults.severity,
+        schedule=header.parsed_schedule or parse_schedule(defaults.schedule),
+        timeout=header.timeout_delta or defaults.timeout,
+        sample=defaults.sample if header.sample is None else header.sample,
+    )
+
+
+def load_directory(directory: Path, defaults: Defaults | None = None) -> LoadResult:
+    defaults = defaults or Defaults()
+    result = LoadResult()
+    if not directory.is_dir():
+        result.problems.append(
+            Problem(directory, 0, "invariants folder not found; pass --invariants DIR")
+        )
+        return result
+    return load_paths(discover(directory), directory, defaults)
+
+
+def load_paths(paths: Iterable[Path], directory: Path, defaults: Defaults) -> LoadResult:
+    result = LoadResult()
+    for path in paths:
+        loaded = load_file(path, name_for(path, directory), defaults)
+        if isinstance(loaded, Invariant):
+            result.invariants.append(loaded)
+        else:
+            result.problems.extend(loaded)
+    _check_unique_names(result)
+    return result
+
+
+def _check_unique_names(result: LoadResult) -> None:
+    # Names come from relative paths, so they collide only across case or via symlinks; a
+    # collision would merge two invariants' history, so both are refused.
+    by_name: dict[str, list[Invariant]] = {}
+    for inv in result.invariants:
+        by_name.setdefault(inv.name.lower(), []).append(inv)
+    for same in by_name.values():
+        if len(same) > 1:
+            others = ", ".join(str(i.path) for i in same)
+            for inv in same:
+                result.problems.append(
+                    Problem(inv.path, 1, f"duplicate invariant name {inv.name!r} ({others})")
+                )
+            result.invariants = [i for i in result.invariants if i not in same]

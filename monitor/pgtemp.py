@@ -1,0 +1,53 @@
+"""Throwaway PostgreSQL servers and databases, for the demo, `invmon test` and the tests.
+
+The server comes from the `pgserver` package, which ships real PostgreSQL binaries in its
+wheel and handles running as root, so nothing but `pip install` is needed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+
+@contextmanager
+def temporary_server() -> Iterator[str]:
+    """Start a private server in a temporary folder; yield its admin DSN; remove it all."""
+    import pgserver  # imported here: starting a server is the only use
+
+    folder = Path(tempfile.mkdtemp(prefix="invmon-pg-"))
+    server = pgserver.get_server(folder, cleanup_mode="stop")  # type: ignore[attr-defined]
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def scratch_database(admin_dsn: str, prefix: str = "invmon") -> Iterator[str]:
+    """Create a database with a unique name; yield its DSN; drop it (even if still in use)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(admin_dsn, dbname=name)
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def apply_sql(dsn: str, text: str) -> None:
+    """Run a script (schema, seed) in one transaction."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(text.encode())

@@ -1,0 +1,104 @@
+"""Presenting results: a table for people, a JSON document for programs. Pure functions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from monitor.loader import Invariant
+from monitor.problems import Problem
+from monitor.results import RunResult
+
+STATUS_LABEL = {"ok": "✅ ok", "violated": "❌ violated", "error": "⚠️  error"}
+_CELL_WIDTH = 28
+
+
+def results_document(
+    results: Sequence[RunResult], invariants: Sequence[Invariant], problems: Sequence[Problem]
+) -> dict[str, Any]:
+    by_name = {i.name: i for i in invariants}
+    out = []
+    for result in results:
+        inv = by_name.get(result.invariant)
+        out.append(
+            {
+                "invariant": result.invariant,
+                "status": result.status,
+                "count": result.count,
+                "rows": result.rows,
+                "truncated": result.truncated,
+                "duration_ms": round(result.duration_ms, 1),
+                "error": result.error,
+                "severity": inv.severity if inv else None,
+                "description": inv.description if inv else None,
+            }
+        )
+    return {
+        "results": out,
+        "problems": [
+            {"path": str(p.path), "line": p.line, "message": p.message, "level": p.level}
+            for p in problems
+        ],
+    }
+
+
+def to_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False)
+
+
+def _cell(value: Any, width: int = _CELL_WIDTH) -> str:
+    text = "∅" if value is None else json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str):
+        text = value
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "") -> str:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in header]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = [indent + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append(indent + "  ".join("─" * w for w in widths))
+    lines += [
+        indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
+    return "\n".join(lines)
+
+
+def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
+    summary = text_table(
+        ["invariant", "status", "count", "duration"],
+        [
+            [
+                r.invariant,
+                STATUS_LABEL[r.status],
+                "-" if r.count is None else f"{r.count:,}",
+                f"{r.duration_ms:,.0f} ms",
+            ]
+            for r in results
+        ],
+    )
+    details = []
+    for r in results:
+        if r.status == "error":
+            details.append(f"\n{r.invariant}: could not be evaluated\n    {r.error}")
+        elif r.status == "violated" and r.rows:
+            shown = r.rows[:sample_rows]
+            more = r.count - len(shown) if r.count is not None else 0
+            cells = [[row.get(c) for c in r.columns] for row in shown]
+            table = text_table(r.columns, cells, "    ")
+            tail = f"\n    … and {more:,} more" if more > 0 else ""
+            details.append(f"\n{r.invariant}: {r.count:,} offending rows\n{table}{tail}")
+    held = sum(r.status == "ok" for r in results)
+    violated = sum(r.status == "violated" for r in results)
+    errored = sum(r.status == "error" for r in results)
+    footer = f"\n{held} held, {violated} violated, {errored} could not be evaluated"
+    return summary + "\n" + "\n".join(details) + footer
+
+
+def problems_text(problems: Sequence[Problem]) -> str:
+    return "\n".join(str(p) for p in sorted(problems))

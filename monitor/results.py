@@ -1,0 +1,52 @@
+"""The outcome of evaluating one invariant once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+Status = Literal["ok", "violated", "error"]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    invariant: str
+    status: Status
+    count: int | None  # None when the invariant could not be evaluated: never a fake zero
+    columns: list[str] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)  # JSON-safe sample rows
+    error: str | None = None
+    started_at: datetime | None = None
+    duration_ms: float = 0.0
+    attempts: int = 1
+
+    @property
+    def truncated(self) -> bool:
+        return self.count is not None and self.count > len(self.rows)
+
+    @classmethod
+    def failed(cls, invariant: str, error: str, **kwargs: Any) -> RunResult:
+        return cls(invariant=invariant, status="error", count=None, error=error, **kwargs)
+
+    @classmethod
+    def counted(
+        cls, invariant: str, count: int, columns: list[str], rows: list[dict[str, Any]], **kw: Any
+    ) -> RunResult:
+        return cls(
+            invariant=invariant,
+            status="violated" if count > 0 else "ok",
+            count=count,
+            columns=columns,
+            rows=rows,
+            **kw,
+        )
+
+
+def exit_code(results: list[RunResult], load_failed: bool = False) -> int:
+    """0 all hold, 1 some violated and none errored, 2 something could not be evaluated."""
+    if load_failed or any(r.status == "error" for r in results):
+        return 2
+    if any(r.status == "violated" for r in results):
+        return 1
+    return 0

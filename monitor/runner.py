@@ -1,0 +1,181 @@
+"""Runs invariants against the monitored database, safely and concurrently.
+
+Each run is a READ ONLY transaction with the invariant's statement_timeout, a lock_timeout
+and application_name `invmon:<name>`, on a bounded connection pool shared by all runs. Any
+failure becomes an `error` result carrying the database's own message; it never becomes
+`ok` or a count of zero, and it never stops the other invariants.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from monitor.config import DatabaseConfig
+from monitor.loader import Invariant
+from monitor.query import sampled_query
+from monitor.results import RunResult
+from monitor.rows import json_safe, unique_column_names
+
+# A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
+# about the invariant, so the run is tried again a bounded number of times.
+_RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+
+
+def describe_error(exc: BaseException) -> str:
+    """The database's message, without the driver's decoration; never includes a DSN."""
+    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
+        message = exc.diag.message_primary
+        if exc.diag.message_detail:
+            message += f" ({exc.diag.message_detail})"
+        return message
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _ms(delta: timedelta) -> str:
+    return str(max(1, int(delta.total_seconds() * 1000)))
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    # BEGIN READ ONLY for every transaction on this connection: the second fence after lint.
+    conn.read_only = True
+    conn.autocommit = False
+
+
+class Runner:
+    """Owns the connection pool; use as a context manager."""
+
+    def __init__(
+        self,
+        dsn: str,
+        concurrency: int = 4,
+        database: DatabaseConfig | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.dsn = dsn
+        self.concurrency = concurrency
+        self.database = database or DatabaseConfig()
+        self._sleep = sleep
+        connect_timeout = max(1, int(self.database.connect_timeout.total_seconds()))
+        self._pool = ConnectionPool(
+            dsn,
+            min_size=0,
+            max_size=concurrency,
+            open=False,
+            timeout=self.database.connect_timeout.total_seconds(),
+            configure=_configure,
+            kwargs={"connect_timeout": connect_timeout, "application_name": "invmon"},
+            name="invmon",
+        )
+
+    def __enter__(self) -> Runner:
+        self._pool.open(wait=False)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._pool.close(timeout=5)
+
+    def probe(self) -> str | None:
+        """None when the database accepts a connection, else the reason it does not."""
+        timeout = max(1, int(self.database.connect_timeout.total_seconds()))
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=timeout, autocommit=True) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            return describe_error(exc)
+        return None
+
+    def run_all(self, invariants: Sequence[Invariant]) -> list[RunResult]:
+        """Evaluate every invariant once, at most `concurrency` at a time, in input order."""
+        if not invariants:
+            return []
+        unreachable = self.probe()
+        if unreachable is not None:
+            now = datetime.now(UTC)
+            return [
+                RunResult.failed(i.name, f"cannot connect: {unreachable}", started_at=now)
+                for i in invariants
+            ]
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="invmon-run") as pool:
+            return list(pool.map(self.run_one, invariants))
+
+    def run_one(self, invariant: Invariant) -> RunResult:
+        started = datetime.now(UTC)
+        clock = time.monotonic()
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                count, columns, rows = self._evaluate(invariant)
+            except _RETRYABLE as exc:
+                if attempts <= self.database.recovery_conflict_retries:
+                    backoff = self.database.retry_backoff.total_seconds() * 2 ** (attempts - 1)
+                    self._sleep(backoff)
+                    continue
+                error = f"{describe_error(exc)} (gave up after {attempts} attempts)"
+            except PoolTimeout:
+                reason = self.probe() or "all connections busy"
+                error = f"no database connection within the connect timeout: {reason}"
+            except psycopg.Error as exc:
+                error = describe_error(exc)
+            else:
+                return RunResult.counted(
+                    invariant.name,
+                    count,
+                    columns,
+                    rows,
+                    started_at=started,
+                    duration_ms=(time.monotonic() - clock) * 1000,
+                    attempts=attempts,
+                )
+            return RunResult.failed(
+                invariant.name,
+                error,
+                started_at=started,
+                duration_ms=(time.monotonic() - clock) * 1000,
+                attempts=attempts,
+            )
+
+    def _evaluate(self, invariant: Invariant) -> tuple[int, list[str], list[dict[str, object]]]:
+        query = sampled_query(invariant.sql, invariant.key, invariant.sample)
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute(
+                "SELECT set_config('statement_timeout', %s, true),"
+                " set_config('lock_timeout', %s, true),"
+                " set_config('idle_in_transaction_session_timeout', %s, true),"
+                " set_config('application_name', %s, true)",
+                (
+                    _ms(invariant.timeout),
+                    _ms(self.database.lock_timeout),
+                    _ms(invariant.timeout + timedelta(seconds=30)),
+                    f"invmon:{invariant.name}"[:63],
+                ),
+            )
+            cur.execute(query.encode(), prepare=False)
+            fetched = cur.fetchall()  # at most `sample` rows: the LIMIT is in the query
+            description = cur.description or []
+        names = unique_column_names([c.name for c in description[:-1]])
+        if not fetched:
+            return 0, names, []
+        total = int(fetched[0][-1])
+        rows = [
+            {name: json_safe(value) for name, value in zip(names, row[:-1], strict=True)}
+            for row in fetched[: invariant.sample]
+        ]
+        return total, names, rows

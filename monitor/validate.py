@@ -1,0 +1,166 @@
+"""Checks that an invariant's SQL is one read-only query, using sqlglot's Postgres parser.
+
+The monitored database is a replica that must never be written to, locked, slowed on
+purpose or used to reach other systems; the run itself is also wrapped in a READ ONLY
+transaction, so this check is the first of two fences and the one that explains itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+_QUERY_TYPES = (exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Values, exp.Subquery)
+_WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Merge)
+
+# Functions with side effects outside the query: they change settings or sequences, signal
+# other backends, take locks, touch the server's files or other servers, or just sleep.
+_FORBIDDEN_FUNCTIONS = {
+    "pg_terminate_backend": "terminates another session",
+    "pg_cancel_backend": "cancels another session's query",
+    "pg_reload_conf": "reloads the server configuration",
+    "pg_rotate_logfile": "rotates the server log",
+    "pg_switch_wal": "forces a WAL switch",
+    "pg_create_restore_point": "writes a restore point",
+    "pg_promote": "promotes a standby",
+    "pg_wal_replay_pause": "pauses replication",
+    "pg_wal_replay_resume": "resumes replication",
+    "pg_notify": "sends notifications",
+    "set_config": "changes a server setting",
+    "nextval": "advances a sequence",
+    "setval": "changes a sequence",
+    "pg_sleep": "sleeps on the server",
+    "pg_sleep_for": "sleeps on the server",
+    "pg_sleep_until": "sleeps on the server",
+    "pg_read_file": "reads the server's files",
+    "pg_read_binary_file": "reads the server's files",
+    "pg_ls_dir": "lists the server's directories",
+    "pg_stat_file": "reads the server's files",
+    "txid_current": "assigns a transaction id",
+    "pg_current_xact_id": "assigns a transaction id",
+}
+_FORBIDDEN_PREFIXES = {
+    "pg_advisory_": "takes an advisory lock",
+    "pg_try_advisory_": "takes an advisory lock",
+    "dblink": "reaches another server",
+    "lo_": "touches large objects",
+}
+
+_LOCK_TEXT = re.compile(r"\bfor\s+(no\s+key\s+update|key\s+share|update|share)\b", re.I)
+
+
+@dataclass(frozen=True)
+class SqlProblem:
+    line: int  # 1-based, relative to the SQL text given
+    message: str
+
+
+def function_name(node: exp.Func) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).lower()
+    return str(node.sql_name()).lower()
+
+
+def _forbidden_reason(name: str) -> str | None:
+    if name in _FORBIDDEN_FUNCTIONS:
+        return _FORBIDDEN_FUNCTIONS[name]
+    for prefix, reason in _FORBIDDEN_PREFIXES.items():
+        if name.startswith(prefix):
+            return reason
+    return None
+
+
+def _line_of(sql: str, pattern: str | re.Pattern[str], default: int) -> int:
+    """Where a construct is, found in the text with comments blanked out."""
+    code = re.sub(r"--[^\n]*", lambda m: " " * len(m.group(0)), sql)
+    regex = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, re.I)
+    match = regex.search(code)
+    return code.count("\n", 0, match.start()) + 1 if match else default
+
+
+def _first_code_line(sql: str) -> int:
+    for number, line in enumerate(sql.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("--"):
+            return number
+    return 1
+
+
+def parse_statements(sql: str) -> list[exp.Expr]:
+    return [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+
+
+def validate_sql(sql: str) -> list[SqlProblem]:
+    """Every reason this text is not a single read-only query; empty when it is one."""
+    start = _first_code_line(sql)
+    if not sql.strip() or all(
+        not line.strip() or line.strip().startswith("--") for line in sql.splitlines()
+    ):
+        return [SqlProblem(start, "the file has no query; write a SELECT of the offending rows")]
+    try:
+        statements = parse_statements(sql)
+    except (ParseError, TokenError) as exc:
+        return [_parse_problem(exc, start)]
+    if len(statements) != 1:
+        return [
+            SqlProblem(
+                start,
+                f"expected exactly one statement, found {len(statements)}; "
+                "an invariant is one query returning the offending rows",
+            )
+        ]
+    return _check_statement(statements[0], sql, start)
+
+
+def _parse_problem(exc: ParseError | TokenError, default_line: int) -> SqlProblem:
+    line = default_line
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, ParseError) and exc.errors:
+        first = exc.errors[0]
+        line = int(first.get("line") or default_line)
+        detail = str(first.get("description") or detail)
+    return SqlProblem(line, f"cannot parse the query: {detail}")
+
+
+def _check_statement(statement: exp.Expr, sql: str, start: int) -> list[SqlProblem]:
+    problems: list[SqlProblem] = []
+    if not isinstance(statement, _QUERY_TYPES):
+        code = sql.splitlines()[start - 1].split()
+        keyword = code[0].upper().strip("(;") if code else statement.key.upper()
+        return [
+            SqlProblem(
+                start,
+                f"{keyword} statement is not allowed; an invariant must be one read-only "
+                "query (SELECT, WITH ... SELECT, VALUES)",
+            )
+        ]
+    for write in statement.find_all(*_WRITES):
+        keyword = write.key.upper()
+        line = _line_of(sql, rf"\b{keyword}\b", start)
+        problems.append(
+            SqlProblem(line, f"data-modifying {keyword} inside the query is not allowed")
+        )
+    for select in statement.find_all(exp.Select):
+        if select.args.get("into"):
+            line = _line_of(sql, r"\binto\b", start)
+            problems.append(SqlProblem(line, "SELECT ... INTO creates a table; not allowed"))
+        if select.args.get("locks"):
+            line = _line_of(sql, _LOCK_TEXT, start)
+            match = _LOCK_TEXT.search(sql)
+            clause = " ".join(match.group(0).upper().split()) if match else "FOR UPDATE/SHARE"
+            problems.append(
+                SqlProblem(line, f"{clause} takes row locks on the replica; not allowed")
+            )
+    seen: set[str] = set()
+    for func in statement.find_all(exp.Func):
+        name = function_name(func)
+        reason = _forbidden_reason(name)
+        if reason and name not in seen:
+            seen.add(name)
+            line = _line_of(sql, rf"\b{re.escape(name)}\s*\(", start)
+            problems.append(SqlProblem(line, f"function {name}() {reason}; not allowed"))
+    return sorted(problems, key=lambda p: p.line)

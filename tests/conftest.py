@@ -1,0 +1,44 @@
+"""Fixtures: a real PostgreSQL for every test, and a database of its own for each one.
+
+INVMON_TEST_DSN (an admin DSN, e.g. postgresql://postgres@127.0.0.1:5432/postgres) points
+the suite at an existing server; without it a throwaway server is started once per run
+from the `pgserver` package, so a fresh laptop needs nothing but `pip install`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from monitor.pgtemp import apply_sql, scratch_database, temporary_server
+
+ROOT = Path(__file__).resolve().parent.parent
+INVARIANTS = ROOT / "invariants"
+DEMO = ROOT / "deploy" / "demo"
+
+
+@pytest.fixture(scope="session")
+def admin_dsn() -> Iterator[str]:
+    configured = os.environ.get("INVMON_TEST_DSN")
+    if configured:
+        yield configured
+        return
+    with temporary_server() as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def database(admin_dsn: str) -> Iterator[str]:
+    """An empty database owned by this test, dropped afterwards."""
+    with scratch_database(admin_dsn, prefix="invmon_test") as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def schema_database(database: str) -> str:
+    """This test's own database with the reference (refunds) schema and no rows."""
+    apply_sql(database, (DEMO / "schema.sql").read_text())
+    return database

@@ -1,0 +1,74 @@
+"""The config file: defaults, environment interpolation, and errors that name the field."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from monitor.config import ConfigError, load_config, parse_config
+
+
+def test_no_config_file_means_every_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = load_config(None)
+    assert config.dsn is None
+    assert config.concurrency == 4
+    assert config.defaults.schedule == "every 15m"
+    assert config.defaults.timeout == timedelta(seconds=30)
+    assert config.defaults.sample == 20
+
+
+def test_env_references_are_resolved_and_files_can_hold_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = tmp_path / "password"
+    secret.write_text("s3cret\n")
+    monkeypatch.setenv("REPLICA_HOST", "replica.internal")
+    config = parse_config(
+        {
+            "dsn": f"host=${{REPLICA_HOST}} password=${{file:{secret}}} port=${{PORT:-5433}}",
+            "defaults": {"timeout": "45s"},
+        },
+        "invmon.yaml",
+    )
+    assert config.dsn == "host=replica.internal password=s3cret port=5433"
+    assert config.defaults.timeout == timedelta(seconds=45)
+
+
+def test_an_unset_variable_names_the_field_and_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NOPE_DSN", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"dsn": "${NOPE_DSN}"}, "invmon.yaml")
+    assert str(caught.value) == (
+        "invmon.yaml: field 'dsn': environment variable NOPE_DSN is not set; "
+        "export it or write ${NOPE_DSN:-default}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"concurency": 4}, "invmon.yaml: unknown field 'concurency'; check its spelling"),
+        ({"concurrency": 0}, "invmon.yaml: field 'concurrency': Input should be greater than"),
+        ({"defaults": {"timeout": "soon"}}, "invmon.yaml: field 'defaults.timeout': 'soon' is"),
+        ({"defaults": {"schedule": "often"}}, "invmon.yaml: field 'defaults.schedule': 'often'"),
+        (["a"], "invmon.yaml: expected a mapping"),
+    ],
+)
+def test_a_bad_config_gets_one_message_naming_the_field(data: object, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, "invmon.yaml")
+    assert str(caught.value).startswith(message)
+
+
+def test_invalid_yaml_is_reported_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "invmon.yaml"
+    path.write_text("concurrency: 2\ndefaults: [\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:3: not valid YAML"):
+        load_config(path)

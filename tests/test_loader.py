@@ -1,0 +1,152 @@
+"""Reading invariant files: headers, defaults, names, and problems reported at path:line."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from monitor.durations import CronSchedule, IntervalSchedule, parse_duration, parse_schedule
+from monitor.loader import Defaults, Invariant, load_directory
+
+GOOD = """\
+-- description: >-
+--   Every dispute has at most one
+--   settled refund.
+-- severity: critical
+-- owner: "@payments"
+-- runbook: https://example.com/runbook
+-- schedule: every 5m
+-- timeout: 10s
+-- key: [dispute_id]
+-- sample: 5
+-- tags: [refunds]
+-- for: 2
+SELECT dispute_id FROM refunds WHERE status = 'settled'
+GROUP BY dispute_id HAVING count(*) > 1;
+"""
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_a_complete_header_is_read_into_the_invariant(tmp_path: Path) -> None:
+    write(tmp_path, "payments/duplicate_refunds.sql", GOOD)
+    loaded = load_directory(tmp_path)
+    assert loaded.problems == []
+    [inv] = loaded.invariants
+    assert isinstance(inv, Invariant)
+    assert inv.name == "payments/duplicate_refunds"
+    assert inv.description == "Every dispute has at most one settled refund."
+    assert inv.severity == "critical"
+    assert inv.header.owner == "@payments"
+    assert inv.schedule == IntervalSchedule(timedelta(minutes=5))
+    assert inv.timeout == timedelta(seconds=10)
+    assert inv.key == ("dispute_id",)
+    assert inv.sample == 5
+    assert inv.header.for_runs == 2
+    assert inv.sql.endswith("HAVING count(*) > 1")
+    assert inv.sql_first_line == 13
+
+
+def test_unset_header_keys_take_the_configured_defaults(tmp_path: Path) -> None:
+    write(tmp_path, "a.sql", "-- description: x holds\nSELECT 1 WHERE false\n")
+    defaults = Defaults(schedule="*/10 * * * *", timeout=timedelta(seconds=7), sample=3)
+    [inv] = load_directory(tmp_path, defaults).invariants
+    assert (inv.severity, inv.schedule, inv.timeout, inv.sample, inv.key) == (
+        "warning",
+        CronSchedule("*/10 * * * *"),
+        timedelta(seconds=7),
+        3,
+        (),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        ("SELECT 1\n", 1, "no header"),
+        ("-- severity: critical\nSELECT 1\n", 1, "'description' is required"),
+        ("-- description: x\n-- severty: critical\nSELECT 1\n", 2, "unknown header key 'severty'"),
+        ("-- description: x\n-- severity: urgent\nSELECT 1\n", 2, "header key 'severity'"),
+        ("-- description: x\n-- timeout: soon\nSELECT 1\n", 2, "'soon' is not a duration"),
+        ("-- description: x\n-- schedule: hourly\nSELECT 1\n", 2, "is not a schedule"),
+        ("-- description: x\n-- schedule: 61 * * * *\nSELECT 1\n", 2, "not a valid cron"),
+        ("-- description: x\n-- runbook: wiki/page\nSELECT 1\n", 2, "http(s) URL"),
+        ("-- description: x\n-- sample: -1\nSELECT 1\n", 2, "header key 'sample'"),
+        ("-- description: x\n-- for: 0\nSELECT 1\n", 2, "header key 'for'"),
+        ("-- description: [unclosed\nSELECT 1\n", 1, "not valid YAML"),
+        ("-- description: x\nSELECT 1;\nSELECT 2\n", 2, "exactly one statement"),
+        ("-- description: x\n\nDELETE FROM t\n", 3, "DELETE statement is not allowed"),
+    ],
+)
+def test_a_broken_file_is_reported_at_its_line(
+    tmp_path: Path, text: str, line: int, fragment: str
+) -> None:
+    path = write(tmp_path, "broken.sql", text)
+    loaded = load_directory(tmp_path)
+    assert loaded.invariants == []
+    assert len(loaded.problems) == 1, loaded.problems
+    problem = loaded.problems[0]
+    assert (problem.path, problem.line) == (path, line)
+    assert fragment in problem.message
+    assert str(problem).startswith(f"{path}:{line}: ")
+
+
+def test_one_broken_file_does_not_stop_the_others_from_loading(tmp_path: Path) -> None:
+    write(tmp_path, "a.sql", "-- description: a\nSELECT 1 WHERE false\n")
+    write(tmp_path, "b.sql", "-- description: b\nUPDATE t SET x = 1\n")
+    write(tmp_path, "c/d.sql", "-- description: d\nSELECT 2 WHERE false\n")
+    loaded = load_directory(tmp_path)
+    assert [i.name for i in loaded.invariants] == ["a", "c/d"]
+    assert [p.path.name for p in loaded.problems] == ["b.sql"]
+
+
+def test_header_and_sql_problems_in_one_file_are_both_reported(tmp_path: Path) -> None:
+    write(tmp_path, "x.sql", "-- description: x\n-- colour: red\nSELECT pg_sleep(1)\n")
+    loaded = load_directory(tmp_path)
+    assert sorted((p.line, p.message.split(" ")[0]) for p in loaded.problems) == [
+        (2, "unknown"),
+        (3, "function"),
+    ]
+
+
+def test_names_that_differ_only_in_case_are_refused_as_duplicates(tmp_path: Path) -> None:
+    write(tmp_path, "Refunds.sql", "-- description: a\nSELECT 1 WHERE false\n")
+    write(tmp_path, "refunds.sql", "-- description: b\nSELECT 1 WHERE false\n")
+    loaded = load_directory(tmp_path)
+    assert loaded.invariants == []
+    assert sorted(p.path.name for p in loaded.problems) == ["Refunds.sql", "refunds.sql"]
+    assert all("duplicate invariant name" in p.message for p in loaded.problems)
+
+
+def test_a_missing_folder_is_a_problem_not_an_empty_pass(tmp_path: Path) -> None:
+    loaded = load_directory(tmp_path / "nope")
+    assert loaded.invariants == []
+    assert len(loaded.errors) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30s", 30), ("5m", 300), ("1h30m", 5400), ("250ms", 0.25), ("2d", 172800), (45, 45)],
+)
+def test_durations_are_read_in_human_units(text: str | int, seconds: float) -> None:
+    assert parse_duration(text).total_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0s", "-5m", "5 minutes", "m5", "1x"])
+def test_malformed_durations_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_schedules_are_intervals_or_five_field_cron() -> None:
+    assert parse_schedule("every 15m") == IntervalSchedule(timedelta(minutes=15))
+    assert parse_schedule("0 * * * *") == CronSchedule("0 * * * *")
+    with pytest.raises(ValueError, match="five-field cron"):
+        parse_schedule("0 0 * * * *")

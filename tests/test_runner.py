@@ -1,0 +1,234 @@
+"""Running invariants against a real PostgreSQL: exact counts, bounded samples, and every
+failure reported as `error` with the database's message, never as `ok` or zero."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from monitor.config import DatabaseConfig
+from monitor.header import InvariantHeader
+from monitor.loader import Invariant, parse_schedule
+from monitor.runner import Runner
+
+
+def invariant(
+    name: str, sql: str, key: tuple[str, ...] = (), sample: int = 20, timeout: float = 30
+) -> Invariant:
+    """Built directly, bypassing lint, so the runner's own fences are what is tested."""
+    return Invariant(
+        name=name,
+        path=Path(f"{name}.sql"),
+        sql=sql,
+        sql_first_line=2,
+        header=InvariantHeader(description=f"{name} holds", key=list(key)),
+        severity="warning",
+        schedule=parse_schedule("every 15m"),
+        timeout=timedelta(seconds=timeout),
+        sample=sample,
+    )
+
+
+def execute(dsn: str, sql: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.encode())
+
+
+@pytest.fixture
+def runner(database: str) -> Iterator[Runner]:
+    with Runner(database, concurrency=2) as opened:
+        yield opened
+
+
+def test_the_exact_count_is_returned_with_only_a_sample_of_rows_ordered_by_key(
+    database: str, runner: Runner
+) -> None:
+    execute(
+        database,
+        "CREATE TABLE t (id int, note text); "
+        "INSERT INTO t SELECT g, 'n' || g FROM generate_series(1000, 1, -1) g",
+    )
+    result = runner.run_one(invariant("big", "SELECT id, note FROM t", key=("id",), sample=3))
+    assert (result.status, result.count, result.truncated) == ("violated", 1000, True)
+    assert result.columns == ["id", "note"]
+    assert result.rows == [
+        {"id": 1, "note": "n1"},
+        {"id": 2, "note": "n2"},
+        {"id": 3, "note": "n3"},
+    ]
+
+
+def test_a_query_returning_nothing_holds_with_count_zero(database: str, runner: Runner) -> None:
+    execute(database, "CREATE TABLE t (id int)")
+    result = runner.run_one(invariant("empty", "SELECT id FROM t"))
+    assert (result.status, result.count, result.rows, result.error) == ("ok", 0, [], None)
+
+
+def test_sample_zero_still_counts_every_row(database: str, runner: Runner) -> None:
+    result = runner.run_one(invariant("s0", "SELECT g FROM generate_series(1, 7) g", sample=0))
+    assert (result.status, result.count, result.rows) == ("violated", 7, [])
+
+
+def test_a_million_offending_rows_are_counted_exactly(runner: Runner) -> None:
+    result = runner.run_one(
+        invariant("million", "SELECT g AS id FROM generate_series(1, 1000000) g", ("id",), 2)
+    )
+    assert (result.count, result.rows) == (1000000, [{"id": 1}, {"id": 2}])
+
+
+def test_a_query_slower_than_its_timeout_is_an_error(runner: Runner) -> None:
+    slow = "SELECT g FROM generate_series(1, 200000000) g WHERE g < 0"
+    result = runner.run_one(invariant("slow", slow, timeout=0.2))
+    assert (result.status, result.count) == ("error", None)
+    assert result.error == "canceling statement due to statement timeout"
+
+
+def test_a_missing_table_is_an_error_with_the_database_message(runner: Runner) -> None:
+    result = runner.run_one(invariant("missing", "SELECT * FROM no_such_table"))
+    assert (result.status, result.count) == ("error", None)
+    assert result.error == 'relation "no_such_table" does not exist'
+
+
+def test_a_refused_connection_makes_every_invariant_an_error() -> None:
+    dsn = "postgresql://postgres@127.0.0.1:9/postgres"
+    with Runner(dsn, database=DatabaseConfig(connect_timeout=timedelta(seconds=2))) as runner:
+        results = runner.run_all([invariant("a", "SELECT 1"), invariant("b", "SELECT 2")])
+    assert [(r.invariant, r.status, r.count) for r in results] == [
+        ("a", "error", None),
+        ("b", "error", None),
+    ]
+    assert all(r.error and r.error.startswith("cannot connect: ") for r in results)
+    assert all("refused" in (r.error or "") for r in results)
+
+
+def test_one_failing_invariant_does_not_stop_the_others(database: str, runner: Runner) -> None:
+    execute(database, "CREATE TABLE t (id int); INSERT INTO t VALUES (1), (2)")
+    results = runner.run_all(
+        [
+            invariant("first", "SELECT id FROM t", ("id",)),
+            invariant("broken", "SELECT nope FROM t"),
+            invariant("last", "SELECT id FROM t WHERE id > 5"),
+        ]
+    )
+    assert [(r.invariant, r.status, r.count) for r in results] == [
+        ("first", "violated", 2),
+        ("broken", "error", None),
+        ("last", "ok", 0),
+    ]
+
+
+def test_a_write_that_slipped_past_lint_is_refused_by_the_read_only_transaction(
+    database: str, runner: Runner
+) -> None:
+    execute(
+        database,
+        "CREATE TABLE t (id int); CREATE FUNCTION sneaky() RETURNS int LANGUAGE sql "
+        "AS 'INSERT INTO t VALUES (1) RETURNING id'",
+    )
+    result = runner.run_one(invariant("sneaky", "SELECT sneaky() AS id"))
+    assert result.status == "error"
+    assert result.error == "cannot execute INSERT in a read-only transaction"
+    with psycopg.connect(database) as conn:
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
+def test_each_run_is_named_and_bounded_in_the_session(runner: Runner) -> None:
+    sql = (
+        "SELECT current_setting('application_name') AS app,"
+        " current_setting('transaction_read_only') AS ro,"
+        " current_setting('statement_timeout') AS st,"
+        " current_setting('lock_timeout') AS lt"
+    )
+    result = runner.run_one(invariant("named", sql, timeout=12))
+    assert result.rows == [{"app": "invmon:named", "ro": "on", "st": "12s", "lt": "5s"}]
+
+
+def test_a_table_locked_by_someone_else_fails_fast_on_the_lock_timeout(database: str) -> None:
+    execute(database, "CREATE TABLE t (id int)")
+    config = DatabaseConfig(lock_timeout=timedelta(milliseconds=200))
+    with psycopg.connect(database) as holder, Runner(database, database=config) as runner:
+        holder.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+        result = runner.run_one(invariant("locked", "SELECT id FROM t"))
+        holder.rollback()
+    assert (result.status, result.error) == ("error", "canceling statement due to lock timeout")
+
+
+RECOVERY_CONFLICT = """
+CREATE OR REPLACE FUNCTION replica_rows() RETURNS SETOF int LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'canceling statement due to conflict with recovery'
+    USING ERRCODE = 'serialization_failure';
+END $$"""
+RECOVERED = "CREATE OR REPLACE FUNCTION replica_rows() RETURNS SETOF int LANGUAGE sql AS 'SELECT 1'"
+
+
+def test_a_recovery_conflict_is_retried_with_backoff_then_reported(database: str) -> None:
+    execute(database, RECOVERY_CONFLICT)
+    slept: list[float] = []
+    config = DatabaseConfig(recovery_conflict_retries=3, retry_backoff=timedelta(seconds=1))
+    with Runner(database, database=config, sleep=slept.append) as runner:
+        result = runner.run_one(invariant("conflict", "SELECT * FROM replica_rows() AS r"))
+    assert slept == [1.0, 2.0, 4.0]
+    assert (result.status, result.attempts) == ("error", 4)
+    assert result.error == (
+        "canceling statement due to conflict with recovery (gave up after 4 attempts)"
+    )
+
+
+def test_a_recovery_conflict_that_clears_gives_the_real_result(database: str) -> None:
+    execute(database, RECOVERY_CONFLICT)
+    slept: list[float] = []
+
+    def recover_while_sleeping(seconds: float) -> None:
+        slept.append(seconds)
+        execute(database, RECOVERED)
+
+    with Runner(database, sleep=recover_while_sleeping) as runner:
+        result = runner.run_one(invariant("conflict", "SELECT * FROM replica_rows() AS r"))
+    assert (result.status, result.count, result.attempts, slept) == ("violated", 1, 2, [1.0])
+
+
+def test_database_values_become_json_safe_values(runner: Runner) -> None:
+    sql = """
+        SELECT 12.50::numeric(12, 2) AS amount,
+               '2026-01-02 03:04:05+00'::timestamptz AS at,
+               '2026-01-02'::date AS day,
+               'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid AS id,
+               ARRAY[1, 2, 3] AS ids,
+               '{"k": [1, null, "x"]}'::jsonb AS doc,
+               '\\x0102'::bytea AS raw,
+               interval '90 minutes' AS lasted,
+               NULL::text AS nothing,
+               1 AS id"""
+    result = runner.run_one(invariant("types", sql))
+    assert result.rows == [
+        {
+            "amount": "12.50",
+            "at": "2026-01-02T03:04:05+00:00",
+            "day": "2026-01-02",
+            "id": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "ids": [1, 2, 3],
+            "doc": {"k": [1, None, "x"]},
+            "raw": "AQI=",
+            "lasted": 5400.0,
+            "nothing": None,
+            "id_2": 1,
+        }
+    ]
+
+
+def test_runs_share_a_bounded_pool(database: str) -> None:
+    """Six slow runs with concurrency 2: each counts the invmon queries active beside it."""
+    sql = (
+        "SELECT (SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name LIKE 'invmon:%' AND state = 'active') AS running"
+        " FROM pg_sleep(0.3)"
+    )
+    with Runner(database, concurrency=2) as runner:
+        results = runner.run_all([invariant(f"inv{i}", sql) for i in range(6)])
+    assert [r.invariant for r in results] == [f"inv{i}" for i in range(6)]
+    assert max(r.rows[0]["running"] for r in results) == 2
