@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import time
 from collections.abc import Callable, Iterator
-from importlib import resources
 from pathlib import Path
 
 from monitor.check import run_check
@@ -14,14 +14,19 @@ from monitor.pgtemp import apply_sql, scratch_database, temporary_server
 from monitor.render import results_table
 
 
-@contextlib.contextmanager
-def shipped_files() -> Iterator[tuple[Path, Path]]:
-    """The shipped invariants folder and the demo data folder, as real paths."""
-    with (
-        resources.as_file(resources.files("monitor.shipped_invariants")) as invariants,
-        resources.as_file(resources.files("monitor.demo_data")) as demo,
-    ):
-        yield Path(invariants), Path(demo)
+def shipped_folder(repo_relative: str, package: str) -> Path:
+    """A folder of shipped files: from the source checkout, else from the installed wheel.
+
+    pyproject maps `invariants/` and `deploy/demo/` into the wheel as packages; an editable
+    install does not carry that mapping, so a checkout is looked up first.
+    """
+    checkout = Path(__file__).resolve().parents[1] / repo_relative
+    if checkout.is_dir():
+        return checkout
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the package data {package} is missing; reinstall invmon")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 @contextlib.contextmanager
@@ -35,7 +40,9 @@ def _server(admin_dsn: str | None, say: Callable[[str], None]) -> Iterator[str]:
 
 
 def run_demo(admin_dsn: str | None, say: Callable[[str], None]) -> int:
-    with shipped_files() as (invariants, demo), _server(admin_dsn, say) as server:
+    invariants = shipped_folder("invariants", "monitor.shipped_invariants")
+    demo = shipped_folder("deploy/demo", "monitor.demo_data")
+    with _server(admin_dsn, say) as server:
         with scratch_database(server, prefix="invmon_demo") as dsn:
             say("Loading the refunds schema and seeding it with planted violations…")
             apply_sql(dsn, (demo / "schema.sql").read_text(encoding="utf-8"))

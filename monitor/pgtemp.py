@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,15 +22,18 @@ from psycopg.conninfo import make_conninfo
 @contextmanager
 def temporary_server() -> Iterator[str]:
     """Start a private server in a temporary folder; yield its admin DSN; remove it all."""
-    import pgserver  # imported here: starting a server is the only use
-
     folder = Path(tempfile.mkdtemp(prefix="invmon-pg-"))
-    server = pgserver.get_server(folder, cleanup_mode="stop")  # type: ignore[attr-defined]
-    try:
-        yield str(server.get_uri())
-    finally:
-        server.cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless here.
+        warnings.simplefilter("ignore")
+        import pgserver  # imported here: starting a server is its only use
+
+        server = pgserver.get_server(folder, cleanup_mode="stop")  # type: ignore[attr-defined]
+        try:
+            yield str(server.get_uri())
+        finally:
+            server.cleanup()
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextmanager

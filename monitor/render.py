@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,10 +48,15 @@ def to_json(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False)
 
 
+_ISO_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?([+-]\d\d:\d\d|Z)?$")
+
+
 def _cell(value: Any, width: int = _CELL_WIDTH) -> str:
     text = "∅" if value is None else json.dumps(value, ensure_ascii=False)
     if isinstance(value, str):
-        text = value
+        # Timestamps are shown to the second; the JSON output keeps them whole.
+        stamp = _ISO_TIMESTAMP.match(value)
+        text = f"{stamp.group(1)} {stamp.group(2)}{stamp.group(4) or ''}" if stamp else value
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -96,7 +102,7 @@ def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
     held = sum(r.status == "ok" for r in results)
     violated = sum(r.status == "violated" for r in results)
     errored = sum(r.status == "error" for r in results)
-    footer = f"\n{held} held, {violated} violated, {errored} could not be evaluated"
+    footer = f"\n\n{held} held, {violated} violated, {errored} could not be evaluated"
     return summary + "\n" + "\n".join(details) + footer
 
 

@@ -1,0 +1,179 @@
+"""The real `invmon` command in a subprocess: JSON output, table output and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+
+def invmon(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+    full_env = {k: v for k, v in os.environ.items() if k != "INVMON_DSN"}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "monitor.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+        timeout=120,
+    )
+
+
+def write(folder: Path, name: str, text: str) -> None:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def shop(database: str, tmp_path: Path) -> tuple[str, Path]:
+    """A database and invariants folder the project has never seen."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE orders (order_id int PRIMARY KEY, total numeric(10,2), paid bool);"
+            "INSERT INTO orders SELECT g, g * 1.5, g % 3 <> 0 FROM generate_series(1, 30) g"
+        )
+    folder = tmp_path / "checks"
+    write(
+        folder,
+        "unpaid_orders.sql",
+        "-- description: Every order is paid.\n-- key: [order_id]\n-- sample: 3\n"
+        "SELECT order_id, total FROM orders WHERE NOT paid\n",
+    )
+    write(
+        folder,
+        "negative_totals.sql",
+        "-- description: No order has a negative total.\nSELECT * FROM orders WHERE total < 0\n",
+    )
+    return database, folder
+
+
+def test_check_json_reports_exact_counts_and_ordered_samples(shop: tuple[str, Path]) -> None:
+    dsn, folder = shop
+    done = invmon("check", "--dsn", dsn, "--invariants", str(folder), "--format", "json")
+    assert done.returncode == 1, done.stderr
+    document = json.loads(done.stdout)
+    by_name = {r["invariant"]: r for r in document["results"]}
+    assert set(by_name) == {"unpaid_orders", "negative_totals"}
+    unpaid = by_name["unpaid_orders"]
+    assert (unpaid["status"], unpaid["count"], unpaid["truncated"]) == ("violated", 10, True)
+    assert unpaid["rows"] == [
+        {"order_id": 3, "total": "4.50"},
+        {"order_id": 6, "total": "9.00"},
+        {"order_id": 9, "total": "13.50"},
+    ]
+    assert (unpaid["severity"], unpaid["description"]) == ("warning", "Every order is paid.")
+    assert unpaid["error"] is None
+    held = by_name["negative_totals"]
+    assert (held["status"], held["count"], held["rows"], held["truncated"]) == ("ok", 0, [], False)
+    assert document["problems"] == []
+
+
+def test_a_broken_invariant_is_an_error_while_the_others_still_report(
+    shop: tuple[str, Path],
+) -> None:
+    dsn, folder = shop
+    write(folder, "typo.sql", "-- description: x\nSELECT order_idd FROM orders\n")
+    write(folder, "writes.sql", "-- description: y\nDELETE FROM orders\n")
+    done = invmon("check", "--dsn", dsn, "--invariants", str(folder), "--format", "json")
+    assert done.returncode == 2
+    by_name = {r["invariant"]: r for r in json.loads(done.stdout)["results"]}
+    assert {n: (r["status"], r["count"]) for n, r in by_name.items()} == {
+        "unpaid_orders": ("violated", 10),
+        "negative_totals": ("ok", 0),
+        "typo": ("error", None),
+        "writes": ("error", None),
+    }
+    assert by_name["typo"]["error"].startswith('column "order_idd" does not exist')
+    assert by_name["writes"]["error"] == (
+        "invalid invariant file: line 2: DELETE statement is not allowed; an invariant must be "
+        "one read-only query (SELECT, WITH ... SELECT, VALUES)"
+    )
+
+
+def test_exit_code_is_zero_when_every_invariant_holds(shop: tuple[str, Path]) -> None:
+    dsn, folder = shop
+    done = invmon(
+        "check", "--invariants", str(folder), "--only", "negative_totals", env={"INVMON_DSN": dsn}
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "negative_totals" in done.stdout
+    assert "unpaid_orders" not in done.stdout
+    assert "1 held, 0 violated, 0 could not be evaluated" in done.stdout
+
+
+def test_the_table_shows_status_count_and_first_sample_rows(shop: tuple[str, Path]) -> None:
+    dsn, folder = shop
+    done = invmon("check", "--dsn", dsn, "--invariants", str(folder))
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert any(
+        line.startswith("unpaid_orders") and "violated" in line and " 10 " in line for line in lines
+    )
+    assert "unpaid_orders: 10 offending rows" in done.stdout
+    assert "… and 7 more" in done.stdout
+
+
+def test_an_unknown_only_name_is_refused_with_the_available_names(shop: tuple[str, Path]) -> None:
+    dsn, folder = shop
+    done = invmon("check", "--dsn", dsn, "--invariants", str(folder), "--only", "nope")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "invmon: no invariant named 'nope'; available: negative_totals, unpaid_orders"
+    )
+
+
+def test_check_without_a_database_says_how_to_give_one(tmp_path: Path) -> None:
+    done = invmon("check", "--invariants", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "no database to check: pass --dsn, set INVMON_DSN" in done.stderr
+
+
+def test_a_refused_connection_exits_2_with_every_invariant_in_error(
+    shop: tuple[str, Path],
+) -> None:
+    _, folder = shop
+    dsn = "postgresql://postgres:hunter2@127.0.0.1:9/postgres"
+    done = invmon("check", "--dsn", dsn, "--invariants", str(folder), "--format", "json")
+    assert done.returncode == 2
+    results = json.loads(done.stdout)["results"]
+    assert [(r["status"], r["count"]) for r in results] == [("error", None), ("error", None)]
+    assert "hunter2" not in done.stdout + done.stderr
+
+
+def test_a_bad_config_gets_one_clear_message(tmp_path: Path) -> None:
+    (tmp_path / "invmon.yaml").write_text("concurrency: many\n")
+    done = invmon("check", "--dsn", "dbname=x", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("invmon: invmon.yaml: field 'concurrency': ")
+    assert "Traceback" not in done.stderr
+
+
+def test_lint_reports_every_problem_in_every_file_then_fails(tmp_path: Path) -> None:
+    write(tmp_path, "a.sql", "-- description: a\nSELECT 1 WHERE false\n")
+    write(tmp_path, "b.sql", "-- description: b\nSELECT * FROM t FOR UPDATE\n")
+    write(
+        tmp_path, "c.sql", "-- description: c\n-- owner: x\n-- colour: red\nSELECT nextval('s')\n"
+    )
+    done = invmon("lint", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stdout.splitlines() == [
+        f"{tmp_path}/b.sql:2: FOR UPDATE takes row locks on the replica; not allowed",
+        f"{tmp_path}/c.sql:3: unknown header key 'colour'; known keys are channel, description, "
+        "for, key, owner, runbook, sample, schedule, severity, tags, timeout",
+        f"{tmp_path}/c.sql:4: function nextval() advances a sequence; not allowed",
+    ]
+    assert "1 invariant valid, 2 with errors" in done.stderr
+
+
+def test_lint_passes_the_shipped_invariants() -> None:
+    root = Path(__file__).resolve().parent.parent
+    done = invmon("lint", str(root / "invariants"))
+    assert (done.returncode, done.stdout) == (0, "")
+    assert done.stderr.strip() == "4 invariants valid, 0 with errors"
