@@ -6,7 +6,7 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -14,8 +14,19 @@ from monitor import __version__
 from monitor.check import UnknownInvariant, run_check
 from monitor.config import Config, ConfigError, load_config
 from monitor.loader import load_directory
-from monitor.render import problems_text, results_document, results_table, to_json
+from monitor.logs import redact
+from monitor.render import (
+    history_text,
+    problems_text,
+    results_document,
+    results_table,
+    status_text,
+    to_json,
+)
 from monitor.results import exit_code
+
+if TYPE_CHECKING:
+    from monitor.state import StateStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_INVALID = 2
@@ -103,6 +114,80 @@ def check(
             click.echo(problems_text(outcome.problems), err=True)
         click.echo(results_table(outcome.results))
     sys.exit(exit_code(outcome.results))
+
+
+@main.command()
+@config_options
+@click.option("--once", is_flag=True, help="Evaluate every invariant once, store it, and exit.")
+def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, once: bool) -> None:
+    """Run the daemon: evaluate every invariant on its schedule until SIGTERM."""
+    from monitor.daemon import Daemon
+    from monitor.logs import setup_logging
+
+    config = resolve_config(config_path, dsn, invariants_dir)
+    setup_logging(config.log.format, config.log.level)
+    if not config.dsn:
+        fail("no database to monitor: pass --dsn, set INVMON_DSN, or set dsn in invmon.yaml")
+    if not config.invariants.is_dir():
+        fail(f"invariants folder {str(config.invariants)!r} not found; pass --invariants DIR")
+    store = open_store(config)
+    daemon = Daemon(config, config.dsn, store)
+    try:
+        if once:
+            change, results = daemon.run_once()
+            daemon.runner.close()
+            sys.exit(exit_code(results, load_failed=bool(change.invalid)))
+        sys.exit(daemon.serve())
+    finally:
+        store.close()
+
+
+def open_store(config: Config) -> StateStore:
+    from monitor.state import StateStore
+
+    try:
+        return StateStore.open(path=config.state.path, dsn=config.state.dsn)
+    except Exception as exc:  # sqlite3 and psycopg errors alike: say where, not a traceback
+        where = "state.dsn" if config.state.dsn else f"state.path {str(config.state.path)!r}"
+        fail(f"cannot open the state store ({where}): {redact(str(exc))}")
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def status(config_path: Path | None, fmt: str) -> None:
+    """Open incidents and each invariant's last run, from the state store."""
+    config = resolve_config(config_path, None, None)
+    store = open_store(config)
+    try:
+        incidents, runs = store.open_incidents(), store.latest_runs()
+    finally:
+        store.close()
+    if fmt == "json":
+        click.echo(to_json({"open_incidents": incidents, "last_runs": runs}))
+        return
+    click.echo(status_text(incidents, runs))
+
+
+@main.command()
+@click.argument("name")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--limit", default=20, show_default=True, help="How many runs and incidents.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def history(name: str, config_path: Path | None, limit: int, fmt: str) -> None:
+    """Recent runs and incidents of one invariant."""
+    config = resolve_config(config_path, None, None)
+    store = open_store(config)
+    try:
+        runs, incidents = store.runs(name, limit), store.incidents(name, limit)
+    finally:
+        store.close()
+    if not runs and not incidents:
+        fail(f"no history for {name!r} in the state store; check the name with `invmon status`")
+    if fmt == "json":
+        click.echo(to_json({"invariant": name, "runs": runs, "incidents": incidents}))
+        return
+    click.echo(history_text(name, runs, incidents))
 
 
 @main.command()

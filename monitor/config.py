@@ -10,7 +10,7 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -62,12 +62,59 @@ class DatabaseConfig(_Model):
     )
 
 
+class StateConfig(_Model):
+    """Where the daemon keeps runs, incidents and events: never the monitored database."""
+
+    path: Path = Path("invmon-state.db")  # SQLite file, used unless dsn is set
+    dsn: str | None = None  # PostgreSQL, for a shared store (several daemons, HA)
+    retention: timedelta = timedelta(days=30)  # runs older than this are pruned
+
+    _t = field_validator("retention", mode="before")(_duration)
+
+
+class DaemonConfig(_Model):
+    max_replica_lag: timedelta = timedelta(minutes=5)
+    cannot_evaluate_after: int = Field(default=3, ge=1)  # consecutive errors
+    jitter: timedelta = timedelta(seconds=10)  # capped at a tenth of an interval
+    shutdown_grace: timedelta = timedelta(seconds=30)
+    track_keys: int = Field(default=1000, ge=0, le=100_000)  # offending keys kept per run
+
+    _t = field_validator("max_replica_lag", "jitter", "shutdown_grace", mode="before")(_duration)
+
+
+class HttpConfig(_Model):
+    listen: str | None = "127.0.0.1:9187"  # /healthz, /readyz, /metrics; null disables
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            host, _, port = value.rpartition(":")
+            if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+                raise ValueError(f"write host:port, e.g. 127.0.0.1:9187, got {value!r}")
+        return value
+
+
+class LogConfig(_Model):
+    format: Literal["text", "json"] = "text"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
 class Config(_Model):
     dsn: str | None = None
     invariants: Path = Path("invariants")
     concurrency: int = Field(default=4, ge=1, le=64)
     defaults: DefaultsConfig = DefaultsConfig()
     database: DatabaseConfig = DatabaseConfig()
+    state: StateConfig = StateConfig()
+    daemon: DaemonConfig = DaemonConfig()
+    http: HttpConfig = HttpConfig()
+    log: LogConfig = LogConfig()
 
     def invariant_defaults(self) -> Defaults:
         return Defaults(

@@ -11,6 +11,7 @@ default is exactly the kind of quiet failure this tool exists to catch.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -98,9 +99,10 @@ class SplitFile:
 
 
 class HeaderError(Exception):
-    def __init__(self, line: int, message: str) -> None:
-        self.line = line
-        self.message = message
+    """One or more problems with a header, each at its line."""
+
+    def __init__(self, line: int, message: str, *more: tuple[int, str]) -> None:
+        self.problems = [(line, message), *more]
         super().__init__(message)
 
 
@@ -140,18 +142,26 @@ def parse_header(split: SplitFile) -> InvariantHeader:
     try:
         return InvariantHeader.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = str(error["loc"][0]) if error["loc"] else "header"
-        line = _line_of_key(split, field) or first
-        if error["type"] == "extra_forbidden":
-            known = ", ".join(sorted(_header_keys()))
-            message = f"unknown header key {field!r}; known keys are {known}"
-        elif error["type"] == "missing":
-            message = f"header key {field!r} is required"
-        else:
-            reason = str(error["msg"]).removeprefix("Value error, ")
-            message = f"header key {field!r}: {reason} (got {error.get('input')!r})"
-        raise HeaderError(line, message) from None
+        problems = [_describe(split, error, first) for error in exc.errors()]
+        # A misspelt key also shows up as "required key missing"; the typo is the news.
+        unknown = {message for _, message in problems if message.startswith("unknown")}
+        if unknown:
+            problems = [p for p in problems if "is required" not in p[1]]
+        raise HeaderError(*problems[0], *problems[1:]) from None
+
+
+def _describe(split: SplitFile, error: Any, first: int) -> tuple[int, str]:
+    field = str(error["loc"][0]) if error["loc"] else "header"
+    line = _line_of_key(split, field) or first
+    if error["type"] == "extra_forbidden":
+        known = sorted(_header_keys())
+        close = difflib.get_close_matches(field, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return line, f"unknown header key {field!r}; {hint}known keys are {', '.join(known)}"
+    if error["type"] == "missing":
+        return line, f"header key {field!r} is required"
+    reason = str(error["msg"]).removeprefix("Value error, ")
+    return line, f"header key {field!r}: {reason} (got {error.get('input')!r})"
 
 
 def _header_keys() -> set[str]:

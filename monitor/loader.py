@@ -80,7 +80,7 @@ def load_file(path: Path, name: str, defaults: Defaults) -> Invariant | list[Pro
     try:
         header = parse_header(split)
     except HeaderError as exc:
-        problems.append(Problem(path, exc.line, exc.message))
+        problems.extend(Problem(path, line, message) for line, message in exc.problems)
     offset = split.sql_first_line - 1
     problems.extend(Problem(path, p.line + offset, p.message) for p in validate_sql(split.sql))
     if problems or header is None:

@@ -11,7 +11,12 @@ from monitor.loader import Invariant
 from monitor.problems import Problem
 from monitor.results import RunResult
 
-STATUS_LABEL = {"ok": "✅ ok", "violated": "❌ violated", "error": "⚠️  error"}
+STATUS_LABEL = {
+    "ok": "✅ ok",
+    "violated": "❌ violated",
+    "error": "⚠️  error",
+    "stale": "⏸️  stale",
+}
 _CELL_WIDTH = 28
 
 
@@ -108,3 +113,79 @@ def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
 
 def problems_text(problems: Sequence[Problem]) -> str:
     return "\n".join(str(p) for p in sorted(problems))
+
+
+def _when(stamp: str | None) -> str:
+    return "-" if not stamp else stamp.replace("T", " ")[:19]
+
+
+def status_text(incidents: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]]) -> str:
+    if incidents:
+        open_table = text_table(
+            ["incident", "invariant", "kind", "opened", "count", "detail"],
+            [
+                [
+                    f"#{i['id']}",
+                    i["invariant"],
+                    i["kind"],
+                    _when(i["opened_at"]),
+                    "-" if i["last_count"] is None else i["last_count"],
+                    i["detail"] or "",
+                ]
+                for i in incidents
+            ],
+        )
+        top = f"Open incidents ({len(incidents)}):\n{open_table}"
+    else:
+        top = "No open incidents."
+    if not runs:
+        return top + "\n\nNo runs recorded yet; start `invmon run`."
+    run_table = text_table(
+        ["invariant", "last run", "status", "count", "duration", "error"],
+        [
+            [
+                r["invariant"],
+                _when(r["finished_at"]),
+                STATUS_LABEL[r["status"]],
+                "-" if r["count"] is None else r["count"],
+                f"{r['duration_ms'] or 0:,.0f} ms",
+                r["error"] or "",
+            ]
+            for r in runs
+        ],
+    )
+    return f"{top}\n\nLast runs:\n{run_table}"
+
+
+def history_text(
+    name: str, runs: Sequence[dict[str, Any]], incidents: Sequence[dict[str, Any]]
+) -> str:
+    run_table = text_table(
+        ["run", "finished", "status", "count", "lag", "error"],
+        [
+            [
+                f"#{r['id']}",
+                _when(r["finished_at"]),
+                STATUS_LABEL[r["status"]],
+                "-" if r["count"] is None else r["count"],
+                "-" if r["replica_lag_seconds"] is None else f"{r['replica_lag_seconds']:.0f}s",
+                r["error"] or "",
+            ]
+            for r in runs
+        ],
+    )
+    incident_table = text_table(
+        ["incident", "kind", "opened", "resolved", "first count", "last count"],
+        [
+            [
+                f"#{i['id']}",
+                i["kind"],
+                _when(i["opened_at"]),
+                _when(i["resolved_at"]),
+                i["first_count"],
+                i["last_count"],
+            ]
+            for i in incidents
+        ],
+    )
+    return f"{name}: recent runs\n{run_table}\n\nincidents\n{incident_table}"

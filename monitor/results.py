@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-Status = Literal["ok", "violated", "error"]
+Status = Literal["ok", "violated", "error", "stale"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,11 @@ class RunResult:
     started_at: datetime | None = None
     duration_ms: float = 0.0
     attempts: int = 1
+    # Offending keys (see rows.offending_key) -> the sample row, or the key columns alone
+    # for rows beyond the sample. Filled only when the runner tracks keys (the daemon).
+    keys: dict[str, Any] = field(default_factory=dict)
+    keys_complete: bool = True  # False when more rows offend than were brought back
+    replica_lag: float | None = None
 
     @property
     def truncated(self) -> bool:
@@ -45,7 +50,7 @@ class RunResult:
 
 def exit_code(results: list[RunResult], load_failed: bool = False) -> int:
     """0 all hold, 1 some violated and none errored, 2 something could not be evaluated."""
-    if load_failed or any(r.status == "error" for r in results):
+    if load_failed or any(r.status in ("error", "stale") for r in results):
         return 2
     if any(r.status == "violated" for r in results):
         return 1

@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 import decimal
 import ipaddress
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -55,3 +56,10 @@ def unique_column_names(names: Sequence[str]) -> list[str]:
         seen.setdefault(candidate, 1)
         out.append(candidate)
     return out
+
+
+def offending_key(row: dict[str, JsonValue], key_columns: Sequence[str]) -> str:
+    """A stable identity for one offending row: its key columns, else the whole row."""
+    if key_columns:
+        return json.dumps([row.get(column) for column in key_columns], ensure_ascii=False)
+    return json.dumps(row, sort_keys=True, ensure_ascii=False)

@@ -8,11 +8,14 @@ failure becomes an `error` result carrying the database's own message; it never 
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -21,8 +24,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from monitor.config import DatabaseConfig
 from monitor.loader import Invariant
 from monitor.query import sampled_query
+from monitor.replica import ReplicaStatus, read_replica_status
 from monitor.results import RunResult
-from monitor.rows import json_safe, unique_column_names
+from monitor.rows import json_safe, offending_key, unique_column_names
 
 # A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
 # about the invariant, so the run is tried again a bounded number of times.
@@ -59,11 +63,16 @@ class Runner:
         concurrency: int = 4,
         database: DatabaseConfig | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        track_keys: int = 0,
     ) -> None:
         self.dsn = dsn
         self.concurrency = concurrency
         self.database = database or DatabaseConfig()
         self._sleep = sleep
+        # How many offending keys to bring back for incident tracking, beyond the sample.
+        self.track_keys = track_keys
+        self._active: set[psycopg.Connection[Any]] = set()
+        self._active_lock = threading.Lock()
         connect_timeout = max(1, int(self.database.connect_timeout.total_seconds()))
         self._pool = ConnectionPool(
             dsn,
@@ -77,8 +86,11 @@ class Runner:
         )
 
     def __enter__(self) -> Runner:
-        self._pool.open(wait=False)
+        self.open()
         return self
+
+    def open(self) -> None:
+        self._pool.open(wait=False)
 
     def __exit__(
         self,
@@ -90,6 +102,19 @@ class Runner:
 
     def close(self) -> None:
         self._pool.close(timeout=5)
+
+    def replica_status(self) -> ReplicaStatus:
+        """Recovery state and lag of the monitored server, read like a run: read-only."""
+        with self._pool.connection() as conn, conn.transaction():
+            return read_replica_status(conn)
+
+    def cancel_all(self) -> int:
+        """Ask the server to cancel every query in flight (used on shutdown)."""
+        with self._active_lock:
+            active = list(self._active)
+        for conn in active:
+            conn.cancel_safe(timeout=5)
+        return len(active)
 
     def probe(self) -> str | None:
         """None when the database accepts a connection, else the reason it does not."""
@@ -122,7 +147,7 @@ class Runner:
         while True:
             attempts += 1
             try:
-                count, columns, rows = self._evaluate(invariant)
+                count, columns, rows, keys, complete = self._evaluate(invariant)
             except _RETRYABLE as exc:
                 if attempts <= self.database.recovery_conflict_retries:
                     backoff = self.database.retry_backoff.total_seconds() * 2 ** (attempts - 1)
@@ -143,6 +168,8 @@ class Runner:
                     started_at=started,
                     duration_ms=(time.monotonic() - clock) * 1000,
                     attempts=attempts,
+                    keys=keys,
+                    keys_complete=complete,
                 )
             return RunResult.failed(
                 invariant.name,
@@ -152,9 +179,27 @@ class Runner:
                 attempts=attempts,
             )
 
-    def _evaluate(self, invariant: Invariant) -> tuple[int, list[str], list[dict[str, object]]]:
-        query = sampled_query(invariant.sql, invariant.key, invariant.sample)
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+    @contextlib.contextmanager
+    def _in_flight(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        with self._active_lock:
+            self._active.add(conn)
+        try:
+            yield
+        finally:
+            with self._active_lock:
+                self._active.discard(conn)
+
+    def _evaluate(
+        self, invariant: Invariant
+    ) -> tuple[int, list[str], list[dict[str, Any]], dict[str, Any], bool]:
+        limit = max(invariant.sample, self.track_keys)
+        query = sampled_query(invariant.sql, invariant.key, limit)
+        with (
+            self._pool.connection() as conn,
+            self._in_flight(conn),
+            conn.transaction(),
+            conn.cursor() as cur,
+        ):
             cur.execute(
                 "SELECT set_config('statement_timeout', %s, true),"
                 " set_config('lock_timeout', %s, true),"
@@ -168,14 +213,23 @@ class Runner:
                 ),
             )
             cur.execute(query.encode(), prepare=False)
-            fetched = cur.fetchall()  # at most `sample` rows: the LIMIT is in the query
+            fetched = cur.fetchall()  # at most `limit` rows: the LIMIT is in the query
             description = cur.description or []
         names = unique_column_names([c.name for c in description[:-1]])
         if not fetched:
-            return 0, names, []
+            return 0, names, [], {}, True
         total = int(fetched[0][-1])
-        rows = [
-            {name: json_safe(value) for name, value in zip(names, row[:-1], strict=True)}
-            for row in fetched[: invariant.sample]
-        ]
-        return total, names, rows
+        rows: list[dict[str, Any]] = []
+        keys: dict[str, Any] = {}
+        for index, raw in enumerate(fetched):
+            row = {name: json_safe(value) for name, value in zip(names, raw[:-1], strict=True)}
+            if index < invariant.sample:
+                rows.append(row)
+            if self.track_keys:
+                shown = (
+                    row
+                    if index < invariant.sample or not invariant.key
+                    else {column: row.get(column) for column in invariant.key}
+                )
+                keys[offending_key(row, invariant.key)] = shown
+        return total, names, rows, keys, len(fetched) >= total

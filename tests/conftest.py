@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from monitor.pgtemp import apply_sql, scratch_database, temporary_server
+from monitor.state import StateStore
 
 ROOT = Path(__file__).resolve().parent.parent
 INVARIANTS = ROOT / "invariants"
@@ -42,3 +43,18 @@ def schema_database(database: str) -> str:
     """This test's own database with the reference (refunds) schema and no rows."""
     apply_sql(database, (DEMO / "schema.sql").read_text())
     return database
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    """The daemon's state store, once as a SQLite file and once in PostgreSQL."""
+    if request.param == "sqlite":
+        opened = StateStore.open(path=tmp_path / "state.db")
+        yield opened
+        opened.close()
+        return
+    admin = request.getfixturevalue("admin_dsn")
+    with scratch_database(admin, prefix="invmon_state") as dsn:
+        opened = StateStore.open(dsn=dsn)
+        yield opened
+        opened.close()

@@ -1,0 +1,79 @@
+"""Prometheus metrics for the daemon, on a registry of its own (no global state)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Enum, Gauge, Histogram, generate_latest
+
+from monitor.results import RunResult
+
+STATUSES = ["ok", "violated", "error", "stale"]
+
+
+class Metrics:
+    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
+        self.registry = CollectorRegistry()
+        self.status = Enum(
+            "invmon_invariant_status",
+            "The last run's status of each invariant.",
+            ["invariant"],
+            states=STATUSES,
+            registry=self.registry,
+        )
+        self.offending_rows = Gauge(
+            "invmon_offending_rows",
+            "Offending rows found by the last successful run.",
+            ["invariant"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "invmon_run_duration_seconds",
+            "How long one evaluation took, from the replica check to the stored result.",
+            ["invariant"],
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=self.registry,
+        )
+        self.last_success = Gauge(
+            "invmon_last_success_timestamp_seconds",
+            "When the invariant was last evaluated successfully (ok or violated).",
+            ["invariant"],
+            registry=self.registry,
+        )
+        self.replica_lag = Gauge(
+            "invmon_replica_lag_seconds",
+            "Replay lag of the monitored database at the last check (0 on a primary).",
+            registry=self.registry,
+        )
+        open_incidents = Gauge(
+            "invmon_open_incidents", "Incidents not yet resolved.", registry=self.registry
+        )
+        pending = Gauge(
+            "invmon_events_pending", "Events not yet dispatched.", registry=self.registry
+        )
+        open_incidents.set_function(lambda: counts()["open_incidents"])
+        pending.set_function(lambda: counts()["events_pending"])
+        self.invalid_files = Gauge(
+            "invmon_invalid_files",
+            "Invariant files that failed validation.",
+            registry=self.registry,
+        )
+
+    def observe(self, result: RunResult, finished_at_epoch: float) -> None:
+        name = result.invariant
+        self.status.labels(name).state(result.status)
+        self.duration.labels(name).observe(result.duration_ms / 1000)
+        if result.status in ("ok", "violated") and result.count is not None:
+            self.offending_rows.labels(name).set(result.count)
+            self.last_success.labels(name).set(finished_at_epoch)
+        if result.replica_lag is not None:
+            self.replica_lag.set(result.replica_lag)
+
+    def forget(self, invariant: str) -> None:
+        for metric in (self.status, self.offending_rows, self.duration, self.last_success):
+            with contextlib.suppress(KeyError):
+                metric.remove(invariant)
+
+    def render(self) -> bytes:
+        return bytes(generate_latest(self.registry))

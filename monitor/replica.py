@@ -1,0 +1,104 @@
+"""Replica awareness: is the monitored server a standby, and how far behind is it?
+
+An invariant evaluated on a standby that is behind sees an old state of the data: a violation
+already fixed on the primary may still show, and a new one may not show yet. The runner can
+read a `ReplicaStatus` before a run and skip or annotate the run when `is_stale` says so.
+
+How lag is measured (all in one SELECT, valid inside a READ ONLY transaction):
+
+* On a primary (`pg_is_in_recovery()` false) lag is 0.0.
+* On a standby that has replayed all the WAL it received (`pg_last_wal_receive_lsn() <=
+  pg_last_wal_replay_lsn()`) lag is 0.0, however old `pg_last_xact_replay_timestamp()` is:
+  an idle primary writes no commits, so the last replayed commit ages without anything being
+  behind. `<=` rather than `=`: right after the WAL receiver (re)starts it reports the
+  start of the segment it streams from, which can be before what was already replayed from
+  local WAL; nothing received is then waiting either.
+* Otherwise (WAL received but not yet replayed, or no streaming at all, e.g. archive
+  recovery, where what is outstanding cannot be seen) lag is the age of the last replayed
+  commit, `statement_timestamp() - pg_last_xact_replay_timestamp()`, clamped at 0 (the
+  commit time comes from the primary's clock). That is an upper bound of the real lag.
+* When there is no replayed commit to measure from (none replayed since the standby
+  started) lag is unknown: None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    in_recovery: bool
+    """`pg_is_in_recovery()`: true on a standby (or a server in archive recovery)."""
+    lag_seconds: float | None
+    """0.0 on a primary and on a standby that has replayed all it received; None when
+    unknown (a standby that cannot show what is outstanding and has replayed no commit)."""
+
+
+# One round trip, read-only functions only. statement_timestamp() rather than now(): in a
+# long READ ONLY transaction now() is the transaction's start and would understate the lag.
+# The age is clamped in Python, not with greatest(), which would turn NULL (unknown) into 0.
+_STATUS_SQL = """
+SELECT pg_is_in_recovery(),
+       pg_last_wal_receive_lsn() <= pg_last_wal_replay_lsn(),
+       extract(epoch FROM statement_timestamp() - pg_last_xact_replay_timestamp())::float8
+"""
+
+
+def read_replica_status(conn: psycopg.Connection[Any]) -> ReplicaStatus:
+    """Read the server's recovery state and replication lag with a single SELECT.
+
+    Runs in whatever transaction `conn` is in (READ ONLY is fine); it neither begins nor
+    ends one, and does not depend on the connection's row factory.
+    """
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(_STATUS_SQL)
+        row = cur.fetchone()
+    if row is None:  # a SELECT without FROM always returns one row
+        raise RuntimeError("replica status query returned no row")
+    in_recovery, replayed_all_received, replay_age = row
+    return ReplicaStatus(
+        in_recovery=bool(in_recovery),
+        lag_seconds=_lag_seconds(bool(in_recovery), replayed_all_received, replay_age),
+    )
+
+
+def _lag_seconds(
+    in_recovery: bool, replayed_all_received: bool | None, replay_age: float | None
+) -> float | None:
+    """The lag rule of the module docstring, from the query's three columns.
+
+    `replayed_all_received` is NULL when either LSN is unknown (not streaming);
+    `replay_age` is NULL when no commit has been replayed since the standby started.
+    """
+    if not in_recovery:
+        return 0.0
+    if replayed_all_received:
+        return 0.0
+    if replay_age is None:
+        return None
+    return max(0.0, float(replay_age))
+
+
+def is_stale(status: ReplicaStatus, max_lag: timedelta) -> bool:
+    """Whether data read from this server may be more than `max_lag` behind the primary.
+
+    A primary is never stale. On a standby, a lag strictly greater than `max_lag` is stale
+    (a lag equal to it is not). An unknown lag on a standby counts as stale: lag is None only
+    when the standby cannot show that it has replayed everything it received and has no
+    replayed commit to date the data by (archive recovery, or WAL waiting to be replayed
+    just after start-up), so there is no evidence the data is fresh, and acting on possibly
+    old data is the failure this check exists to prevent.
+    """
+    if max_lag < timedelta(0):
+        raise ValueError(f"max_lag must not be negative, got {max_lag}")
+    if not status.in_recovery:
+        return False
+    if status.lag_seconds is None:
+        return True
+    return status.lag_seconds > max_lag.total_seconds()

@@ -1,0 +1,619 @@
+"""The monitor's own data: runs, incidents, offending keys and the events outbox.
+
+Never in the monitored database (a replica is read-only). SQLite by default, one file in
+WAL mode; PostgreSQL when `state.dsn` is set, so several daemons can share it. One schema,
+written in the SQL both understand; timestamps are ISO 8601 UTC text and documents JSON text
+so the two stores behave identically.
+
+Every state change and the events it causes are written in one transaction: an event
+exists if and only if its transition happened (a transactional outbox).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from monitor.incidents import (
+    CLOSE_EVENT,
+    Decision,
+    EventDraft,
+    IncidentKind,
+    InvariantState,
+    Observation,
+    OpenIncident,
+    decide,
+    toggle,
+)
+from monitor.results import RunResult
+
+REPLICA_SUBJECT = "(replica)"
+
+
+def ts(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_ts(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def _migrations(pk: str, bigint: str, real: str) -> list[str]:
+    """Append-only: a released migration is never edited, a new one is added."""
+    return [
+        f"""
+        CREATE TABLE runs (
+            id {pk},
+            invariant TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            finished_at TEXT NOT NULL,
+            status TEXT NOT NULL,
+            count {bigint},
+            error TEXT,
+            replica_lag_seconds {real},
+            duration_ms {real},
+            columns_json TEXT NOT NULL DEFAULT '[]',
+            sample_json TEXT NOT NULL DEFAULT '[]'
+        );
+        CREATE INDEX runs_by_invariant ON runs (invariant, id);
+        CREATE TABLE invariant_state (
+            invariant TEXT PRIMARY KEY,
+            consecutive_violations INTEGER NOT NULL DEFAULT 0,
+            consecutive_errors INTEGER NOT NULL DEFAULT 0,
+            last_run_id {bigint},
+            updated_at TEXT NOT NULL
+        );
+        CREATE TABLE incidents (
+            id {pk},
+            invariant TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            opened_at TEXT NOT NULL,
+            resolved_at TEXT,
+            first_count {bigint},
+            last_count {bigint},
+            last_seen_at TEXT NOT NULL,
+            detail TEXT
+        );
+        CREATE UNIQUE INDEX incidents_one_open ON incidents (invariant, kind)
+            WHERE resolved_at IS NULL;
+        CREATE TABLE incident_keys (
+            incident_id {bigint} NOT NULL REFERENCES incidents (id),
+            offending_key TEXT NOT NULL,
+            row_json TEXT,
+            first_seen_at TEXT NOT NULL,
+            last_seen_at TEXT NOT NULL,
+            gone_at TEXT,
+            PRIMARY KEY (incident_id, offending_key)
+        );
+        CREATE TABLE events (
+            id {pk},
+            incident_id {bigint} NOT NULL REFERENCES incidents (id),
+            invariant TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            run_id {bigint},
+            payload_json TEXT NOT NULL,
+            dispatched_at TEXT
+        );
+        CREATE INDEX events_pending ON events (id) WHERE dispatched_at IS NULL;
+        """,
+    ]
+
+
+class Tx(Protocol):
+    for_update: str
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    def script(self, sql: str) -> None: ...
+
+
+class _SqliteTx:
+    for_update = ""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self._conn.execute(sql, tuple(params)).fetchall())
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(sql, tuple(params))
+
+    def script(self, sql: str) -> None:
+        for statement in filter(str.strip, sql.split(";")):
+            self._conn.execute(statement)
+
+
+class _PostgresTx:
+    for_update = " FOR UPDATE"
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self._conn.execute(sql.replace("?", "%s"), tuple(params)).fetchall())
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(sql.replace("?", "%s"), tuple(params))
+
+    def script(self, sql: str) -> None:
+        self._conn.execute(sql)
+
+
+class _Backend(Protocol):
+    migrations: list[str]
+
+    def transaction(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class _SqliteBackend:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=30
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        # One connection shared by the daemon's threads; sqlite3 serialises access to it,
+        # the lock makes each transaction atomic with respect to the others.
+        self._lock = threading.RLock()
+        self.migrations = _migrations("INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER", "REAL")
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield _SqliteTx(self._conn)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class _PostgresBackend:
+    def __init__(self, dsn: str) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self._pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=4,
+            open=True,
+            name="invmon-state",
+            kwargs={"application_name": "invmon-state"},
+        )
+        self.migrations = _migrations(
+            "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BIGINT", "DOUBLE PRECISION"
+        )
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self._pool.connection() as conn, conn.transaction():
+            yield _PostgresTx(conn)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    id: int
+    incident_id: int
+    invariant: str
+    kind: str
+    created_at: datetime
+    payload: dict[str, Any]
+
+
+class StateStore:
+    """The daemon's memory. Open with `StateStore.open(path=..., dsn=...)`."""
+
+    def __init__(self, backend: _Backend) -> None:
+        self._db = backend
+
+    @classmethod
+    def open(cls, path: Path | None = None, dsn: str | None = None) -> StateStore:
+        backend: _Backend = (
+            _PostgresBackend(dsn) if dsn else _SqliteBackend(path or Path("invmon-state.db"))
+        )
+        store = cls(backend)
+        store.migrate()
+        return store
+
+    def close(self) -> None:
+        self._db.close()
+
+    def migrate(self) -> None:
+        with self._db.transaction() as tx:
+            tx.script(
+                "CREATE TABLE IF NOT EXISTS invmon_schema (version INTEGER PRIMARY KEY,"
+                " applied_at TEXT NOT NULL)"
+            )
+        for version, ddl in enumerate(self._db.migrations, start=1):
+            with self._db.transaction() as tx:
+                # Re-checked inside the transaction: two daemons may start together.
+                tx.rows(f"SELECT version FROM invmon_schema{tx.for_update}")
+                if tx.rows("SELECT 1 FROM invmon_schema WHERE version = ?", (version,)):
+                    continue
+                tx.script(ddl)
+                tx.run(
+                    "INSERT INTO invmon_schema (version, applied_at) VALUES (?, ?)",
+                    (version, ts(datetime.now(UTC))),
+                )
+
+    # --- writing -----------------------------------------------------------------------
+
+    def record_run(
+        self,
+        invariant: str,
+        result: RunResult,
+        finished_at: datetime,
+        for_runs: int = 1,
+        error_threshold: int = 3,
+    ) -> list[StoredEvent]:
+        """Store the run, move the incidents on, and write the events: all or nothing."""
+        seen = Observation(
+            status=result.status,
+            count=result.count,
+            keys=result.keys,
+            keys_complete=result.keys_complete,
+            error=result.error,
+        )
+        now = ts(finished_at)
+        with self._db.transaction() as tx:
+            state = self._load_state(tx, invariant, now)
+            run_id = self._insert_run(tx, invariant, result, finished_at)
+            decision = decide(state, seen, for_runs, error_threshold)
+            tx.run(
+                "UPDATE invariant_state SET consecutive_violations = ?, consecutive_errors = ?,"
+                " last_run_id = ?, updated_at = ? WHERE invariant = ?",
+                (
+                    decision.state.consecutive_violations,
+                    decision.state.consecutive_errors,
+                    run_id,
+                    now,
+                    invariant,
+                ),
+            )
+            incident_ids = self._apply(tx, invariant, state, decision, result, now)
+            return [
+                self._insert_event(tx, incident_ids[draft.incident], invariant, draft, now, run_id)
+                for draft in decision.events
+            ]
+
+    def record_condition(
+        self,
+        kind: IncidentKind,
+        subject: str,
+        active: bool,
+        at: datetime,
+        detail: str | None = None,
+    ) -> list[StoredEvent]:
+        """Open or resolve an on/off incident: replica stale, or an invalid file."""
+        now = ts(at)
+        with self._db.transaction() as tx:
+            current = self._open_incident(tx, subject, kind)
+            draft = toggle(current, active, kind, {"detail": detail})
+            if draft is None:
+                if current is not None and active:
+                    tx.run(
+                        "UPDATE incidents SET last_seen_at = ?, detail = ? WHERE id = ?",
+                        (now, detail, current.id),
+                    )
+                return []
+            if current is None:
+                incident_id = self._insert_incident(tx, subject, kind, now, None, detail)
+            else:
+                incident_id = current.id
+                self._resolve(tx, incident_id, now, None)
+            return [self._insert_event(tx, incident_id, subject, draft, now, None)]
+
+    def mark_dispatched(self, event_ids: Sequence[int], at: datetime) -> None:
+        with self._db.transaction() as tx:
+            for event_id in event_ids:
+                tx.run(
+                    "UPDATE events SET dispatched_at = ? WHERE id = ? AND dispatched_at IS NULL",
+                    (ts(at), event_id),
+                )
+
+    # --- reading -----------------------------------------------------------------------
+
+    def pending_events(self, limit: int = 100) -> list[StoredEvent]:
+        return self._events("WHERE dispatched_at IS NULL ORDER BY id LIMIT ?", (limit,))
+
+    def events(self, invariant: str | None = None) -> list[StoredEvent]:
+        if invariant is None:
+            return self._events("ORDER BY id", ())
+        return self._events("WHERE invariant = ? ORDER BY id", (invariant,))
+
+    def open_incidents(self) -> list[dict[str, Any]]:
+        return self._incidents("WHERE resolved_at IS NULL ORDER BY opened_at, id", ())
+
+    def incidents(self, invariant: str, limit: int = 20) -> list[dict[str, Any]]:
+        return self._incidents("WHERE invariant = ? ORDER BY id DESC LIMIT ?", (invariant, limit))
+
+    def incident_keys(self, incident_id: int) -> dict[str, dict[str, Any]]:
+        with self._db.transaction() as tx:
+            found = tx.rows(
+                "SELECT offending_key, row_json, first_seen_at, last_seen_at, gone_at"
+                " FROM incident_keys WHERE incident_id = ? ORDER BY offending_key",
+                (incident_id,),
+            )
+        return {
+            key: {
+                "row": json.loads(row) if row else None,
+                "first_seen_at": first,
+                "last_seen_at": last,
+                "gone_at": gone,
+            }
+            for key, row, first, last, gone in found
+        }
+
+    def latest_runs(self) -> list[dict[str, Any]]:
+        return self._runs("JOIN invariant_state s ON s.last_run_id = r.id ORDER BY r.invariant", ())
+
+    def runs(self, invariant: str, limit: int = 20) -> list[dict[str, Any]]:
+        return self._runs("WHERE r.invariant = ? ORDER BY r.id DESC LIMIT ?", (invariant, limit))
+
+    def counts(self) -> dict[str, int]:
+        with self._db.transaction() as tx:
+            [(pending,)] = tx.rows("SELECT count(*) FROM events WHERE dispatched_at IS NULL")
+            [(open_,)] = tx.rows("SELECT count(*) FROM incidents WHERE resolved_at IS NULL")
+        return {"events_pending": int(pending), "open_incidents": int(open_)}
+
+    def prune_runs(self, before: datetime) -> int:
+        """Drop old runs, keeping each invariant's latest; incidents and events stay."""
+        with self._db.transaction() as tx:
+            doomed = tx.rows(
+                "SELECT count(*) FROM runs WHERE finished_at < ?"
+                " AND id NOT IN (SELECT last_run_id FROM invariant_state"
+                " WHERE last_run_id IS NOT NULL)",
+                (ts(before),),
+            )
+            tx.run(
+                "DELETE FROM runs WHERE finished_at < ? AND id NOT IN"
+                " (SELECT last_run_id FROM invariant_state WHERE last_run_id IS NOT NULL)",
+                (ts(before),),
+            )
+        return int(doomed[0][0])
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _load_state(self, tx: Tx, invariant: str, now: str) -> InvariantState:
+        tx.run(
+            "INSERT INTO invariant_state (invariant, updated_at) VALUES (?, ?)"
+            " ON CONFLICT (invariant) DO NOTHING",
+            (invariant, now),
+        )
+        [(violations, errors)] = tx.rows(
+            "SELECT consecutive_violations, consecutive_errors FROM invariant_state"
+            f" WHERE invariant = ?{tx.for_update}",
+            (invariant,),
+        )
+        return InvariantState(
+            consecutive_violations=violations,
+            consecutive_errors=errors,
+            violation=self._open_incident(tx, invariant, "violation"),
+            cannot_evaluate=self._open_incident(tx, invariant, "cannot_evaluate"),
+        )
+
+    def _open_incident(self, tx: Tx, invariant: str, kind: IncidentKind) -> OpenIncident | None:
+        found = tx.rows(
+            "SELECT id, opened_at FROM incidents"
+            " WHERE invariant = ? AND kind = ? AND resolved_at IS NULL",
+            (invariant, kind),
+        )
+        if not found:
+            return None
+        incident_id, opened_at = found[0]
+        keys = tx.rows(
+            "SELECT offending_key FROM incident_keys WHERE incident_id = ? AND gone_at IS NULL",
+            (incident_id,),
+        )
+        return OpenIncident(
+            int(incident_id), kind, parse_ts(opened_at), frozenset(k for (k,) in keys)
+        )
+
+    def _insert_run(self, tx: Tx, invariant: str, result: RunResult, finished_at: datetime) -> int:
+        started = result.started_at or finished_at
+        [(run_id,)] = tx.rows(
+            "INSERT INTO runs (invariant, started_at, finished_at, status, count, error,"
+            " replica_lag_seconds, duration_ms, columns_json, sample_json)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (
+                invariant,
+                ts(started),
+                ts(finished_at),
+                result.status,
+                result.count,
+                result.error,
+                result.replica_lag,
+                result.duration_ms,
+                json.dumps(result.columns),
+                json.dumps(result.rows),
+            ),
+        )
+        return int(run_id)
+
+    def _insert_incident(
+        self,
+        tx: Tx,
+        invariant: str,
+        kind: IncidentKind,
+        now: str,
+        count: int | None,
+        detail: str | None,
+    ) -> int:
+        [(incident_id,)] = tx.rows(
+            "INSERT INTO incidents (invariant, kind, opened_at, first_count, last_count,"
+            " last_seen_at, detail) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (invariant, kind, now, count, count, now, detail),
+        )
+        return int(incident_id)
+
+    def _resolve(self, tx: Tx, incident_id: int, now: str, count: int | None) -> None:
+        tx.run(
+            "UPDATE incidents SET resolved_at = ?, last_seen_at = ?, last_count = ? WHERE id = ?",
+            (now, now, count, incident_id),
+        )
+        tx.run(
+            "UPDATE incident_keys SET gone_at = ? WHERE incident_id = ? AND gone_at IS NULL",
+            (now, incident_id),
+        )
+
+    def _apply(
+        self,
+        tx: Tx,
+        invariant: str,
+        state: InvariantState,
+        decision: Decision,
+        result: RunResult,
+        now: str,
+    ) -> dict[IncidentKind, int]:
+        ids: dict[IncidentKind, int] = {}
+        violation = state.violation
+        if decision.open_violation:
+            ids["violation"] = self._insert_incident(
+                tx, invariant, "violation", now, result.count, None
+            )
+        elif violation is not None:
+            ids["violation"] = violation.id
+            if decision.resolve_violation:
+                self._resolve(tx, violation.id, now, 0)
+            else:
+                tx.run(
+                    "UPDATE incidents SET last_count = ?, last_seen_at = ? WHERE id = ?",
+                    (result.count, now, violation.id),
+                )
+                for key in decision.keys_gone:
+                    tx.run(
+                        "UPDATE incident_keys SET gone_at = ? WHERE incident_id = ?"
+                        " AND offending_key = ?",
+                        (now, violation.id, key),
+                    )
+                for key in decision.keys_seen:
+                    tx.run(
+                        "UPDATE incident_keys SET last_seen_at = ? WHERE incident_id = ?"
+                        " AND offending_key = ?",
+                        (now, violation.id, key),
+                    )
+        for key, row in decision.keys_appeared.items():
+            tx.run(
+                "INSERT INTO incident_keys (incident_id, offending_key, row_json,"
+                " first_seen_at, last_seen_at) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (incident_id, offending_key) DO UPDATE SET gone_at = NULL,"
+                " last_seen_at = excluded.last_seen_at, row_json = excluded.row_json",
+                (ids["violation"], key, json.dumps(row), now, now),
+            )
+        cannot = state.cannot_evaluate
+        if decision.open_cannot_evaluate:
+            ids["cannot_evaluate"] = self._insert_incident(
+                tx, invariant, "cannot_evaluate", now, None, result.error
+            )
+        elif cannot is not None:
+            ids["cannot_evaluate"] = cannot.id
+            if decision.resolve_cannot_evaluate:
+                self._resolve(tx, cannot.id, now, None)
+            else:
+                tx.run(
+                    "UPDATE incidents SET last_seen_at = ?, detail = ? WHERE id = ?",
+                    (now, result.error, cannot.id),
+                )
+        return ids
+
+    def _insert_event(
+        self,
+        tx: Tx,
+        incident_id: int,
+        invariant: str,
+        draft: EventDraft,
+        now: str,
+        run_id: int | None,
+    ) -> StoredEvent:
+        payload = dict(draft.payload)
+        if draft.kind == CLOSE_EVENT[draft.incident]:
+            [(opened_at,)] = tx.rows("SELECT opened_at FROM incidents WHERE id = ?", (incident_id,))
+            payload.update(_lasted(parse_ts(opened_at), parse_ts(now)))
+        [(event_id,)] = tx.rows(
+            "INSERT INTO events (incident_id, invariant, kind, created_at, run_id, payload_json)"
+            " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+            (incident_id, invariant, draft.kind, now, run_id, json.dumps(payload)),
+        )
+        return StoredEvent(
+            int(event_id), incident_id, invariant, draft.kind, parse_ts(now), payload
+        )
+
+    def _events(self, where: str, params: Sequence[Any]) -> list[StoredEvent]:
+        with self._db.transaction() as tx:
+            found = tx.rows(
+                "SELECT id, incident_id, invariant, kind, created_at, payload_json FROM events "
+                + where,
+                params,
+            )
+        return [
+            StoredEvent(int(i), int(inc), inv, kind, parse_ts(at), json.loads(payload))
+            for i, inc, inv, kind, at, payload in found
+        ]
+
+    def _incidents(self, where: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+        columns = (
+            "id",
+            "invariant",
+            "kind",
+            "opened_at",
+            "resolved_at",
+            "first_count",
+            "last_count",
+            "last_seen_at",
+            "detail",
+        )
+        with self._db.transaction() as tx:
+            found = tx.rows(f"SELECT {', '.join(columns)} FROM incidents {where}", params)
+        return [dict(zip(columns, row, strict=True)) for row in found]
+
+    def _runs(self, clause: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+        columns = (
+            "id",
+            "invariant",
+            "started_at",
+            "finished_at",
+            "status",
+            "count",
+            "error",
+            "replica_lag_seconds",
+            "duration_ms",
+            "columns_json",
+            "sample_json",
+        )
+        with self._db.transaction() as tx:
+            found = tx.rows(
+                f"SELECT {', '.join('r.' + c for c in columns)} FROM runs r {clause}", params
+            )
+        out = []
+        for row in found:
+            record = dict(zip(columns, row, strict=True))
+            record["columns"] = json.loads(record.pop("columns_json"))
+            record["sample"] = json.loads(record.pop("sample_json"))
+            out.append(record)
+        return out
+
+
+def _lasted(opened_at: datetime, until: datetime) -> dict[str, Any]:
+    return {"lasted_seconds": round((until - opened_at).total_seconds(), 3)}

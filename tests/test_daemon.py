@@ -1,0 +1,277 @@
+"""The daemon's evaluation path against a real PostgreSQL and both state stores: incidents
+open, change and resolve over scripted data changes with exactly the expected events."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from monitor.config import Config, DaemonConfig, HttpConfig
+from monitor.daemon import Daemon
+from monitor.state import StateStore
+
+BAD_ROWS = """\
+-- description: No row is marked bad.
+-- key: [id]
+-- schedule: every 1s
+SELECT id, note FROM items WHERE bad
+"""
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def sql(dsn: str, statement: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement.encode())
+
+
+def wait_for(condition: Callable[[], object], seconds: float, what: str) -> object:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+
+
+@pytest.fixture
+def monitored(database: str, tmp_path: Path) -> tuple[str, Path]:
+    sql(database, "CREATE TABLE items (id int PRIMARY KEY, note text, bad bool NOT NULL)")
+    sql(database, "INSERT INTO items SELECT g, 'item ' || g, false FROM generate_series(1, 5) g")
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "bad_rows.sql").write_text(BAD_ROWS)
+    return database, folder
+
+
+def make_daemon(
+    dsn: str, folder: Path, store: StateStore, clock: FakeClock | None = None, **daemon: object
+) -> Daemon:
+    config = Config(
+        invariants=folder,
+        http=HttpConfig(listen=None),
+        daemon=DaemonConfig(**daemon),  # type: ignore[arg-type]
+    )
+    return Daemon(config, dsn, store, clock=clock or FakeClock())
+
+
+@pytest.fixture
+def daemon(monitored: tuple[str, Path], store: StateStore) -> Iterator[Daemon]:
+    dsn, folder = monitored
+    made = make_daemon(dsn, folder, store, FakeClock(), cannot_evaluate_after=2)
+    made.reload()
+    yield made
+    made.runner.close()
+
+
+def kinds(store: StateStore, invariant: str = "bad_rows") -> list[tuple[str, object]]:
+    return [(e.kind, e.payload.get("keys")) for e in store.events(invariant)]
+
+
+def test_an_incident_opens_gains_and_loses_keys_and_resolves(
+    daemon: Daemon, monitored: tuple[str, Path], store: StateStore
+) -> None:
+    dsn, _ = monitored
+    clock = daemon.clock
+    assert isinstance(clock, FakeClock)
+    steps = [
+        ("", "ok"),
+        ("UPDATE items SET bad = true WHERE id IN (1, 2)", "violated"),
+        ("UPDATE items SET bad = (id IN (2, 3))", "violated"),
+        ("", "violated"),
+        ("UPDATE items SET bad = false", "ok"),
+        ("", "ok"),
+    ]
+    statuses = []
+    for change, _expected in steps:
+        if change:
+            sql(dsn, change)
+        clock.advance(60)
+        result = daemon.evaluate("bad_rows")
+        assert result is not None
+        statuses.append(result.status)
+    assert statuses == [expected for _, expected in steps]
+    assert kinds(store) == [
+        ("opened", ["[1]", "[2]"]),
+        ("keys_appeared", ["[3]"]),
+        ("keys_gone", ["[1]"]),
+        ("resolved", None),
+    ]
+    resolved = store.events("bad_rows")[-1]
+    assert resolved.payload["lasted_seconds"] == 180.0
+    [incident] = store.incidents("bad_rows")
+    assert (incident["kind"], incident["first_count"], incident["last_count"]) == (
+        "violation",
+        2,
+        0,
+    )
+    keys = store.incident_keys(incident["id"])
+    assert set(keys) == {"[1]", "[2]", "[3]"}
+    assert keys["[3]"]["row"] == {"id": 3, "note": "item 3"}
+    assert all(k["gone_at"] is not None for k in keys.values())
+    assert store.open_incidents() == []
+    assert len(store.runs("bad_rows", limit=100)) == 6
+
+
+def test_for_n_opens_only_after_n_consecutive_violated_runs(
+    monitored: tuple[str, Path], store: StateStore
+) -> None:
+    dsn, folder = monitored
+    (folder / "bad_rows.sql").write_text(BAD_ROWS.replace("-- schedule", "-- for: 3\n-- schedule"))
+    daemon = make_daemon(dsn, folder, store)
+    daemon.reload()
+    sql(dsn, "UPDATE items SET bad = true WHERE id = 4")
+    opened_after = [bool(daemon.evaluate("bad_rows") and store.open_incidents()) for _ in range(4)]
+    daemon.runner.close()
+    assert opened_after == [False, False, True, True]
+    assert kinds(store) == [("opened", ["[4]"])]
+
+
+def test_errors_do_not_resolve_and_open_a_cannot_evaluate_incident_after_the_threshold(
+    daemon: Daemon, monitored: tuple[str, Path], store: StateStore
+) -> None:
+    dsn, _ = monitored
+    sql(dsn, "UPDATE items SET bad = true WHERE id = 5")
+    daemon.evaluate("bad_rows")
+    sql(dsn, "ALTER TABLE items RENAME TO items_moved")
+    errors = [daemon.evaluate("bad_rows") for _ in range(3)]
+    assert [r.status for r in errors if r] == ["error", "error", "error"]
+    assert [i["kind"] for i in store.open_incidents()] == ["violation", "cannot_evaluate"]
+    sql(dsn, "ALTER TABLE items_moved RENAME TO items")
+    assert daemon.evaluate("bad_rows").status == "violated"  # type: ignore[union-attr]
+    assert [e.kind for e in store.events("bad_rows")] == ["opened", "cannot_evaluate", "recovered"]
+    cannot = store.events("bad_rows")[1]
+    assert cannot.payload == {
+        "error": 'relation "items" does not exist',
+        "consecutive_errors": 2,
+    }
+    assert [i["kind"] for i in store.open_incidents()] == ["violation"]
+
+
+def test_every_event_is_dispatched_once(daemon: Daemon, monitored: tuple[str, Path]) -> None:
+    dsn, _ = monitored
+    sql(dsn, "UPDATE items SET bad = true WHERE id = 1")
+    daemon.evaluate("bad_rows")
+    assert daemon.dispatch() == []  # evaluate already relayed it
+    assert daemon.store.pending_events() == []
+    assert daemon.store.counts() == {"events_pending": 0, "open_incidents": 1}
+
+
+def test_a_broken_file_keeps_the_previous_version_running_until_fixed(
+    daemon: Daemon, monitored: tuple[str, Path], store: StateStore
+) -> None:
+    _dsn, folder = monitored
+    good = daemon.invariants["bad_rows"]
+    (folder / "bad_rows.sql").write_text(BAD_ROWS.replace("SELECT id", "SELEC id"))
+    (folder / "typo.sql").write_text("-- descriptoin: x\nSELECT 1 WHERE false\n")
+    (folder / "new.sql").write_text("-- description: new\nSELECT 1 AS one WHERE false\n")
+    change = daemon.reload()
+    assert change.added == ["new"]
+    assert change.kept_previous == ["bad_rows"]
+    assert sorted(change.invalid) == ["bad_rows", "typo"]
+    assert [str(p) for p in change.invalid["typo"]] == [
+        f"{folder}/typo.sql:1: unknown header key 'descriptoin'; did you mean 'description'? "
+        "known keys are channel, "
+        "description, for, key, owner, runbook, sample, schedule, severity, tags, timeout"
+    ]
+    assert daemon.invariants["bad_rows"] is good
+    assert daemon.evaluate("bad_rows").status == "ok"  # type: ignore[union-attr]
+    assert sorted((i["invariant"], i["kind"]) for i in store.open_incidents()) == [
+        ("bad_rows", "invalid_file"),
+        ("typo", "invalid_file"),
+    ]
+    (folder / "bad_rows.sql").write_text(BAD_ROWS)
+    (folder / "typo.sql").unlink()
+    change = daemon.reload()
+    assert (change.invalid, change.removed) == ({}, [])
+    assert store.open_incidents() == []
+    assert [e.kind for e in store.events("bad_rows")] == ["file_invalid", "file_fixed"]
+    assert [e.kind for e in store.events("typo")] == ["file_invalid", "file_fixed"]
+    (folder / "new.sql").unlink()
+    assert daemon.reload().removed == ["new"]
+    assert daemon.evaluate("new") is None
+
+
+def test_the_state_survives_a_new_daemon_on_the_same_store(
+    monitored: tuple[str, Path], store: StateStore
+) -> None:
+    dsn, folder = monitored
+    sql(dsn, "UPDATE items SET bad = true WHERE id = 2")
+    first = make_daemon(dsn, folder, store)
+    first.reload()
+    first.evaluate("bad_rows")
+    first.runner.close()
+    second = make_daemon(dsn, folder, store)
+    second.reload()
+    second.evaluate("bad_rows")
+    sql(dsn, "UPDATE items SET bad = false")
+    second.evaluate("bad_rows")
+    second.runner.close()
+    assert kinds(store) == [("opened", ["[2]"]), ("resolved", None)]
+
+
+def test_scheduled_runs_fire_and_a_slow_run_never_overlaps_itself(
+    monitored: tuple[str, Path], store: StateStore
+) -> None:
+    dsn, folder = monitored
+    daemon = make_daemon(dsn, folder, store)
+    config = daemon.config.model_copy(
+        update={
+            "database": daemon.config.database.model_copy(
+                update={"lock_timeout": timedelta(milliseconds=1500)}
+            )
+        }
+    )
+    daemon = Daemon(config, dsn, store)
+    with psycopg.connect(dsn) as holder:
+        # Every run waits 1.5s on this lock, longer than the 1s schedule.
+        holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        daemon.start()
+        try:
+            wait_for(lambda: len(store.runs("bad_rows")) >= 3, 15, "three runs")
+        finally:
+            daemon.request_stop()
+            daemon.shutdown()
+        holder.rollback()
+    runs = sorted(store.runs("bad_rows", limit=100), key=lambda r: r["started_at"])
+    assert all(r["status"] == "error" for r in runs)
+    assert all(r["error"] == "canceling statement due to lock timeout" for r in runs)
+    for earlier, later in itertools.pairwise(runs):
+        assert earlier["finished_at"] <= later["started_at"], (earlier, later)
+
+
+def test_a_new_file_starts_running_after_reload_without_a_restart(
+    monitored: tuple[str, Path], store: StateStore
+) -> None:
+    dsn, folder = monitored
+    daemon = make_daemon(dsn, folder, store)
+    daemon.start()
+    try:
+        wait_for(lambda: store.runs("bad_rows"), 10, "the first run at start-up")
+        (folder / "later.sql").write_text(
+            "-- description: added later\n-- schedule: every 1s\nSELECT 1 AS one WHERE false\n"
+        )
+        daemon.reload()
+        wait_for(lambda: len(store.runs("later")) >= 2, 10, "two runs of the new file")
+        (folder / "later.sql").unlink()
+        daemon.reload()
+        assert daemon.scheduler.get_job("later") is None
+    finally:
+        daemon.request_stop()
+        daemon.shutdown()

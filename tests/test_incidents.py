@@ -1,0 +1,119 @@
+"""The incident state machine on its own: no database, no clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from monitor.incidents import InvariantState, Observation, OpenIncident, decide, toggle
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def violated(*keys: str, complete: bool = True) -> Observation:
+    return Observation("violated", len(keys), {k: {"id": k} for k in keys}, complete)
+
+
+OK = Observation("ok", 0)
+ERROR = Observation("error", None, error="relation does not exist")
+STALE = Observation("stale", None)
+
+
+def open_violation(*keys: str) -> OpenIncident:
+    return OpenIncident(7, "violation", T0, frozenset(keys))
+
+
+def test_a_first_violated_run_opens_an_incident_with_its_keys() -> None:
+    decision = decide(InvariantState(), violated("a", "b"))
+    assert decision.open_violation is True
+    assert decision.keys_appeared == {"a": {"id": "a"}, "b": {"id": "b"}}
+    assert [(e.kind, e.payload["keys"]) for e in decision.events] == [("opened", ["a", "b"])]
+
+
+def test_for_n_waits_for_n_consecutive_violated_runs() -> None:
+    first = decide(InvariantState(), violated("a"), for_runs=3)
+    second = decide(first.state, violated("a"), for_runs=3)
+    third = decide(second.state, violated("a"), for_runs=3)
+    assert [d.open_violation for d in (first, second, third)] == [False, False, True]
+    assert [len(d.events) for d in (first, second, third)] == [0, 0, 1]
+
+
+def test_an_ok_run_between_violations_restarts_the_for_count() -> None:
+    state = decide(InvariantState(), violated("a"), for_runs=2).state
+    state = decide(state, OK, for_runs=2).state
+    assert decide(state, violated("a"), for_runs=2).open_violation is False
+
+
+def test_an_error_neither_opens_nor_resolves_nor_breaks_a_run_of_violations() -> None:
+    state = decide(InvariantState(), violated("a"), for_runs=2).state
+    after_error = decide(state, ERROR, for_runs=2)
+    assert (after_error.open_violation, after_error.events) == (False, [])
+    assert decide(after_error.state, violated("a"), for_runs=2).open_violation is True
+    opened = InvariantState(consecutive_violations=1, violation=open_violation("a"))
+    during = decide(opened, ERROR)
+    assert (during.resolve_violation, during.events) == (False, [])
+
+
+def test_a_stale_run_changes_nothing() -> None:
+    state = InvariantState(consecutive_violations=1, violation=open_violation("a"))
+    decision = decide(state, STALE)
+    assert decision.state == state
+    assert decision.events == []
+
+
+def test_new_and_gone_keys_become_events_while_the_incident_stays_open() -> None:
+    state = InvariantState(consecutive_violations=1, violation=open_violation("a", "b"))
+    decision = decide(state, violated("b", "c"))
+    assert decision.keys_appeared == {"c": {"id": "c"}}
+    assert decision.keys_gone == frozenset({"a"})
+    assert decision.keys_seen == frozenset({"b"})
+    assert [(e.kind, e.payload["keys"]) for e in decision.events] == [
+        ("keys_appeared", ["c"]),
+        ("keys_gone", ["a"]),
+    ]
+
+
+def test_keys_are_not_called_gone_when_the_run_saw_only_some_of_them() -> None:
+    state = InvariantState(consecutive_violations=1, violation=open_violation("a", "b"))
+    decision = decide(state, violated("b", complete=False))
+    assert decision.keys_gone == frozenset()
+    assert decision.events == []
+
+
+def test_the_first_ok_run_resolves() -> None:
+    state = InvariantState(consecutive_violations=4, violation=open_violation("a"))
+    decision = decide(state, OK)
+    assert decision.resolve_violation is True
+    assert decision.state.consecutive_violations == 0
+    assert [e.kind for e in decision.events] == ["resolved"]
+
+
+def test_consecutive_errors_open_a_cannot_evaluate_incident_once() -> None:
+    state = InvariantState()
+    opened = []
+    for _ in range(5):
+        decision = decide(state, ERROR, error_threshold=3)
+        opened.append(decision.open_cannot_evaluate)
+        state = decision.state
+        if decision.open_cannot_evaluate:
+            state = InvariantState(
+                consecutive_errors=state.consecutive_errors,
+                cannot_evaluate=OpenIncident(9, "cannot_evaluate", T0),
+            )
+    assert opened == [False, False, True, False, False]
+
+
+def test_a_successful_run_recovers_a_cannot_evaluate_incident() -> None:
+    state = InvariantState(
+        consecutive_errors=3, cannot_evaluate=OpenIncident(9, "cannot_evaluate", T0)
+    )
+    decision = decide(state, violated("a"))
+    assert decision.resolve_cannot_evaluate is True
+    assert [e.kind for e in decision.events] == ["recovered", "opened"]
+
+
+def test_on_off_conditions_open_once_and_close_once() -> None:
+    incident = OpenIncident(3, "replica_stale", T0)
+    assert toggle(None, True, "replica_stale", {}).kind == "replica_stale"  # type: ignore[union-attr]
+    assert toggle(incident, True, "replica_stale", {}) is None
+    assert toggle(incident, False, "replica_stale", {}).kind == "replica_fresh"  # type: ignore[union-attr]
+    assert toggle(None, False, "replica_stale", {}) is None

@@ -1,0 +1,201 @@
+"""Replica awareness against a real primary and streaming standby: in_recovery, lag that is
+zero when nothing is outstanding (even on an idle primary), lag that grows while replay is
+paused, and the staleness rule."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from monitor.replica import ReplicaStatus, _lag_seconds, is_stale, read_replica_status
+
+if TYPE_CHECKING:
+    from standby import StandbyPair
+
+# The `standby_pair` fixture (tests/standby.py; this folder is on sys.path under pytest).
+# Registered as a plugin rather than imported, so pytest rewrites its asserts too.
+pytest_plugins = ["standby"]
+
+ONE_SECOND = timedelta(seconds=1)
+
+
+def status_of(dsn: str, read_only: bool = True) -> ReplicaStatus:
+    """read_replica_status inside a READ ONLY transaction, as the runner would call it."""
+    with psycopg.connect(dsn) as conn:
+        conn.read_only = read_only
+        status = read_replica_status(conn)
+        # It ran inside the caller's transaction and left it open.
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        conn.rollback()
+    return status
+
+
+def poll_until(what: str, probe: Callable[[], Any], deadline_s: float = 10.0) -> Any:
+    """Call `probe` until it returns something truthy; return that; fail at the deadline."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"gave up after {deadline_s}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def commit_on_primary(pair: StandbyPair) -> None:
+    with pair.primary() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS heartbeat (at timestamptz NOT NULL)")
+        conn.execute("INSERT INTO heartbeat VALUES (now())")
+
+
+def standby_scalar(pair: StandbyPair, sql: str) -> Any:
+    with pair.standby() as conn:
+        row = conn.execute(sql.encode()).fetchone()
+    assert row is not None
+    return row[0]
+
+
+# --- against real servers --------------------------------------------------------------
+
+
+def test_a_primary_is_not_in_recovery_and_has_zero_lag(standby_pair: StandbyPair) -> None:
+    assert status_of(standby_pair.primary_dsn) == ReplicaStatus(in_recovery=False, lag_seconds=0.0)
+    assert status_of(standby_pair.primary_dsn, read_only=False) == ReplicaStatus(False, 0.0)
+
+
+def test_the_status_is_read_whatever_the_connections_row_factory(
+    standby_pair: StandbyPair,
+) -> None:
+    for dsn, in_recovery in [(standby_pair.primary_dsn, False), (standby_pair.standby_dsn, True)]:
+        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+            assert read_replica_status(conn).in_recovery is in_recovery
+
+
+def test_a_caught_up_standby_is_in_recovery_and_has_zero_lag(standby_pair: StandbyPair) -> None:
+    commit_on_primary(standby_pair)
+    standby_pair.wait_caught_up(10)
+    status = status_of(standby_pair.standby_dsn)
+    assert status == ReplicaStatus(in_recovery=True, lag_seconds=0.0)
+    assert is_stale(status, timedelta(0)) is False
+
+
+def test_a_standby_of_an_idle_primary_has_zero_lag_however_old_its_last_commit(
+    standby_pair: StandbyPair,
+) -> None:
+    commit_on_primary(standby_pair)
+    standby_pair.wait_caught_up(10)
+    poll_until(
+        "the standby's last replayed commit to be more than 1.5 s old",
+        lambda: standby_scalar(
+            standby_pair,
+            "SELECT now() - pg_last_xact_replay_timestamp() > interval '1.5 seconds'",
+        ),
+    )
+    status = status_of(standby_pair.standby_dsn)
+    assert status == ReplicaStatus(in_recovery=True, lag_seconds=0.0)
+    assert is_stale(status, ONE_SECOND) is False
+
+
+def test_with_replay_paused_lag_grows_until_stale_and_returns_to_zero_after_resuming(
+    standby_pair: StandbyPair,
+) -> None:
+    # A fresh replayed commit first, so the lag starts small and is measurable (not None).
+    commit_on_primary(standby_pair)
+    standby_pair.wait_caught_up(10)
+    standby_pair.pause_replay()
+    try:
+        commit_on_primary(standby_pair)
+        poll_until(
+            "the standby to receive the commit it cannot replay",
+            lambda: standby_scalar(
+                standby_pair, "SELECT pg_last_wal_receive_lsn() > pg_last_wal_replay_lsn()"
+            ),
+        )
+        first = status_of(standby_pair.standby_dsn)
+        assert first.in_recovery is True
+        assert first.lag_seconds is not None
+        assert first.lag_seconds > 0.0
+        first_lag = first.lag_seconds
+
+        def grown() -> ReplicaStatus | None:
+            status = status_of(standby_pair.standby_dsn)
+            assert status.lag_seconds is not None
+            return status if status.lag_seconds > first_lag else None
+
+        assert poll_until("the lag to grow", grown).in_recovery is True
+
+        def stale() -> ReplicaStatus | None:
+            status = status_of(standby_pair.standby_dsn)
+            assert status.lag_seconds is not None
+            # Every reading on the way agrees with the threshold, not just the last one.
+            assert is_stale(status, ONE_SECOND) is (status.lag_seconds > 1.0)
+            return status if is_stale(status, ONE_SECOND) else None
+
+        stale_status = poll_until("the lag to exceed 1 s", stale)
+        assert stale_status.lag_seconds is not None
+        assert stale_status.lag_seconds > 1.0
+    finally:
+        standby_pair.resume_replay()
+
+    standby_pair.wait_caught_up(10)
+    caught_up = status_of(standby_pair.standby_dsn)
+    assert caught_up == ReplicaStatus(in_recovery=True, lag_seconds=0.0)
+    assert is_stale(caught_up, ONE_SECOND) is False
+
+
+# --- pure ------------------------------------------------------------------------------
+
+
+def test_a_primary_is_never_stale() -> None:
+    assert is_stale(ReplicaStatus(in_recovery=False, lag_seconds=0.0), timedelta(0)) is False
+    assert is_stale(ReplicaStatus(in_recovery=False, lag_seconds=None), timedelta(0)) is False
+
+
+def test_a_standby_with_unknown_lag_is_stale() -> None:
+    assert is_stale(ReplicaStatus(in_recovery=True, lag_seconds=None), timedelta(days=1)) is True
+
+
+def test_a_standby_is_stale_only_when_lag_is_strictly_above_the_threshold() -> None:
+    def standby(lag: float) -> ReplicaStatus:
+        return ReplicaStatus(in_recovery=True, lag_seconds=lag)
+
+    assert is_stale(standby(0.0), timedelta(0)) is False
+    assert is_stale(standby(0.999), ONE_SECOND) is False
+    assert is_stale(standby(1.0), ONE_SECOND) is False
+    assert is_stale(standby(1.001), ONE_SECOND) is True
+    assert is_stale(standby(0.001), timedelta(0)) is True
+    assert is_stale(standby(90.0), timedelta(minutes=1, seconds=30)) is False
+    assert is_stale(standby(90.5), timedelta(minutes=1, seconds=30)) is True
+
+
+def test_a_negative_threshold_is_rejected() -> None:
+    with pytest.raises(ValueError, match="must not be negative"):
+        is_stale(ReplicaStatus(in_recovery=True, lag_seconds=0.0), timedelta(seconds=-1))
+
+
+@pytest.mark.parametrize(
+    ("in_recovery", "replayed_all_received", "replay_age", "lag"),
+    [
+        pytest.param(False, None, None, 0.0, id="primary"),
+        pytest.param(True, True, 3600.0, 0.0, id="standby-replayed-all-received-old-commit"),
+        pytest.param(True, True, None, 0.0, id="standby-replayed-all-received-no-commit-yet"),
+        pytest.param(True, False, 2.5, 2.5, id="standby-behind"),
+        pytest.param(True, False, -0.25, 0.0, id="standby-behind-clock-skew-clamped"),
+        pytest.param(True, False, None, None, id="standby-behind-no-commit-replayed-yet"),
+        pytest.param(True, None, 7.0, 7.0, id="archive-recovery-dated-by-last-commit"),
+        pytest.param(True, None, None, None, id="archive-recovery-no-commit-replayed"),
+    ],
+)
+def test_the_lag_rule_handles_every_null_combination(
+    in_recovery: bool,
+    replayed_all_received: bool | None,
+    replay_age: float | None,
+    lag: float | None,
+) -> None:
+    assert _lag_seconds(in_recovery, replayed_all_received, replay_age) == lag
