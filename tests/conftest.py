@@ -16,6 +16,10 @@ import pytest
 from monitor.pgtemp import apply_sql, scratch_database, temporary_server
 from monitor.state import StateStore
 
+# The `standby_pair` fixture (tests/standby.py): a real streaming standby. Registered as a
+# plugin rather than imported, so pytest rewrites its asserts too.
+pytest_plugins = ["standby"]
+
 ROOT = Path(__file__).resolve().parent.parent
 INVARIANTS = ROOT / "invariants"
 DEMO = ROOT / "deploy" / "demo"

@@ -18,10 +18,6 @@ from monitor.replica import ReplicaStatus, _lag_seconds, is_stale, read_replica_
 if TYPE_CHECKING:
     from standby import StandbyPair
 
-# The `standby_pair` fixture (tests/standby.py; this folder is on sys.path under pytest).
-# Registered as a plugin rather than imported, so pytest rewrites its asserts too.
-pytest_plugins = ["standby"]
-
 ONE_SECOND = timedelta(seconds=1)
 
 

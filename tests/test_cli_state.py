@@ -1,0 +1,83 @@
+"""`invmon run --once`, `invmon status` and `invmon history` through the real CLI, sharing a
+state store by working folder with no config file at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+
+from monitor.logs import redact
+
+
+def invmon(cwd: Path, *args: str, dsn: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INVMON_")}
+    if dsn:
+        env["INVMON_DSN"] = dsn
+    return subprocess.run(
+        [sys.executable, "-m", "monitor.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_run_once_then_status_and_history_read_the_same_store(
+    database: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, bad bool NOT NULL)")
+        conn.execute("INSERT INTO items VALUES (1, true), (2, false), (3, true)")
+    (tmp_path / "invariants").mkdir()
+    (tmp_path / "invariants" / "bad_rows.sql").write_text(
+        "-- description: nothing is bad\n-- key: [id]\nSELECT id FROM items WHERE bad\n"
+    )
+    (tmp_path / "invariants" / "fine.sql").write_text(
+        "-- description: always holds\nSELECT 1 AS one WHERE false\n"
+    )
+    once = invmon(tmp_path, "run", "--once", dsn=database)
+    assert once.returncode == 1, once.stderr
+    assert (tmp_path / "invmon-state.db").exists()
+
+    status = invmon(tmp_path, "status", "--format", "json")
+    assert status.returncode == 0, status.stderr
+    document = json.loads(status.stdout)
+    assert [(i["invariant"], i["kind"], i["last_count"]) for i in document["open_incidents"]] == [
+        ("bad_rows", "violation", 2)
+    ]
+    assert [(r["invariant"], r["status"], r["count"]) for r in document["last_runs"]] == [
+        ("bad_rows", "violated", 2),
+        ("fine", "ok", 0),
+    ]
+    assert document["last_runs"][0]["sample"] == [{"id": 1}, {"id": 3}]
+
+    table = invmon(tmp_path, "status")
+    assert "Open incidents (1):" in table.stdout
+    assert "bad_rows" in table.stdout
+
+    history = invmon(tmp_path, "history", "bad_rows", "--format", "json")
+    assert history.returncode == 0, history.stderr
+    runs = json.loads(history.stdout)["runs"]
+    assert [(r["status"], r["count"]) for r in runs] == [("violated", 2)]
+
+    unknown = invmon(tmp_path, "history", "nope")
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == (
+        "invmon: no history for 'nope' in the state store; check the name with `invmon status`"
+    )
+
+
+def test_secrets_are_masked_in_every_log_line() -> None:
+    assert redact("connect host=db password=hunter2 user=x") == (
+        "connect host=db password=*** user=x"
+    )
+    assert (
+        redact("postgresql://invmon:hunter2@db:5432/app") == "postgresql://invmon:***@db:5432/app"
+    )
+    assert redact("token xoxb-1234-abcd and xapp-1-A0-xyz") == "token xoxb-*** and xapp-***"

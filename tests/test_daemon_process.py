@@ -1,0 +1,230 @@
+"""`invmon run` as a real process: HTTP endpoints, signals, reload, and restarts after
+SIGKILL that neither repeat nor lose an event."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from monitor.state import StateStore
+
+PASSWORD = "s3cret-pw-never-logged"
+BAD_ROWS = """\
+-- description: No row is marked bad.
+-- key: [id]
+-- schedule: every 1s
+SELECT id FROM items WHERE bad
+"""
+
+
+def wait_for(condition: Callable[[], object], seconds: float, what: str) -> object:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+
+
+def sql(dsn: str, statement: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement.encode())
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+@dataclass
+class DaemonProcess:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    state_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def lines(self) -> list[dict[str, object]]:
+        out = []
+        for line in self.log().splitlines():
+            if line.startswith("{"):
+                out.append(json.loads(line))
+        return out
+
+    def url(self) -> str:
+        found = wait_for(
+            lambda: re.search(r"listening on (http://[\d.]+:\d+)", self.log()), 20, "the listener"
+        )
+        assert isinstance(found, re.Match)
+        return found.group(1)
+
+    def stop(self, sig: int = signal.SIGTERM, seconds: float = 40) -> int:
+        self.process.send_signal(sig)
+        return self.process.wait(timeout=seconds)
+
+
+@pytest.fixture
+def setup(database: str, tmp_path: Path) -> tuple[str, Path]:
+    sql(database, "CREATE TABLE items (id int PRIMARY KEY, bad bool NOT NULL)")
+    sql(database, "INSERT INTO items SELECT g, g <= 2 FROM generate_series(1, 5) g")
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "bad_rows.sql").write_text(BAD_ROWS)
+    return make_conninfo(database, password=PASSWORD), folder
+
+
+@pytest.fixture
+def start(setup: tuple[str, Path], tmp_path: Path) -> Iterator[Callable[[], DaemonProcess]]:
+    dsn, folder = setup
+    config = tmp_path / "invmon.yaml"
+    config.write_text(
+        f"invariants: {folder}\n"
+        f"state:\n  path: {tmp_path / 'state.db'}\n"
+        "http:\n  listen: 127.0.0.1:0\n"
+        "log:\n  format: json\n"
+        "daemon:\n  shutdown_grace: 5s\n"
+    )
+    started: list[DaemonProcess] = []
+
+    def launch() -> DaemonProcess:
+        log_path = tmp_path / f"daemon-{len(started)}.log"
+        env = {**os.environ, "INVMON_DSN": dsn}
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "monitor.cli", "run", "--config", str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=tmp_path,
+            )
+        started.append(DaemonProcess(process, log_path, tmp_path / "state.db"))
+        return started[-1]
+
+    yield launch
+    for daemon in started:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait()
+
+
+def test_the_daemon_serves_health_and_metrics_and_exits_0_on_sigterm(
+    start: Callable[[], DaemonProcess],
+) -> None:
+    daemon = start()
+    url = daemon.url()
+    assert wait_for(lambda: get(f"{url}/healthz")[0] == 200, 20, "healthz")
+    assert get(f"{url}/readyz") == (200, "ok\n")
+    metrics = wait_for(
+        lambda: (
+            (body := get(f"{url}/metrics")[1])
+            and 'invmon_offending_rows{invariant="bad_rows"} 2.0' in body
+            and body
+        ),
+        20,
+        "the first run in /metrics",
+    )
+    assert isinstance(metrics, str)
+    assert (
+        'invmon_invariant_status{invariant="bad_rows",invmon_invariant_status="violated"} 1.0'
+        in metrics
+    )
+    assert "invmon_open_incidents 1.0" in metrics
+    assert "invmon_events_pending 0.0" in metrics
+    assert "invmon_replica_lag_seconds 0.0" in metrics
+    assert 'invmon_run_duration_seconds_count{invariant="bad_rows"}' in metrics
+    assert 'invmon_last_success_timestamp_seconds{invariant="bad_rows"}' in metrics
+    assert get(f"{url}/nope")[0] == 404
+    assert daemon.stop() == 0
+    log = daemon.log()
+    assert PASSWORD not in log
+    messages = [line["msg"] for line in daemon.lines()]
+    assert messages[-1] == "stopped"
+    assert "event opened: bad_rows" in messages
+
+
+def test_sighup_with_a_broken_file_reports_it_and_keeps_the_rest_running(
+    start: Callable[[], DaemonProcess], setup: tuple[str, Path]
+) -> None:
+    _, folder = setup
+    daemon = start()
+    url = daemon.url()
+    wait_for(lambda: "evaluated bad_rows" in daemon.log(), 20, "a first run")
+    (folder / "broken.sql").write_text("-- description: broken\nSELECT * FROM items FOR UPDATE\n")
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "broken.sql:2:" in daemon.log(), 20, "the reload error")
+    [error] = [line for line in daemon.lines() if line["level"] == "error"]
+    assert error["msg"] == (
+        f"invalid invariant file: {folder}/broken.sql:2: FOR UPDATE takes row locks on the "
+        "replica; not allowed"
+    )
+    runs_at_reload = daemon.log().count("evaluated bad_rows")
+    wait_for(
+        lambda: daemon.log().count("evaluated bad_rows") >= runs_at_reload + 2,
+        20,
+        "bad_rows to keep running",
+    )
+    assert "invmon_invalid_files 1.0" in get(f"{url}/metrics")[1]
+    assert daemon.stop() == 0
+
+
+@pytest.mark.parametrize("seed", [11, 23, 47])
+def test_a_restart_after_sigkill_repeats_no_event_and_loses_none(
+    seed: int, start: Callable[[], DaemonProcess], setup: tuple[str, Path]
+) -> None:
+    rng = random.Random(seed)
+    dsn, _ = setup
+    first = start()
+    store_path = first.state_path
+    wait_for(store_path.exists, 20, f"the state store (seed {seed})")
+    runs_before_kill = rng.randint(1, 4)
+
+    def runs() -> int:
+        store = StateStore.open(path=store_path)
+        try:
+            return len(store.runs("bad_rows", limit=1000))
+        finally:
+            store.close()
+
+    wait_for(lambda: runs() >= runs_before_kill, 30, f"{runs_before_kill} runs (seed {seed})")
+    first.process.kill()
+    first.process.wait()
+    second = start()
+    wait_for(lambda: runs() >= runs_before_kill + 2, 30, f"runs after restart (seed {seed})")
+    sql(dsn, "UPDATE items SET bad = false")
+    store = StateStore.open(path=store_path)
+    try:
+        wait_for(
+            lambda: [e.kind for e in store.events("bad_rows")][-1:] == ["resolved"],
+            30,
+            f"the resolution (seed {seed})",
+        )
+        assert second.stop() == 0, f"seed {seed}"
+        events = store.events("bad_rows")
+        assert [(e.kind, e.payload.get("keys")) for e in events] == [
+            ("opened", ["[1]", "[2]"]),
+            ("resolved", None),
+        ], f"seed {seed}"
+        assert store.pending_events() == [], f"seed {seed}"
+        assert store.open_incidents() == [], f"seed {seed}"
+    finally:
+        store.close()

@@ -1,0 +1,95 @@
+"""The daemon on a real streaming standby: a lagging replica is not evaluated (`stale`), a
+"replica stale" incident opens once, and it closes when replay catches up."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from monitor.config import Config, DaemonConfig, HttpConfig
+from monitor.daemon import Daemon
+from monitor.results import RunResult
+from monitor.state import REPLICA_SUBJECT, StateStore
+
+if TYPE_CHECKING:
+    from standby import StandbyPair
+
+
+def poll(condition: Callable[[], RunResult | None], seconds: float, what: str) -> RunResult:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value is not None:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+
+
+def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident(
+    standby_pair: StandbyPair, tmp_path: Path
+) -> None:
+    table = f"items_{uuid.uuid4().hex[:8]}"  # the pair is shared by the module: own a table
+    with standby_pair.primary() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, bad bool NOT NULL)")
+        conn.execute(f"INSERT INTO {table} VALUES (1, true)")
+    standby_pair.wait_caught_up()
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "bad.sql").write_text(
+        f"-- description: nothing is bad\n-- key: [id]\nSELECT id FROM {table} WHERE bad\n"
+    )
+    store = StateStore.open(path=tmp_path / "state.db")
+    config = Config(
+        invariants=folder,
+        http=HttpConfig(listen=None),
+        daemon=DaemonConfig(max_replica_lag=timedelta(seconds=1)),
+    )
+    daemon = Daemon(config, standby_pair.standby_dsn, store)
+    try:
+        daemon.reload()
+        first = daemon.evaluate("bad")
+        assert first is not None
+        assert (first.status, first.count, first.replica_lag) == ("violated", 1, 0.0)
+
+        standby_pair.pause_replay()
+        with standby_pair.primary() as conn:
+            conn.execute(f"UPDATE {table} SET bad = false")
+        stale = poll(
+            lambda: r if (r := daemon.evaluate("bad")) and r.status == "stale" else None,
+            20,
+            "a stale run",
+        )
+        assert stale.count is None
+        assert stale.replica_lag is not None and stale.replica_lag > 1
+        assert stale.error is not None and stale.error.startswith("not evaluated: replica lag ")
+        again = daemon.evaluate("bad")
+        assert again is not None and again.status == "stale"
+        # Stale runs neither resolved the violation nor opened a second replica incident.
+        assert sorted((i["invariant"], i["kind"]) for i in store.open_incidents()) == [
+            (REPLICA_SUBJECT, "replica_stale"),
+            ("bad", "violation"),
+        ]
+
+        standby_pair.resume_replay()
+        standby_pair.wait_caught_up()
+        fresh = daemon.evaluate("bad")
+        assert fresh is not None
+        assert (fresh.status, fresh.count, fresh.replica_lag) == ("ok", 0, 0.0)
+        assert [e.kind for e in store.events(REPLICA_SUBJECT)] == [
+            "replica_stale",
+            "replica_fresh",
+        ]
+        assert [e.kind for e in store.events("bad")] == ["opened", "resolved"]
+        assert store.open_incidents() == []
+        # Violated (fresh enough) until the lag passed 1s, then stale until replay resumed.
+        statuses = [r["status"] for r in reversed(store.runs("bad", limit=1000))]
+        phases = [s for i, s in enumerate(statuses) if i == 0 or statuses[i - 1] != s]
+        assert phases == ["violated", "stale", "ok"]
+        assert statuses.count("stale") >= 2
+    finally:
+        daemon.runner.close()
+        store.close()
