@@ -275,3 +275,37 @@ def test_a_new_file_starts_running_after_reload_without_a_restart(
     finally:
         daemon.request_stop()
         daemon.shutdown()
+
+
+def test_shutdown_cancels_queries_still_running_after_the_grace_period(
+    monitored: tuple[str, Path], store: StateStore
+) -> None:
+    dsn, folder = monitored
+    config = Config(
+        invariants=folder,
+        http=HttpConfig(listen=None),
+        daemon=DaemonConfig(shutdown_grace=timedelta(milliseconds=300)),
+    )
+    config = config.model_copy(
+        update={"database": config.database.model_copy(update={"lock_timeout": timedelta(hours=1)})}
+    )
+    daemon = Daemon(config, dsn, store)
+
+    def waiting_on_lock() -> bool:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'invmon:bad_rows'"
+                " AND wait_event_type = 'Lock'"
+            ).fetchone()
+        return found == (1,)
+
+    with psycopg.connect(dsn) as holder:
+        holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        daemon.start()
+        wait_for(waiting_on_lock, 10, "the first run to block on the lock")
+        # Without the cancel, this run would wait an hour for the lock.
+        daemon.request_stop()
+        daemon.shutdown()
+        holder.rollback()
+    [run] = store.runs("bad_rows")
+    assert (run["status"], run["error"]) == ("error", "canceling statement due to user request")
