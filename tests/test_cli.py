@@ -3,26 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 import pytest
-
-
-def invmon(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
-    full_env = {k: v for k, v in os.environ.items() if k != "INVMON_DSN"}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "monitor.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=full_env,
-        timeout=120,
-    )
+from helpers import invmon
 
 
 def write(folder: Path, name: str, text: str) -> None:

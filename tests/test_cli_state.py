@@ -4,28 +4,12 @@ state store by working folder with no config file at all."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
+from helpers import invmon
 
 from monitor.logs import redact
-
-
-def invmon(cwd: Path, *args: str, dsn: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INVMON_")}
-    if dsn:
-        env["INVMON_DSN"] = dsn
-    return subprocess.run(
-        [sys.executable, "-m", "monitor.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
 
 
 def test_run_once_then_status_and_history_read_the_same_store(
@@ -41,11 +25,11 @@ def test_run_once_then_status_and_history_read_the_same_store(
     (tmp_path / "invariants" / "fine.sql").write_text(
         "-- description: always holds\nSELECT 1 AS one WHERE false\n"
     )
-    once = invmon(tmp_path, "run", "--once", dsn=database)
+    once = invmon("run", "--once", cwd=tmp_path, env={"INVMON_DSN": database})
     assert once.returncode == 1, once.stderr
     assert (tmp_path / "invmon-state.db").exists()
 
-    status = invmon(tmp_path, "status", "--format", "json")
+    status = invmon("status", "--format", "json", cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     document = json.loads(status.stdout)
     assert [(i["invariant"], i["kind"], i["last_count"]) for i in document["open_incidents"]] == [
@@ -57,16 +41,16 @@ def test_run_once_then_status_and_history_read_the_same_store(
     ]
     assert document["last_runs"][0]["sample"] == [{"id": 1}, {"id": 3}]
 
-    table = invmon(tmp_path, "status")
+    table = invmon("status", cwd=tmp_path)
     assert "Open incidents (1):" in table.stdout
     assert "bad_rows" in table.stdout
 
-    history = invmon(tmp_path, "history", "bad_rows", "--format", "json")
+    history = invmon("history", "bad_rows", "--format", "json", cwd=tmp_path)
     assert history.returncode == 0, history.stderr
     runs = json.loads(history.stdout)["runs"]
     assert [(r["status"], r["count"]) for r in runs] == [("violated", 2)]
 
-    unknown = invmon(tmp_path, "history", "nope")
+    unknown = invmon("history", "nope", cwd=tmp_path)
     assert unknown.returncode == 2
     assert unknown.stderr.strip() == (
         "invmon: no history for 'nope' in the state store; check the name with `invmon status`"

@@ -4,13 +4,13 @@ open, change and resolve over scripted data changes with exactly the expected ev
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
+from helpers import sql, wait_for
 
 from monitor.config import Config, DaemonConfig, HttpConfig
 from monitor.daemon import Daemon
@@ -33,21 +33,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
-
-
-def sql(dsn: str, statement: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(statement.encode())
-
-
-def wait_for(condition: Callable[[], object], seconds: float, what: str) -> object:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
 
 
 @pytest.fixture

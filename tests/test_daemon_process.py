@@ -10,15 +10,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 import pytest
+from helpers import sql, wait_for
 from psycopg.conninfo import make_conninfo
 
 from monitor.state import StateStore
@@ -30,21 +29,6 @@ BAD_ROWS = """\
 -- schedule: every 1s
 SELECT id FROM items WHERE bad
 """
-
-
-def wait_for(condition: Callable[[], object], seconds: float, what: str) -> object:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
-
-
-def sql(dsn: str, statement: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(statement.encode())
 
 
 def get(url: str) -> tuple[int, str]:

@@ -3,30 +3,19 @@
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from helpers import wait_for
+
 from monitor.config import Config, DaemonConfig, HttpConfig
 from monitor.daemon import Daemon
-from monitor.results import RunResult
 from monitor.state import REPLICA_SUBJECT, StateStore
 
 if TYPE_CHECKING:
     from standby import StandbyPair
-
-
-def poll(condition: Callable[[], RunResult | None], seconds: float, what: str) -> RunResult:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value is not None:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
 
 
 def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident(
@@ -58,7 +47,7 @@ def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident
         standby_pair.pause_replay()
         with standby_pair.primary() as conn:
             conn.execute(f"UPDATE {table} SET bad = false")
-        stale = poll(
+        stale = wait_for(
             lambda: r if (r := daemon.evaluate("bad")) and r.status == "stale" else None,
             20,
             "a stale run",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from helpers import sql
 
 from monitor.config import DatabaseConfig
 from monitor.header import InvariantHeader
@@ -33,11 +34,6 @@ def invariant(
     )
 
 
-def execute(dsn: str, sql: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.encode())
-
-
 @pytest.fixture
 def runner(database: str) -> Iterator[Runner]:
     with Runner(database, concurrency=2) as opened:
@@ -47,7 +43,7 @@ def runner(database: str) -> Iterator[Runner]:
 def test_the_exact_count_is_returned_with_only_a_sample_of_rows_ordered_by_key(
     database: str, runner: Runner
 ) -> None:
-    execute(
+    sql(
         database,
         "CREATE TABLE t (id int, note text); "
         "INSERT INTO t SELECT g, 'n' || g FROM generate_series(1000, 1, -1) g",
@@ -63,7 +59,7 @@ def test_the_exact_count_is_returned_with_only_a_sample_of_rows_ordered_by_key(
 
 
 def test_a_query_returning_nothing_holds_with_count_zero(database: str, runner: Runner) -> None:
-    execute(database, "CREATE TABLE t (id int)")
+    sql(database, "CREATE TABLE t (id int)")
     result = runner.run_one(invariant("empty", "SELECT id FROM t"))
     assert (result.status, result.count, result.rows, result.error) == ("ok", 0, [], None)
 
@@ -106,7 +102,7 @@ def test_a_refused_connection_makes_every_invariant_an_error() -> None:
 
 
 def test_one_failing_invariant_does_not_stop_the_others(database: str, runner: Runner) -> None:
-    execute(database, "CREATE TABLE t (id int); INSERT INTO t VALUES (1), (2)")
+    sql(database, "CREATE TABLE t (id int); INSERT INTO t VALUES (1), (2)")
     results = runner.run_all(
         [
             invariant("first", "SELECT id FROM t", ("id",)),
@@ -124,7 +120,7 @@ def test_one_failing_invariant_does_not_stop_the_others(database: str, runner: R
 def test_a_write_that_slipped_past_lint_is_refused_by_the_read_only_transaction(
     database: str, runner: Runner
 ) -> None:
-    execute(
+    sql(
         database,
         "CREATE TABLE t (id int); CREATE FUNCTION sneaky() RETURNS int LANGUAGE sql "
         "AS 'INSERT INTO t VALUES (1) RETURNING id'",
@@ -148,10 +144,10 @@ def test_each_run_is_named_and_bounded_in_the_session(runner: Runner) -> None:
 
 
 def test_a_table_locked_by_someone_else_fails_fast_on_the_lock_timeout(database: str) -> None:
-    execute(database, "CREATE TABLE t (id int)")
+    sql(database, "CREATE TABLE t (id int)")
     config = DatabaseConfig(lock_timeout=timedelta(milliseconds=200))
     with psycopg.connect(database) as holder, Runner(database, database=config) as runner:
-        holder.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+        holder.sql("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
         result = runner.run_one(invariant("locked", "SELECT id FROM t"))
         holder.rollback()
     assert (result.status, result.error) == ("error", "canceling statement due to lock timeout")
@@ -167,7 +163,7 @@ RECOVERED = "CREATE OR REPLACE FUNCTION replica_rows() RETURNS SETOF int LANGUAG
 
 
 def test_a_recovery_conflict_is_retried_with_backoff_then_reported(database: str) -> None:
-    execute(database, RECOVERY_CONFLICT)
+    sql(database, RECOVERY_CONFLICT)
     slept: list[float] = []
     config = DatabaseConfig(recovery_conflict_retries=3, retry_backoff=timedelta(seconds=1))
     with Runner(database, database=config, sleep=slept.append) as runner:
@@ -180,12 +176,12 @@ def test_a_recovery_conflict_is_retried_with_backoff_then_reported(database: str
 
 
 def test_a_recovery_conflict_that_clears_gives_the_real_result(database: str) -> None:
-    execute(database, RECOVERY_CONFLICT)
+    sql(database, RECOVERY_CONFLICT)
     slept: list[float] = []
 
     def recover_while_sleeping(seconds: float) -> None:
         slept.append(seconds)
-        execute(database, RECOVERED)
+        sql(database, RECOVERED)
 
     with Runner(database, sleep=recover_while_sleeping) as runner:
         result = runner.run_one(invariant("conflict", "SELECT * FROM replica_rows() AS r"))

@@ -1,0 +1,47 @@
+"""Small helpers shared by the tests: poll with a deadline, run SQL, run the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import psycopg
+
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T | None], seconds: float, what: str) -> T:
+    """Poll until `condition` returns something truthy; never a fixed sleep."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+
+
+def sql(dsn: str, statement: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement.encode())
+
+
+def invmon(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real `invmon` in a subprocess, without the caller's INVMON_* variables."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("INVMON_")}
+    clean.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "monitor.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=clean,
+        timeout=120,
+    )
