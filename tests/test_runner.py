@@ -147,7 +147,7 @@ def test_a_table_locked_by_someone_else_fails_fast_on_the_lock_timeout(database:
     sql(database, "CREATE TABLE t (id int)")
     config = DatabaseConfig(lock_timeout=timedelta(milliseconds=200))
     with psycopg.connect(database) as holder, Runner(database, database=config) as runner:
-        holder.sql("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+        holder.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
         result = runner.run_one(invariant("locked", "SELECT id FROM t"))
         holder.rollback()
     assert (result.status, result.error) == ("error", "canceling statement due to lock timeout")
