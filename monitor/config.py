@@ -105,6 +105,28 @@ class LogConfig(_Model):
         return value.upper() if isinstance(value, str) else value
 
 
+class RoutesConfig(_Model):
+    severity: dict[Severity, str] = Field(default_factory=dict)  # severity -> channel
+    owner: dict[str, str] = Field(default_factory=dict)  # owner (as in headers) -> channel
+
+
+class SlackConfig(_Model):
+    """Alert delivery. Without a token, alerts are written to stdout and the log."""
+
+    token: str | None = None  # bot token (xoxb-…); use ${SLACK_BOT_TOKEN}
+    api_url: str = "https://slack.com/api/"  # point at a proxy or a test server
+    channel: str = "#invariants"  # default channel
+    routes: RoutesConfig = RoutesConfig()
+    repeat_interval: timedelta = timedelta(hours=4)  # reminders while open and unacked
+    csv_max_rows: int = Field(default=1000, ge=1, le=100_000)
+    digest_threshold: int = Field(default=5, ge=2)  # this many openings at once: one digest
+    timeout: timedelta = timedelta(seconds=10)  # per Slack call
+    settle: timedelta = timedelta(seconds=10)  # wait before looking for an ambiguous post
+    lease: timedelta = timedelta(seconds=60)
+
+    _t = field_validator("repeat_interval", "timeout", "settle", "lease", mode="before")(_duration)
+
+
 class Config(_Model):
     dsn: str | None = None
     invariants: Path = Path("invariants")
@@ -115,6 +137,7 @@ class Config(_Model):
     daemon: DaemonConfig = DaemonConfig()
     http: HttpConfig = HttpConfig()
     log: LogConfig = LogConfig()
+    slack: SlackConfig = SlackConfig()
 
     def invariant_defaults(self) -> Defaults:
         return Defaults(
@@ -174,7 +197,8 @@ def parse_config(data: Any, source: str) -> Config:
                 messages.append(f"{source}: unknown field {field!r}; check its spelling")
                 continue
             reason = str(error["msg"]).removeprefix("Value error, ")
-            shown = "" if "dsn" in field else f" (got {error.get('input')!r})"
+            secret = "dsn" in field or "token" in field
+            shown = "" if secret else f" (got {error.get('input')!r})"
             messages.append(f"{source}: field {field!r}: {reason}{shown}")
         raise ConfigError("\n".join(messages)) from None
 

@@ -23,8 +23,11 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from psycopg_pool import PoolTimeout
 
+from alerts.alerter import Alerter
+from alerts.transport import Transport
 from monitor.config import Config
 from monitor.durations import IntervalSchedule, Schedule
+from monitor.header import InvariantHeader
 from monitor.http import Listener, Probe, Routes
 from monitor.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.metrics import Metrics
@@ -37,7 +40,7 @@ from monitor.state import REPLICA_SUBJECT, StateStore, StoredEvent
 log = logging.getLogger("invmon.daemon")
 
 HEARTBEAT = timedelta(seconds=5)
-DISPATCH_EVERY = timedelta(seconds=10)
+DISPATCH_EVERY = timedelta(seconds=1)
 Clock = Callable[[], datetime]
 
 
@@ -68,7 +71,14 @@ class Reload:
 
 
 class Daemon:
-    def __init__(self, config: Config, dsn: str, store: StateStore, clock: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        config: Config,
+        dsn: str,
+        store: StateStore,
+        clock: Clock = utc_now,
+        transport: Transport | None = None,
+    ) -> None:
         self.config = config
         self.store = store
         self.clock = clock
@@ -78,9 +88,15 @@ class Daemon:
         self.runner.open()
         self.metrics = Metrics(store.counts)
         self.invariants: dict[str, Invariant] = {}
+        self.alerter = Alerter(store, config.slack, self.describe, clock, transport)
         self.scheduler = BackgroundScheduler(
             timezone=UTC,
-            executors={"default": ThreadPoolExecutor(config.concurrency)},
+            # Evaluations share `concurrency` workers; Slack delivery has one of its own so a
+            # slow Slack never delays an evaluation and vice versa.
+            executors={
+                "default": ThreadPoolExecutor(config.concurrency),
+                "alerts": ThreadPoolExecutor(1),
+            },
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
         self.listener: Listener | None = None
@@ -273,8 +289,12 @@ class Daemon:
             result, replica_lag=lag, duration_ms=(time.monotonic() - clock) * 1000
         )
 
+    def describe(self, invariant: str) -> InvariantHeader | None:
+        found = self.invariants.get(invariant)
+        return found.header if found else None
+
     def dispatch(self) -> list[StoredEvent]:
-        """Relay pending events from the outbox. Until alert delivery exists: to the log."""
+        """Plan pending events from the outbox into the delivery ledger (fast, no network)."""
         with self._dispatching:
             pending = self.store.pending_events()
             for event in pending:
@@ -292,9 +312,27 @@ class Daemon:
                         }
                     },
                 )
-            if pending:
-                self.store.mark_dispatched([e.id for e in pending], self.clock())
+            self.alerter.plan(pending)
         return pending
+
+    def deliver(self) -> int:
+        """Plan what is pending, then perform the deliveries that are due (network)."""
+        self.dispatch()
+        handled = self.alerter.deliver()
+        self.metrics.observe_deliveries(self.alerter.ledger.counts(), self.alerter.worker.failures)
+        return handled
+
+    def deliver_until_idle(self, seconds: float) -> None:
+        """For burst mode and shutdown: deliver until nothing is due, within a deadline."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.deliver()
+            due = self.alerter.ledger.next_due()
+            if due is None or due > self.clock() + timedelta(seconds=seconds):
+                return
+            wait = (due - self.clock()).total_seconds()
+            if wait > 0:
+                time.sleep(min(0.2, wait))
 
     def run_once(self) -> tuple[Reload, list[RunResult]]:
         """Burst mode: load, evaluate every invariant once through the full path, return."""
@@ -302,7 +340,7 @@ class Daemon:
         names = sorted(self.invariants)
         with BurstPool(self.config.concurrency, thread_name_prefix="invmon-burst") as pool:
             results = [r for r in pool.map(self.evaluate, names) if r is not None]
-        self.dispatch()
+        self.deliver_until_idle(30)
         return change, results
 
     # --- the long-running part -----------------------------------------------------------
@@ -320,10 +358,14 @@ class Daemon:
             next_run_time=now,
         )
         self.scheduler.add_job(
-            self.dispatch,
+            self.deliver,
             IntervalTrigger(seconds=DISPATCH_EVERY.total_seconds()),
-            id="invmon:dispatch",
+            id="invmon:deliver",
             next_run_time=now,
+            executor="alerts",
+        )
+        self.scheduler.add_job(
+            self.alerter.remind, IntervalTrigger(minutes=1), id="invmon:remind", executor="alerts"
         )
         self.scheduler.add_job(
             self.prune, IntervalTrigger(hours=6), id="invmon:prune", next_run_time=now
@@ -408,7 +450,7 @@ class Daemon:
         if self.listener:
             self.listener.stop()
         self.runner.close()
-        self.dispatch()
+        self.deliver_until_idle(min(10.0, grace))
         log.info("stopped")
 
     def _wait_idle(self, seconds: float) -> bool:

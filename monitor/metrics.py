@@ -54,11 +54,27 @@ class Metrics:
         )
         open_incidents.set_function(lambda: counts()["open_incidents"])
         pending.set_function(lambda: counts()["events_pending"])
+        self.deliveries = Gauge(
+            "invmon_deliveries",
+            "Alert deliveries in the ledger, by state (PENDING, UNKNOWN, SENT, FAILED).",
+            ["state"],
+            registry=self.registry,
+        )
+        self.delivery_failures = Gauge(
+            "invmon_delivery_failures",
+            "Deliveries that failed for good in this process (bad channel, auth, ...).",
+            registry=self.registry,
+        )
         self.invalid_files = Gauge(
             "invmon_invalid_files",
             "Invariant files that failed validation.",
             registry=self.registry,
         )
+
+    def observe_deliveries(self, by_state: dict[str, int], failures: int) -> None:
+        for state in ("PENDING", "UNKNOWN", "SENT", "FAILED"):
+            self.deliveries.labels(state).set(by_state.get(state, 0))
+        self.delivery_failures.set(failures)
 
     def observe(self, result: RunResult, finished_at_epoch: float) -> None:
         name = result.invariant

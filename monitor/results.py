@@ -20,8 +20,8 @@ class RunResult:
     started_at: datetime | None = None
     duration_ms: float = 0.0
     attempts: int = 1
-    # Offending keys (see rows.offending_key) -> the sample row, or the key columns alone
-    # for rows beyond the sample. Filled only when the runner tracks keys (the daemon).
+    # Offending keys (see rows.offending_key) -> the whole row, for up to `track_keys`
+    # rows. Filled only when the runner tracks keys (the daemon).
     keys: dict[str, Any] = field(default_factory=dict)
     keys_complete: bool = True  # False when more rows offend than were brought back
     replica_lag: float | None = None

@@ -226,10 +226,6 @@ class Runner:
             if index < invariant.sample:
                 rows.append(row)
             if self.track_keys:
-                shown = (
-                    row
-                    if index < invariant.sample or not invariant.key
-                    else {column: row.get(column) for column in invariant.key}
-                )
-                keys[offending_key(row, invariant.key)] = shown
+                # Whole rows: they become the incident's record and the alert's CSV.
+                keys[offending_key(row, invariant.key)] = row
         return total, names, rows, keys, len(fetched) >= total

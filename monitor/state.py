@@ -104,6 +104,40 @@ def _migrations(pk: str, bigint: str, real: str) -> list[str]:
         );
         CREATE INDEX events_pending ON events (id) WHERE dispatched_at IS NULL;
         """,
+        # The delivery ledger (alerts/ledger.py): one row per logical message or file.
+        f"""
+        CREATE TABLE deliveries (
+            id {pk},
+            idem_key TEXT NOT NULL,
+            event_id {bigint},
+            incident_id {bigint},
+            invariant TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            action TEXT NOT NULL,
+            root_id {bigint},
+            state TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            next_attempt_at TEXT NOT NULL,
+            lease_owner TEXT,
+            lease_until TEXT,
+            unknown_since TEXT,
+            slack_channel TEXT,
+            slack_ts TEXT,
+            slack_file_id TEXT,
+            payload_json TEXT NOT NULL DEFAULT '{{}}',
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE UNIQUE INDEX deliveries_idem_key ON deliveries (idem_key);
+        CREATE INDEX deliveries_due ON deliveries (state, next_attempt_at);
+        CREATE TABLE alert_roots (
+            incident_id {bigint} NOT NULL,
+            channel TEXT NOT NULL,
+            delivery_id {bigint} NOT NULL REFERENCES deliveries (id),
+            PRIMARY KEY (incident_id, channel)
+        );
+        """,
     ]
 
 
@@ -240,6 +274,10 @@ class StateStore:
     def close(self) -> None:
         self._db.close()
 
+    def transaction(self) -> Any:
+        """One transaction on the store, for modules that own tables of their own (alerts)."""
+        return self._db.transaction()
+
     def migrate(self) -> None:
         with self._db.transaction() as tx:
             tx.script(
@@ -345,6 +383,10 @@ class StateStore:
 
     def open_incidents(self) -> list[dict[str, Any]]:
         return self._incidents("WHERE resolved_at IS NULL ORDER BY opened_at, id", ())
+
+    def incident(self, incident_id: int) -> dict[str, Any] | None:
+        found = self._incidents("WHERE id = ?", (incident_id,))
+        return found[0] if found else None
 
     def incidents(self, invariant: str, limit: int = 20) -> list[dict[str, Any]]:
         return self._incidents("WHERE invariant = ? ORDER BY id DESC LIMIT ?", (invariant, limit))

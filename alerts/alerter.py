@@ -1,0 +1,139 @@
+"""From the events outbox to the delivery ledger, and from the ledger to Slack.
+
+Planning marks each event dispatched in the same transaction that creates its deliveries,
+so an event is planned once even when two daemons share a PostgreSQL state store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from alerts.console import ConsoleTransport
+from alerts.ledger import OPENING, Ledger, Spec, delivery_key, plan_event, reminder_spec
+from alerts.routing import channel_for
+from alerts.slack import SlackTransport
+from alerts.transport import Transport
+from alerts.worker import DeliveryWorker, Describe, Views, WorkerSettings
+from monitor.config import SlackConfig
+from monitor.state import StateStore, StoredEvent, Tx, parse_ts, ts
+
+log = logging.getLogger("invmon.alerts")
+
+
+def transport_for(config: SlackConfig) -> Transport:
+    if config.token:
+        return SlackTransport(config.token, config.api_url, config.timeout.total_seconds())
+    return ConsoleTransport()
+
+
+class Alerter:
+    def __init__(
+        self,
+        store: StateStore,
+        config: SlackConfig,
+        describe: Describe,
+        clock: Callable[[], datetime],
+        transport: Transport | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.describe = describe
+        self.clock = clock
+        self.ledger = Ledger(store)
+        self.transport = transport or transport_for(config)
+        self.worker = DeliveryWorker(
+            self.ledger,
+            self.transport,
+            Views(store, describe),
+            clock,
+            WorkerSettings(config.lease, config.settle, config.csv_max_rows),
+            owner,
+        )
+
+    def channel(self, invariant: str) -> str:
+        header = self.describe(invariant)
+        if header is None:
+            return self.config.channel
+        return channel_for(self.config, header.severity, header.owner, header.channel)
+
+    def plan(self, events: Sequence[StoredEvent]) -> int:
+        """Turn pending events into deliveries; return how many events were planned."""
+        if not events:
+            return 0
+        now = self.clock()
+        openings: dict[str, list[StoredEvent]] = defaultdict(list)
+        for event in events:
+            if event.kind in OPENING:
+                openings[self.channel(event.invariant)].append(event)
+        digested = {
+            e.id
+            for group in openings.values()
+            if len(group) >= self.config.digest_threshold
+            for e in group
+        }
+        planned = 0
+        with self.store.transaction() as tx:
+            for channel, group in openings.items():
+                if len(group) >= self.config.digest_threshold:
+                    self._digest(tx, channel, group, now)
+            for event in events:
+                claimed = tx.rows(
+                    "UPDATE events SET dispatched_at = ? WHERE id = ? AND dispatched_at IS NULL"
+                    " RETURNING id",
+                    (ts(now), event.id),
+                )
+                if not claimed:
+                    continue  # another daemon planned it
+                planned += 1
+                channel = self.channel(event.invariant)
+                specs = plan_event(event, channel)
+                if event.id in digested:
+                    specs = [
+                        Spec("post_detail", s.key, True, s.payload)
+                        if s.action == "post_root"
+                        else s
+                        for s in specs
+                    ]
+                self.ledger.enqueue(
+                    tx, event, event.invariant, event.incident_id, channel, specs, now
+                )
+        return planned
+
+    def _digest(self, tx: Tx, channel: str, group: Sequence[StoredEvent], now: datetime) -> None:
+        incidents = sorted({e.incident_id for e in group})
+        key = delivery_key("digest", channel, *sorted(e.id for e in group))
+        spec = Spec("post_digest", key, False, {"kind": "digest", "incidents": incidents})
+        created = self.ledger.enqueue(tx, None, "(digest)", incidents[0], channel, [spec], now)
+        for incident_id in incidents if created else []:
+            self.ledger.link_root(tx, incident_id, channel, created[0])
+
+    def remind(self) -> int:
+        """Queue a reminder in the thread of each open violation every repeat_interval."""
+        now = self.clock()
+        every = self.config.repeat_interval.total_seconds()
+        queued = 0
+        for incident in self.store.open_incidents():
+            if incident["kind"] != "violation":
+                continue
+            nth = int((now - parse_ts(incident["opened_at"])).total_seconds() // every)
+            if nth < 1:
+                continue
+            channel = self.channel(incident["invariant"])
+            root = self.ledger.root_of(incident["id"], channel)
+            if root is None or root.state != "SENT":
+                continue
+            spec = reminder_spec(incident["invariant"], incident["id"], channel, nth)
+            with self.store.transaction() as tx:
+                queued += len(
+                    self.ledger.enqueue(
+                        tx, None, incident["invariant"], incident["id"], channel, [spec], now
+                    )
+                )
+        return queued
+
+    def deliver(self) -> int:
+        return self.worker.run_due()

@@ -1,0 +1,355 @@
+"""The delivery ledger: one row per logical Slack effect (a message, an update, a file).
+
+Each row's idempotency key comes from what is being delivered (invariant, incident, event,
+action, channel), never from an attempt, and a UNIQUE index on it makes planning the same
+event twice harmless. Rows move through four states:
+
+    PENDING  --claim-->  UNKNOWN (leased: the call is in flight, its fate not yet known)
+    UNKNOWN  --answer--> SENT | PENDING (certainly not done: retry later) | FAILED
+    UNKNOWN  (lease expired: the worker died, or the call was ambiguous)
+             --reconcile with Slack--> SENT (found it) | PENDING (Slack shows it absent)
+
+A row is marked UNKNOWN *before* its call is made, so a worker killed mid-call leaves
+exactly the state that forces a look at Slack before any retry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from monitor.state import StateStore, StoredEvent, Tx, parse_ts, ts
+
+Action = Literal[
+    "post_root", "post_reply", "update_root", "upload_csv", "post_digest", "post_detail"
+]
+POSTS: tuple[Action, ...] = ("post_root", "post_reply", "post_digest", "post_detail")
+OPENING = {"opened", "cannot_evaluate", "replica_stale", "file_invalid"}
+CLOSING = {"resolved", "recovered", "replica_fresh", "file_fixed"}
+
+
+def delivery_key(*parts: object) -> str:
+    return hashlib.sha256(":".join(str(p) for p in parts).encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A delivery to create, before it has a row."""
+
+    action: Action
+    key: str
+    needs_root: bool
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: int
+    idem_key: str
+    event_id: int | None
+    incident_id: int | None
+    invariant: str
+    channel: str
+    action: Action
+    root_id: int | None
+    state: str
+    attempts: int
+    last_error: str | None
+    unknown_since: datetime | None
+    slack_channel: str | None
+    slack_ts: str | None
+    slack_file_id: str | None
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+_COLUMNS = (
+    "id",
+    "idem_key",
+    "event_id",
+    "incident_id",
+    "invariant",
+    "channel",
+    "action",
+    "root_id",
+    "state",
+    "attempts",
+    "last_error",
+    "unknown_since",
+    "slack_channel",
+    "slack_ts",
+    "slack_file_id",
+    "payload_json",
+    "created_at",
+)
+
+
+def _delivery(row: Sequence[Any]) -> Delivery:
+    record = dict(zip(_COLUMNS, row, strict=True))
+    return Delivery(
+        id=int(record["id"]),
+        idem_key=record["idem_key"],
+        event_id=record["event_id"],
+        incident_id=record["incident_id"],
+        invariant=record["invariant"],
+        channel=record["channel"],
+        action=record["action"],
+        root_id=record["root_id"],
+        state=record["state"],
+        attempts=int(record["attempts"]),
+        last_error=record["last_error"],
+        unknown_since=parse_ts(record["unknown_since"]) if record["unknown_since"] else None,
+        slack_channel=record["slack_channel"],
+        slack_ts=record["slack_ts"],
+        slack_file_id=record["slack_file_id"],
+        payload=json.loads(record["payload_json"]),
+        created_at=parse_ts(record["created_at"]),
+    )
+
+
+def plan_event(event: StoredEvent, channel: str) -> list[Spec]:
+    """The deliveries one event causes in one channel. Pure."""
+    base = (event.invariant, event.incident_id, event.id, channel)
+    payload = {"kind": event.kind, **event.payload}
+    if event.kind in OPENING:
+        specs = [Spec("post_root", delivery_key(*base, "root"), False, payload)]
+        if event.kind == "opened":
+            specs.append(Spec("upload_csv", delivery_key(*base, "csv"), True, payload))
+        return specs
+    return [
+        Spec("post_reply", delivery_key(*base, "reply"), True, payload),
+        Spec("update_root", delivery_key(*base, "update"), True, payload),
+    ]
+
+
+def reminder_spec(invariant: str, incident_id: int, channel: str, nth: int) -> Spec:
+    payload = {"kind": "reminder", "nth": nth}
+    return Spec(
+        "post_reply", delivery_key(invariant, incident_id, "reminder", nth, channel), True, payload
+    )
+
+
+class Ledger:
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    # --- planning ------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        tx: Tx,
+        event: StoredEvent | None,
+        invariant: str,
+        incident_id: int,
+        channel: str,
+        specs: Sequence[Spec],
+        now: datetime,
+    ) -> list[int]:
+        """Insert the rows (once: the key is unique) and link roots to their incident."""
+        created = []
+        for spec in specs:
+            root_id = self._root_id(tx, incident_id, channel) if spec.needs_root else None
+            if spec.needs_root and root_id is None:
+                # An event about an incident whose opening was never announced here (Slack
+                # was configured later, or the route changed): announce it first.
+                opening = Spec(
+                    "post_root",
+                    delivery_key(invariant, incident_id, channel, "late-root"),
+                    False,
+                    {"kind": "opened"},
+                )
+                self.enqueue(tx, None, invariant, incident_id, channel, [opening], now)
+                root_id = self._root_id(tx, incident_id, channel)
+            inserted = tx.rows(
+                "INSERT INTO deliveries (idem_key, event_id, incident_id, invariant, channel,"
+                " action, root_id, state, next_attempt_at, payload_json, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?)"
+                " ON CONFLICT (idem_key) DO NOTHING RETURNING id",
+                (
+                    spec.key,
+                    event.id if event else None,
+                    incident_id,
+                    invariant,
+                    channel,
+                    spec.action,
+                    root_id,
+                    ts(now),
+                    json.dumps(spec.payload),
+                    ts(now),
+                    ts(now),
+                ),
+            )
+            if not inserted:
+                continue
+            delivery_id = int(inserted[0][0])
+            created.append(delivery_id)
+            if spec.action in ("post_root", "post_digest"):
+                tx.run(
+                    "INSERT INTO alert_roots (incident_id, channel, delivery_id) VALUES (?, ?, ?)"
+                    " ON CONFLICT (incident_id, channel) DO UPDATE"
+                    " SET delivery_id = excluded.delivery_id",
+                    (incident_id, channel, delivery_id),
+                )
+        return created
+
+    def link_root(self, tx: Tx, incident_id: int, channel: str, delivery_id: int) -> None:
+        tx.run(
+            "INSERT INTO alert_roots (incident_id, channel, delivery_id) VALUES (?, ?, ?)"
+            " ON CONFLICT (incident_id, channel) DO UPDATE SET delivery_id = excluded.delivery_id",
+            (incident_id, channel, delivery_id),
+        )
+
+    def _root_id(self, tx: Tx, incident_id: int, channel: str) -> int | None:
+        found = tx.rows(
+            "SELECT delivery_id FROM alert_roots WHERE incident_id = ? AND channel = ?",
+            (incident_id, channel),
+        )
+        return int(found[0][0]) if found else None
+
+    def root_of(self, incident_id: int, channel: str) -> Delivery | None:
+        with self.store.transaction() as tx:
+            root_id = self._root_id(tx, incident_id, channel)
+            if root_id is None:
+                return None
+            return self._get(tx, root_id)
+
+    # --- claiming and recording ----------------------------------------------------------
+
+    def claim(self, owner: str, now: datetime, lease: timedelta) -> tuple[Delivery, str] | None:
+        """Take one due row under a lease. Returns it with the state it had before."""
+        with self.store.transaction() as tx:
+            candidates = tx.rows(
+                "SELECT d.id, d.state FROM deliveries d"
+                " WHERE d.next_attempt_at <= ?"
+                " AND (d.lease_until IS NULL OR d.lease_until < ?)"
+                " AND (d.state = 'UNKNOWN' OR (d.state = 'PENDING' AND ("
+                "   d.root_id IS NULL OR EXISTS (SELECT 1 FROM deliveries r"
+                "     WHERE r.id = d.root_id AND r.state = 'SENT'))"
+                "   AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.root_id = d.root_id"
+                "     AND d.root_id IS NOT NULL AND e.id < d.id"
+                "     AND e.action IN ('post_reply', 'post_detail', 'upload_csv')"
+                "     AND e.state IN ('PENDING', 'UNKNOWN'))))"
+                " ORDER BY d.id LIMIT 5",
+                (ts(now), ts(now)),
+            )
+            for delivery_id, state in candidates:
+                # The conditional UPDATE is the claim: of two workers, one matches the row.
+                claimed = tx.rows(
+                    "UPDATE deliveries SET lease_owner = ?, lease_until = ?,"
+                    " attempts = attempts + 1, updated_at = ?,"
+                    " unknown_since = CASE WHEN state = 'PENDING' THEN ? ELSE unknown_since END,"
+                    " state = 'UNKNOWN'"
+                    " WHERE id = ? AND state = ? AND (lease_until IS NULL OR lease_until < ?)"
+                    " RETURNING id",
+                    (owner, ts(now + lease), ts(now), ts(now), delivery_id, state, ts(now)),
+                )
+                if claimed:
+                    return self._get(tx, delivery_id), str(state)
+        return None
+
+    def sent(
+        self,
+        delivery: Delivery,
+        now: datetime,
+        channel: str | None = None,
+        slack_ts: str | None = None,
+    ) -> None:
+        self._finish(delivery, now, "SENT", None, now, channel=channel, slack_ts=slack_ts)
+
+    def retry_at(self, delivery: Delivery, now: datetime, when: datetime, error: str) -> None:
+        """Certainly not done: back to PENDING, due at `when`."""
+        self._finish(delivery, now, "PENDING", error, when, clear_unknown=True)
+
+    def unknown(
+        self,
+        delivery: Delivery,
+        now: datetime,
+        when: datetime,
+        error: str,
+        since: datetime | None = None,
+    ) -> None:
+        """Fate unknown: stays UNKNOWN, to be reconciled from `when` on."""
+        self._finish(delivery, now, "UNKNOWN", error, when, unknown_since=since or now)
+
+    def failed(self, delivery: Delivery, now: datetime, error: str) -> None:
+        self._finish(delivery, now, "FAILED", error, now)
+        if delivery.action in ("post_root", "post_digest"):
+            # Nothing can go into a thread that does not exist; say why instead of waiting.
+            with self.store.transaction() as tx:
+                tx.run(
+                    "UPDATE deliveries SET state = 'FAILED', last_error = ?, updated_at = ?"
+                    " WHERE root_id = ? AND state = 'PENDING'",
+                    (f"its root message failed: {error}", ts(now), delivery.id),
+                )
+
+    def record_file(self, delivery: Delivery, file_id: str | None) -> None:
+        with self.store.transaction() as tx:
+            tx.run(
+                "UPDATE deliveries SET slack_file_id = ? WHERE id = ? AND lease_owner IS NOT NULL",
+                (file_id, delivery.id),
+            )
+
+    def _finish(
+        self,
+        delivery: Delivery,
+        now: datetime,
+        state: str,
+        error: str | None,
+        next_attempt: datetime,
+        channel: str | None = None,
+        slack_ts: str | None = None,
+        unknown_since: datetime | None = None,
+        clear_unknown: bool = False,
+    ) -> None:
+        with self.store.transaction() as tx:
+            tx.run(
+                "UPDATE deliveries SET state = ?, last_error = ?, next_attempt_at = ?,"
+                " lease_owner = NULL, lease_until = NULL, updated_at = ?,"
+                " slack_channel = COALESCE(?, slack_channel), slack_ts = COALESCE(?, slack_ts),"
+                " unknown_since = CASE WHEN ? THEN NULL ELSE COALESCE(?, unknown_since) END"
+                " WHERE id = ?",
+                (
+                    state,
+                    error,
+                    ts(next_attempt),
+                    ts(now),
+                    channel,
+                    slack_ts,
+                    clear_unknown,
+                    ts(unknown_since) if unknown_since else None,
+                    delivery.id,
+                ),
+            )
+
+    # --- reading -------------------------------------------------------------------------
+
+    def get(self, delivery_id: int) -> Delivery:
+        with self.store.transaction() as tx:
+            return self._get(tx, delivery_id)
+
+    def _get(self, tx: Tx, delivery_id: int) -> Delivery:
+        [row] = tx.rows(
+            f"SELECT {', '.join(_COLUMNS)} FROM deliveries WHERE id = ?", (delivery_id,)
+        )
+        return _delivery(row)
+
+    def all(self) -> list[Delivery]:
+        with self.store.transaction() as tx:
+            rows = tx.rows(f"SELECT {', '.join(_COLUMNS)} FROM deliveries ORDER BY id")
+        return [_delivery(r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        with self.store.transaction() as tx:
+            rows = tx.rows("SELECT state, count(*) FROM deliveries GROUP BY state")
+        return {str(state): int(n) for state, n in rows}
+
+    def next_due(self) -> datetime | None:
+        with self.store.transaction() as tx:
+            rows = tx.rows(
+                "SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('PENDING', 'UNKNOWN')"
+            )
+        return parse_ts(rows[0][0]) if rows and rows[0][0] else None

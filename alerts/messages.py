@@ -1,0 +1,255 @@
+"""Slack messages for incidents: Block Kit built from plain data. Pure functions.
+
+Rows are user data: every value is escaped, every cell and table is cut to fit, and every
+block stays inside Slack's limits (3,000 characters a section, 150 a header, 50 blocks),
+however wide or long the rows are. Status reads without colour: an emoji and a word.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+SECTION_LIMIT = 3000
+HEADER_LIMIT = 150
+TEXT_LIMIT = 300  # the notification text; the blocks carry the detail
+CELL_WIDTH = 24
+TABLE_WIDTH = 110
+MAX_KEYS_LISTED = 20
+
+SEVERITY_MARK = {"critical": "🔴 CRITICAL", "warning": "🟠 WARNING", "info": "🔵 INFO"}
+
+
+@dataclass(frozen=True)
+class IncidentView:
+    """What a message about one incident shows; read from the state store at send time."""
+
+    incident_id: int
+    invariant: str
+    kind: str  # violation | cannot_evaluate | replica_stale | invalid_file
+    severity: str = "warning"
+    description: str | None = None
+    owner: str | None = None
+    runbook: str | None = None
+    opened_at: datetime | None = None
+    resolved_at: datetime | None = None
+    count: int | None = None
+    detail: str | None = None
+    columns: list[str] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    acknowledged: str | None = None  # "Acknowledged by @x at …", when set
+
+
+@dataclass(frozen=True)
+class Message:
+    text: str
+    blocks: list[dict[str, Any]]
+
+
+def escape(text: str) -> str:
+    """Slack's three control characters; everything else is shown as written."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def human_duration(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds < 60:
+        return f"{seconds}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return " ".join(parts[:2])
+
+
+def slack_date(moment: datetime) -> str:
+    """A timestamp each reader sees in their own time zone, with a plain fallback."""
+    fallback = moment.strftime("%Y-%m-%d %H:%M UTC")
+    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} {{time}}|{fallback}>"
+
+
+def _cell(value: Any) -> str:
+    text = "∅" if value is None else value if isinstance(value, str) else json.dumps(value)
+    return cut(" ".join(str(text).split()).replace("`", "'"), CELL_WIDTH)
+
+
+def rows_table(columns: Sequence[str], rows: Sequence[dict[str, Any]], total: int | None) -> str:
+    """A fixed-width table in a code block, cut to fit one section: columns left to right
+    while they fit the width, rows while they fit the length; what is cut is said."""
+    if not rows:
+        return ""
+    widths: list[tuple[str, int]] = []
+    used = 0
+    for column in columns:
+        width = max(len(_cell(column)), *(len(_cell(r.get(column))) for r in rows))
+        if widths and used + width + 2 > TABLE_WIDTH:
+            break
+        widths.append((column, width))
+        used += width + 2
+    lines = ["  ".join(_cell(c).ljust(w) for c, w in widths).rstrip()]
+    notes = []
+    hidden = len(columns) - len(widths)
+    if hidden:
+        notes.append(f"{hidden} more column{'s' * (hidden != 1)} in the CSV")
+    budget = SECTION_LIMIT - 200
+    shown = 0
+    for row in rows:
+        line = "  ".join(_cell(row.get(c)).ljust(w) for c, w in widths).rstrip()
+        if sum(len(x) + 1 for x in lines) + len(line) > budget:
+            break
+        lines.append(line)
+        shown += 1
+    more = (total if total is not None else len(rows)) - shown
+    if more > 0:
+        notes.append(f"{more:,} more row{'s' * (more != 1)} not shown")
+    table = escape("\n".join(lines))
+    note = f"\n_{escape('; '.join(notes))}_" if notes else ""
+    return f"```{table}```{note}"
+
+
+def _section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": cut(text, SECTION_LIMIT)}}
+
+
+def _header(text: str) -> dict[str, Any]:
+    return {"type": "header", "text": {"type": "plain_text", "text": cut(text, HEADER_LIMIT)}}
+
+
+def _context(*parts: str) -> dict[str, Any]:
+    return {
+        "type": "context",
+        "elements": [{"type": "mrkdwn", "text": cut(p, SECTION_LIMIT)} for p in parts[:10] if p],
+    }
+
+
+def _owner(owner: str | None) -> str:
+    if not owner:
+        return "nobody named"
+    # `<!subteam^ID>` and `<@U123>` are Slack mentions and must pass through unescaped.
+    return owner if owner.startswith(("<!subteam^", "<@")) else escape(owner)
+
+
+def status_title(view: IncidentView, now: datetime) -> str:
+    name = view.invariant
+    if view.resolved_at is not None:
+        lasted = human_duration(view.resolved_at - view.opened_at) if view.opened_at else "?"
+        closed = {
+            "violation": "RESOLVED",
+            "cannot_evaluate": "EVALUATING AGAIN",
+            "replica_stale": "REPLICA CAUGHT UP",
+            "invalid_file": "FILE FIXED",
+        }[view.kind]
+        return f"✅ {closed} · {name} (lasted {lasted})"
+    if view.kind == "violation":
+        mark = SEVERITY_MARK.get(view.severity, view.severity.upper())
+        return f"{mark} · {name} violated"
+    return {
+        "cannot_evaluate": f"⚠️ CANNOT EVALUATE · {name}",
+        "replica_stale": "⏸️ REPLICA STALE · invariants paused",
+        "invalid_file": f"🛠️ INVALID FILE · {name}",
+    }[view.kind]
+
+
+def root_message(view: IncidentView, now: datetime) -> Message:
+    title = status_title(view, now)
+    blocks: list[dict[str, Any]] = [_header(title)]
+    if view.kind == "violation":
+        blocks.append(_section(f"*What must hold:* {escape(view.description or '')}"))
+        count = "-" if view.count is None else f"{view.count:,}"
+        first = slack_date(view.opened_at) if view.opened_at else "-"
+        blocks.append(
+            {
+                "type": "section",
+                "fields": [
+                    {"type": "mrkdwn", "text": f"*Offending rows*\n{count}"},
+                    {"type": "mrkdwn", "text": f"*First seen*\n{first}"},
+                    {"type": "mrkdwn", "text": f"*Owner*\n{_owner(view.owner)}"},
+                    {"type": "mrkdwn", "text": f"*Severity*\n{escape(view.severity)}"},
+                ],
+            }
+        )
+        table = rows_table(view.columns, view.rows, view.count)
+        if table and view.resolved_at is None:
+            blocks.append(_section(table))
+    else:
+        explain = {
+            "cannot_evaluate": "The invariant could not be checked, so nobody knows whether it "
+            "holds. This is not a violation; fix the query or the database access.",
+            "replica_stale": "The replica is too far behind to trust, so invariants are not "
+            "being evaluated. Nothing is known to be violated; nothing is known to hold.",
+            "invalid_file": "The invariant file no longer validates. The previous version "
+            "keeps running if there was one; the new one will not run until it is fixed.",
+        }[view.kind]
+        blocks.append(_section(explain))
+        if view.detail:
+            blocks.append(_section(f"```{escape(cut(view.detail, SECTION_LIMIT - 10))}```"))
+        blocks.append(_context(f"Owner: {_owner(view.owner)}" if view.owner else ""))
+    if view.acknowledged:
+        blocks.append(_context(escape(view.acknowledged)))
+    footer = [f"incident #{view.incident_id}"]
+    if view.runbook:
+        footer.append(f"<{view.runbook}|Runbook>")
+    blocks.append(_context(" · ".join(footer)))
+    blocks = [b for b in blocks if b.get("type") != "context" or b["elements"]]
+    count_text = f": {view.count:,} offending rows" if view.count else ""
+    return Message(cut(f"{title}{count_text}", TEXT_LIMIT), blocks[:50])
+
+
+def _keys(keys: Sequence[str]) -> str:
+    listed = ", ".join(f"`{cut(k, 80).replace('`', chr(39))}`" for k in keys[:MAX_KEYS_LISTED])
+    more = len(keys) - MAX_KEYS_LISTED
+    return escape(listed) + (f" and {more:,} more" if more > 0 else "")
+
+
+def reply_message(kind: str, payload: dict[str, Any], view: IncidentView) -> Message:
+    count = payload.get("count")
+    total = "" if count is None else f" (now {count:,} in total)"
+    keys = list(payload.get("keys") or [])
+    lasted = payload.get("lasted_seconds")
+    took = human_duration(timedelta(seconds=lasted)) if lasted is not None else "?"
+    text = {
+        "keys_appeared": f"➕ {len(keys):,} new offending row{'s' * (len(keys) != 1)}{total}: "
+        f"{_keys(keys)}",
+        "keys_gone": f"➖ {len(keys):,} row{'s' * (len(keys) != 1)} no longer offend{total}: "
+        f"{_keys(keys)}",
+        "resolved": f"✅ Resolved after {took}: the query returns no rows.",
+        "recovered": f"✅ Evaluating again after {took}.",
+        "replica_fresh": f"✅ The replica caught up after {took}; evaluation resumed.",
+        "file_fixed": f"✅ The file validates again after {took}.",
+    }.get(kind, f"{escape(kind)}")
+    return Message(cut(text, TEXT_LIMIT), [_section(text)])
+
+
+def reminder_message(view: IncidentView, now: datetime) -> Message:
+    opened = human_duration(now - view.opened_at) if view.opened_at else "?"
+    count = "" if view.count is None else f" {view.count:,} offending rows,"
+    text = f"⏰ Still open:{count} for {opened}. Nobody has acknowledged it yet."
+    return Message(text, [_section(text)])
+
+
+def digest_message(views: Sequence[IncidentView], now: datetime) -> Message:
+    """One message for a burst of incidents; each incident's details go in its thread."""
+    title = f"🚨 {len(views)} incidents opened at once"
+    lines = []
+    for view in views:
+        count = "" if view.count is None else f" — {view.count:,} rows"
+        lines.append(f"• {escape(status_title(view, now))}{count}")
+    blocks: list[dict[str, Any]] = [_header(title)]
+    chunk: list[str] = []
+    for line in lines:
+        if sum(len(x) + 1 for x in chunk) + len(line) > SECTION_LIMIT - 100:
+            blocks.append(_section("\n".join(chunk)))
+            chunk = []
+        chunk.append(line)
+    if chunk:
+        blocks.append(_section("\n".join(chunk)))
+    blocks.append(_context("Details of each are in this thread."))
+    return Message(cut(title, TEXT_LIMIT), blocks[:50])

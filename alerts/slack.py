@@ -1,0 +1,212 @@
+"""The Slack side of delivery: slack-sdk's WebClient, with retries turned off.
+
+slack-sdk's default handler retries a request after a connection error, which can post a
+message twice without anyone knowing; here every retry decision belongs to the ledger, so the
+client gets an empty list of retry handlers and each failure is classified exactly once.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import socket
+import urllib.error
+import urllib.request
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from alerts.transport import ErrorKind, Posted, TransportError
+
+METADATA_EVENT = "invmon_alert"
+DEFAULT_API_URL = "https://slack.com/api/"
+
+# Errors that no retry will fix; the delivery fails with a clear log line instead of looping.
+PERMANENT = {
+    "channel_not_found",
+    "not_in_channel",
+    "is_archived",
+    "invalid_auth",
+    "not_authed",
+    "account_inactive",
+    "token_revoked",
+    "token_expired",
+    "missing_scope",
+    "no_permission",
+    "restricted_action",
+    "invalid_blocks",
+    "invalid_arguments",
+    "msg_too_long",
+    "cant_update_message",
+    "message_not_found",
+}
+# Errors Slack returns when it may or may not have done the work.
+AMBIGUOUS = {"internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+_CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{6,}$")
+
+
+def classify_api_error(status: int, error: str, retry_after: str | None) -> TransportError:
+    if status == 429 or error == "ratelimited":
+        wait = float(retry_after) if retry_after and retry_after.isdigit() else None
+        return TransportError(f"rate limited by Slack (retry after {wait}s)", "retry", wait)
+    if status >= 500 or error in AMBIGUOUS:
+        return TransportError(f"Slack answered {status} {error or ''}".strip(), "ambiguous")
+    kind: ErrorKind = "permanent" if error in PERMANENT or error else "ambiguous"
+    return TransportError(f"Slack refused the call: {error or status}", kind)
+
+
+def classify_exception(exc: BaseException) -> TransportError:
+    """A network failure: refused means it never left; anything later may have landed."""
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, ConnectionRefusedError):
+        return TransportError(f"cannot reach Slack: {reason}", "retry")
+    if isinstance(reason, socket.gaierror):
+        return TransportError(f"cannot resolve Slack's address: {reason}", "retry")
+    if isinstance(reason, TimeoutError | socket.timeout):
+        return TransportError("no answer from Slack before the timeout", "ambiguous")
+    return TransportError(
+        f"connection to Slack failed: {type(reason).__name__}: {reason}", "ambiguous"
+    )
+
+
+class SlackTransport:
+    name = "slack"
+
+    def __init__(self, token: str, api_url: str = DEFAULT_API_URL, timeout: float = 10) -> None:
+        base = api_url if api_url.endswith("/") else api_url + "/"
+        self.client = WebClient(
+            token=token, base_url=base, timeout=int(timeout) or 1, retry_handlers=[]
+        )
+        self.timeout = timeout
+        self._channel_ids: dict[str, str] = {}
+
+    # --- the calls -----------------------------------------------------------------------
+
+    def _call(self, method: str, **kwargs: Any) -> Any:
+        try:
+            return getattr(self.client, method)(**kwargs)
+        except SlackApiError as exc:
+            response = exc.response
+            data = response.data if isinstance(response.data, dict) else {}
+            headers = response.headers or {}
+            retry_after = headers.get("Retry-After") or headers.get("retry-after")
+            raise classify_api_error(
+                response.status_code, str(data.get("error") or ""), retry_after
+            ) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            raise classify_exception(exc) from None
+        except ValueError as exc:  # a body that is not JSON: a proxy or a broken answer
+            raise TransportError(f"unreadable answer from Slack: {exc}", "ambiguous") from None
+
+    def channel_id(self, channel: str) -> str:
+        """Slack's id for a channel given by name (`#alerts`) or id; history needs ids."""
+        if _CHANNEL_ID.match(channel):
+            return channel
+        name = channel.lstrip("#")
+        if name not in self._channel_ids:
+            cursor = None
+            while True:
+                page = self._call(
+                    "conversations_list",
+                    types="public_channel,private_channel",
+                    limit=1000,
+                    cursor=cursor,
+                    exclude_archived=True,
+                )
+                for found in page.get("channels", []):
+                    self._channel_ids[found["name"]] = found["id"]
+                cursor = (page.get("response_metadata") or {}).get("next_cursor")
+                if name in self._channel_ids or not cursor:
+                    break
+        if name not in self._channel_ids:
+            raise TransportError(f"channel {channel!r} not found or not visible", "permanent")
+        return self._channel_ids[name]
+
+    def post(
+        self,
+        channel: str,
+        text: str,
+        blocks: list[dict[str, Any]],
+        key: str,
+        thread_ts: str | None = None,
+    ) -> Posted:
+        response = self._call(
+            "chat_postMessage",
+            channel=self.channel_id(channel),
+            text=text,
+            blocks=blocks,
+            thread_ts=thread_ts,
+            metadata={"event_type": METADATA_EVENT, "event_payload": {"key": key}},
+            unfurl_links=False,
+            unfurl_media=False,
+        )
+        return Posted(str(response["channel"]), str(response["ts"]))
+
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        self._call("chat_update", channel=self.channel_id(channel), ts=ts, text=text, blocks=blocks)
+
+    def find_posted(
+        self, channel: str, key: str, oldest: float, thread_ts: str | None = None
+    ) -> Posted | None:
+        channel_id = self.channel_id(channel)
+        cursor = None
+        while True:
+            if thread_ts:
+                page = self._call(
+                    "conversations_replies",
+                    channel=channel_id,
+                    ts=thread_ts,
+                    include_all_metadata=True,
+                    limit=200,
+                    cursor=cursor,
+                )
+            else:
+                page = self._call(
+                    "conversations_history",
+                    channel=channel_id,
+                    oldest=f"{oldest:.6f}",
+                    include_all_metadata=True,
+                    limit=200,
+                    cursor=cursor,
+                )
+            for message in page.get("messages", []):
+                metadata = message.get("metadata") or {}
+                payload = metadata.get("event_payload") or {}
+                if metadata.get("event_type") == METADATA_EVENT and payload.get("key") == key:
+                    return Posted(channel_id, str(message["ts"]))
+            cursor = (page.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                return None
+
+    def start_upload(self, filename: str, data: bytes) -> str:
+        reserved = self._call("files_getUploadURLExternal", filename=filename, length=len(data))
+        request = urllib.request.Request(reserved["upload_url"], data=data, method="POST")
+        request.add_header("Content-Type", "application/octet-stream")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                answer.read()
+        except urllib.error.HTTPError as exc:
+            raise classify_api_error(exc.code, "", exc.headers.get("Retry-After")) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            raise classify_exception(exc) from None
+        return str(reserved["file_id"])
+
+    def complete_upload(self, file_id: str, title: str, channel: str, thread_ts: str) -> None:
+        self._call(
+            "files_completeUploadExternal",
+            files=[{"id": file_id, "title": title}],
+            channel_id=self.channel_id(channel),
+            thread_ts=thread_ts,
+        )
+
+    def file_shared(self, file_id: str, channel: str) -> bool | None:
+        try:
+            info = self._call("files_info", file=file_id)
+        except TransportError as exc:
+            if "file_not_found" in exc.message:
+                return None
+            raise
+        shares = info["file"].get("shares") or {}
+        channel_id = self.channel_id(channel)
+        return any(channel_id in shares.get(kind, {}) for kind in ("public", "private"))

@@ -1,0 +1,309 @@
+"""The delivery worker: claims due rows from the ledger and performs them through a
+Transport, reconciling with Slack before anything whose fate is unknown is tried again.
+
+It renders every message at send time from the state store, so a retried update always shows
+the latest state and a late one never overwrites a newer one with old figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from alerts.csvfile import csv_title, offending_csv
+from alerts.ledger import POSTS, Delivery, Ledger
+from alerts.messages import (
+    IncidentView,
+    Message,
+    digest_message,
+    reminder_message,
+    reply_message,
+    root_message,
+)
+from alerts.transport import Transport, TransportError
+from monitor.header import InvariantHeader
+from monitor.state import StateStore, parse_ts
+
+log = logging.getLogger("invmon.alerts")
+
+Describe = Callable[[str], InvariantHeader | None]
+MAX_BACKOFF = timedelta(minutes=15)
+
+
+def backoff(attempts: int) -> timedelta:
+    return min(MAX_BACKOFF, timedelta(seconds=2 ** min(attempts, 12)))
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    lease: timedelta = timedelta(seconds=60)
+    settle: timedelta = timedelta(seconds=10)
+    csv_max_rows: int = 1000
+
+
+class Views:
+    """Reads what a message shows from the state store."""
+
+    def __init__(self, store: StateStore, describe: Describe, sample: int = 20) -> None:
+        self.store = store
+        self.describe = describe
+        self.sample = sample
+
+    def incident(self, incident_id: int) -> IncidentView:
+        row = self.store.incident(incident_id)
+        if row is None:
+            raise LookupError(f"incident #{incident_id} is not in the state store")
+        header = self.describe(row["invariant"])
+        keys = self.store.incident_keys(incident_id)
+        open_rows = [k["row"] for k in keys.values() if k["gone_at"] is None and k["row"]]
+        columns = list(open_rows[0]) if open_rows else []
+        return IncidentView(
+            incident_id=incident_id,
+            invariant=row["invariant"],
+            kind=row["kind"],
+            severity=(header.severity if header and header.severity else "warning"),
+            description=header.description if header else None,
+            owner=header.owner if header else None,
+            runbook=header.runbook if header else None,
+            opened_at=parse_ts(row["opened_at"]),
+            resolved_at=parse_ts(row["resolved_at"]) if row["resolved_at"] else None,
+            count=row["last_count"],
+            detail=row["detail"],
+            columns=columns,
+            rows=open_rows[: self.sample],
+        )
+
+    def csv_rows(self, incident_id: int) -> list[dict[str, Any]]:
+        keys = self.store.incident_keys(incident_id)
+        return [k["row"] for k in keys.values() if k["gone_at"] is None and k["row"]]
+
+
+class DeliveryWorker:
+    def __init__(
+        self,
+        ledger: Ledger,
+        transport: Transport,
+        views: Views,
+        clock: Callable[[], datetime],
+        settings: WorkerSettings | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.transport = transport
+        self.views = views
+        self.clock = clock
+        self.settings = settings or WorkerSettings()
+        self.owner = owner or f"worker-{uuid.uuid4().hex[:8]}"
+        self.failures = 0  # permanent failures, for the metric
+
+    def run_due(self, limit: int = 50) -> int:
+        """Perform up to `limit` due deliveries; return how many were handled."""
+        handled = 0
+        while handled < limit:
+            claimed = self.ledger.claim(self.owner, self.clock(), self.settings.lease)
+            if claimed is None:
+                break
+            delivery, previous_state = claimed
+            if previous_state == "UNKNOWN":
+                self._reconcile(delivery)
+            else:
+                self._send(delivery)
+            handled += 1
+        return handled
+
+    # --- sending -------------------------------------------------------------------------
+
+    def _send(self, delivery: Delivery) -> None:
+        try:
+            self._perform(delivery)
+        except TransportError as error:
+            self._after_error(delivery, error)
+        except LookupError as error:
+            self.ledger.failed(delivery, self.clock(), str(error))
+
+    def _perform(self, delivery: Delivery) -> None:
+        now = self.clock()
+        action = delivery.action
+        if action in ("post_root", "post_digest"):
+            message = self._root_content(delivery, now)
+            posted = self.transport.post(
+                delivery.channel, message.text, message.blocks, delivery.idem_key
+            )
+            self.ledger.sent(delivery, self.clock(), posted.channel, posted.ts)
+            return
+        root = self._root(delivery)
+        if action == "update_root":
+            message = self._root_content(root, now)
+            self.transport.update(root.channel, str(root.slack_ts), message.text, message.blocks)
+            self.ledger.sent(delivery, self.clock())
+        elif action in ("post_reply", "post_detail"):
+            message = self._reply_content(delivery, now)
+            posted = self.transport.post(
+                root.channel,
+                message.text,
+                message.blocks,
+                delivery.idem_key,
+                thread_ts=root.slack_ts,
+            )
+            self.ledger.sent(delivery, self.clock(), posted.channel, posted.ts)
+        elif action == "upload_csv":
+            self._upload(delivery, root)
+
+    def _upload(self, delivery: Delivery, root: Delivery) -> None:
+        assert delivery.incident_id is not None
+        rows = self.views.csv_rows(delivery.incident_id)
+        cap = self.settings.csv_max_rows
+        data = offending_csv(rows, cap)
+        count = self.views.incident(delivery.incident_id).count
+        title = csv_title(delivery.invariant, min(len(rows), cap), count)
+        # Files carry no metadata, so the upload is recognised by its file id: stored before
+        # the upload is completed (shared), and looked up with files.info when in doubt.
+        file_id = self.transport.start_upload(f"{delivery.invariant.replace('/', '_')}.csv", data)
+        self.ledger.record_file(delivery, file_id)
+        self.transport.complete_upload(file_id, title, root.channel, str(root.slack_ts))
+        self.ledger.sent(delivery, self.clock())
+
+    def _after_error(self, delivery: Delivery, error: TransportError) -> None:
+        now = self.clock()
+        if error.kind == "permanent":
+            self.failures += 1
+            log.error(
+                "delivery failed for good: %s",
+                error.message,
+                extra={
+                    "fields": {
+                        "delivery": delivery.id,
+                        "action": delivery.action,
+                        "invariant": delivery.invariant,
+                        "channel": delivery.channel,
+                    }
+                },
+            )
+            self.ledger.failed(delivery, now, error.message)
+        elif error.kind == "retry" or delivery.action == "update_root":
+            # Certainly not applied (or, for an update, harmless to apply twice).
+            wait = (
+                timedelta(seconds=error.retry_after)
+                if error.retry_after is not None
+                else backoff(delivery.attempts)
+            )
+            self.ledger.retry_at(delivery, now, now + wait, error.message)
+        else:
+            log.warning(
+                "delivery outcome unknown, will check Slack before retrying: %s",
+                error.message,
+                extra={"fields": {"delivery": delivery.id}},
+            )
+            self.ledger.unknown(delivery, now, now + self.settings.settle, error.message)
+
+    # --- reconciling ---------------------------------------------------------------------
+
+    def _reconcile(self, delivery: Delivery) -> None:
+        """Find out whether an UNKNOWN delivery took effect; re-send only if it did not."""
+        now = self.clock()
+        since = delivery.unknown_since or now
+        if delivery.action == "update_root":
+            self._send(delivery)  # idempotent: applying the latest state again is harmless
+            return
+        if now < since + self.settings.settle:
+            # Slack's history can lag the post; look only after the settle window.
+            self.ledger.unknown(
+                delivery,
+                now,
+                since + self.settings.settle,
+                delivery.last_error or "in doubt",
+                since,
+            )
+            return
+        try:
+            if delivery.action in POSTS:
+                self._reconcile_post(delivery, now)
+            else:
+                self._reconcile_upload(delivery, now)
+        except TransportError as error:
+            # The scan could not complete: still unknown, look again later.
+            self.ledger.unknown(
+                delivery,
+                now,
+                now + backoff(delivery.attempts),
+                f"reconciliation incomplete: {error.message}",
+                since,
+            )
+
+    def _reconcile_post(self, delivery: Delivery, now: datetime) -> None:
+        thread_ts = None
+        channel = delivery.channel
+        if delivery.action in ("post_reply", "post_detail"):
+            root = self._root(delivery)
+            thread_ts, channel = root.slack_ts, root.channel
+        oldest = (delivery.created_at - timedelta(minutes=5)).timestamp()
+        found = self.transport.find_posted(channel, delivery.idem_key, oldest, thread_ts)
+        if found is not None:
+            log.info(
+                "reconciled: the message was posted", extra={"fields": {"delivery": delivery.id}}
+            )
+            self.ledger.sent(delivery, now, found.channel, found.ts)
+        else:
+            log.info(
+                "reconciled: the message was not posted; sending it",
+                extra={"fields": {"delivery": delivery.id}},
+            )
+            self.ledger.retry_at(delivery, now, now, "not found in Slack after an unknown outcome")
+
+    def _reconcile_upload(self, delivery: Delivery, now: datetime) -> None:
+        if delivery.slack_file_id is None:
+            # Never reached the point of sharing: start again.
+            self.ledger.retry_at(delivery, now, now, "upload never completed")
+            return
+        root = self._root(delivery)
+        shared = self.transport.file_shared(delivery.slack_file_id, root.channel)
+        if shared:
+            self.ledger.sent(delivery, now)
+            return
+        if shared is None:
+            self.ledger.record_file(delivery, None)
+            self.ledger.retry_at(
+                delivery, now, now, "Slack does not know the file; uploading again"
+            )
+            return
+        # Uploaded but not shared once the settle window passed: the completion never
+        # landed, and a file id can be completed only once, so completing it now is safe.
+        try:
+            self.transport.complete_upload(
+                delivery.slack_file_id,
+                csv_title(delivery.invariant, 0, None),
+                root.channel,
+                str(root.slack_ts),
+            )
+        except TransportError as error:
+            self._after_error(delivery, error)
+            return
+        self.ledger.sent(delivery, self.clock())
+
+    # --- content -------------------------------------------------------------------------
+
+    def _root(self, delivery: Delivery) -> Delivery:
+        if delivery.root_id is None:
+            raise LookupError(f"delivery #{delivery.id} has no root message")
+        return self.ledger.get(delivery.root_id)
+
+    def _root_content(self, root: Delivery, now: datetime) -> Message:
+        if root.action == "post_digest":
+            ids = [int(i) for i in root.payload.get("incidents", [])]
+            return digest_message([self.views.incident(i) for i in ids], now)
+        assert root.incident_id is not None
+        return root_message(self.views.incident(root.incident_id), now)
+
+    def _reply_content(self, delivery: Delivery, now: datetime) -> Message:
+        assert delivery.incident_id is not None
+        view = self.views.incident(delivery.incident_id)
+        kind = str(delivery.payload.get("kind"))
+        if delivery.action == "post_detail":
+            return root_message(view, now)
+        if kind == "reminder":
+            return reminder_message(view, now)
+        return reply_message(kind, delivery.payload, view)
