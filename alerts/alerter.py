@@ -60,10 +60,24 @@ class Alerter:
             return self.config.channel
         return channel_for(self.config, header.severity, header.owner, header.channel)
 
-    def plan(self, events: Sequence[StoredEvent]) -> int:
-        """Turn pending events into deliveries; return how many events were planned."""
+    def ready(self, events: Sequence[StoredEvent]) -> bool:
+        """Plan a batch once it has been quiet for `digest_window`, or is big enough for a
+        digest already, or has waited long enough: a burst of incidents arrives over a few
+        seconds and should become one message, but nothing waits unboundedly."""
         if not events:
-            return 0
+            return False
+        now = self.clock()
+        window = self.config.digest_window
+        quiet = now - max(e.created_at for e in events) >= window
+        waited = now - min(e.created_at for e in events) >= window * 6
+        openings = sum(e.kind in OPENING for e in events)
+        return quiet or waited or openings >= self.config.digest_threshold
+
+    def plan(self, events: Sequence[StoredEvent], force: bool = False) -> list[StoredEvent]:
+        """Turn pending events into deliveries; return the events this call planned.
+        `force` plans without waiting for quiet (burst mode, shutdown)."""
+        if not events or not (force or self.ready(events)):
+            return []
         now = self.clock()
         openings: dict[str, list[StoredEvent]] = defaultdict(list)
         for event in events:
@@ -75,7 +89,7 @@ class Alerter:
             if len(group) >= self.config.digest_threshold
             for e in group
         }
-        planned = 0
+        planned: list[StoredEvent] = []
         with self.store.transaction() as tx:
             for channel, group in openings.items():
                 if len(group) >= self.config.digest_threshold:
@@ -88,7 +102,7 @@ class Alerter:
                 )
                 if not claimed:
                     continue  # another daemon planned it
-                planned += 1
+                planned.append(event)
                 channel = self.channel(event.invariant)
                 specs = plan_event(event, channel)
                 if event.id in digested:

@@ -94,7 +94,9 @@ def rows_table(columns: Sequence[str], rows: Sequence[dict[str, Any]], total: in
             break
         widths.append((column, width))
         used += width + 2
-    lines = ["  ".join(_cell(c).ljust(w) for c, w in widths).rstrip()]
+    # Lines are escaped as they are added, so the budget counts what Slack receives
+    # (an escaped "<" is four characters long) and the closing fence always fits.
+    lines = [escape("  ".join(_cell(c).ljust(w) for c, w in widths).rstrip())]
     notes = []
     hidden = len(columns) - len(widths)
     if hidden:
@@ -102,7 +104,7 @@ def rows_table(columns: Sequence[str], rows: Sequence[dict[str, Any]], total: in
     budget = SECTION_LIMIT - 200
     shown = 0
     for row in rows:
-        line = "  ".join(_cell(row.get(c)).ljust(w) for c, w in widths).rstrip()
+        line = escape("  ".join(_cell(row.get(c)).ljust(w) for c, w in widths).rstrip())
         if sum(len(x) + 1 for x in lines) + len(line) > budget:
             break
         lines.append(line)
@@ -110,7 +112,7 @@ def rows_table(columns: Sequence[str], rows: Sequence[dict[str, Any]], total: in
     more = (total if total is not None else len(rows)) - shown
     if more > 0:
         notes.append(f"{more:,} more row{'s' * (more != 1)} not shown")
-    table = escape("\n".join(lines))
+    table = "\n".join(lines)
     note = f"\n_{escape('; '.join(notes))}_" if notes else ""
     return f"```{table}```{note}"
 

@@ -75,8 +75,12 @@ class SlackTransport:
 
     def __init__(self, token: str, api_url: str = DEFAULT_API_URL, timeout: float = 10) -> None:
         base = api_url if api_url.endswith("/") else api_url + "/"
+        # urllib takes a float timeout, though slack-sdk annotates it as an int.
         self.client = WebClient(
-            token=token, base_url=base, timeout=int(timeout) or 1, retry_handlers=[]
+            token=token,
+            base_url=base,
+            timeout=timeout,  # type: ignore[arg-type]
+            retry_handlers=[],
         )
         self.timeout = timeout
         self._channel_ids: dict[str, str] = {}

@@ -78,8 +78,12 @@ class Views:
         )
 
     def csv_rows(self, incident_id: int) -> list[dict[str, Any]]:
+        """The rows that offended when the incident opened, whenever the upload happens:
+        a retried upload attaches the same file, not whatever is open by then."""
+        row = self.store.incident(incident_id)
+        opened_at = row["opened_at"] if row else None
         keys = self.store.incident_keys(incident_id)
-        return [k["row"] for k in keys.values() if k["gone_at"] is None and k["row"]]
+        return [k["row"] for k in keys.values() if k["first_seen_at"] == opened_at and k["row"]]
 
 
 class DeliveryWorker:

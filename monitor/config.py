@@ -120,11 +120,14 @@ class SlackConfig(_Model):
     repeat_interval: timedelta = timedelta(hours=4)  # reminders while open and unacked
     csv_max_rows: int = Field(default=1000, ge=1, le=100_000)
     digest_threshold: int = Field(default=5, ge=2)  # this many openings at once: one digest
+    digest_window: timedelta = timedelta(seconds=2)  # quiet time that ends a burst
     timeout: timedelta = timedelta(seconds=10)  # per Slack call
     settle: timedelta = timedelta(seconds=10)  # wait before looking for an ambiguous post
     lease: timedelta = timedelta(seconds=60)
 
-    _t = field_validator("repeat_interval", "timeout", "settle", "lease", mode="before")(_duration)
+    _t = field_validator(
+        "repeat_interval", "timeout", "settle", "lease", "digest_window", mode="before"
+    )(_duration)
 
 
 class Config(_Model):

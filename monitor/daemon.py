@@ -179,7 +179,6 @@ class Daemon:
                     }
                 },
             )
-        self.dispatch()
         return change
 
     def _reschedule(self, change: Reload, previous: dict[str, Invariant]) -> None:
@@ -248,7 +247,6 @@ class Daemon:
             with self._in_flight_changed:
                 self._in_flight.discard(name)
                 self._in_flight_changed.notify_all()
-        self.dispatch()
         return result
 
     def _run(self, inv: Invariant) -> RunResult:
@@ -293,31 +291,31 @@ class Daemon:
         found = self.invariants.get(invariant)
         return found.header if found else None
 
-    def dispatch(self) -> list[StoredEvent]:
-        """Plan pending events from the outbox into the delivery ledger (fast, no network)."""
+    def dispatch(self, force: bool = False) -> list[StoredEvent]:
+        """Plan pending events into the delivery ledger (fast, no network); returns the
+        events planned. A burst is held until quiet so it can become one digest."""
         with self._dispatching:
-            pending = self.store.pending_events()
-            for event in pending:
-                log.warning(
-                    "event %s: %s",
-                    event.kind,
-                    event.invariant,
-                    extra={
-                        "fields": {
-                            "event_id": event.id,
-                            "incident_id": event.incident_id,
-                            "event": event.kind,
-                            "invariant": event.invariant,
-                            **event.payload,
-                        }
-                    },
-                )
-            self.alerter.plan(pending)
-        return pending
+            planned = self.alerter.plan(self.store.pending_events(limit=1000), force)
+        for event in planned:
+            log.warning(
+                "event %s: %s",
+                event.kind,
+                event.invariant,
+                extra={
+                    "fields": {
+                        "event_id": event.id,
+                        "incident_id": event.incident_id,
+                        "event": event.kind,
+                        "invariant": event.invariant,
+                        **event.payload,
+                    }
+                },
+            )
+        return planned
 
-    def deliver(self) -> int:
+    def deliver(self, force: bool = False) -> int:
         """Plan what is pending, then perform the deliveries that are due (network)."""
-        self.dispatch()
+        self.dispatch(force)
         handled = self.alerter.deliver()
         self.metrics.observe_deliveries(self.alerter.ledger.counts(), self.alerter.worker.failures)
         return handled
@@ -326,7 +324,7 @@ class Daemon:
         """For burst mode and shutdown: deliver until nothing is due, within a deadline."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            self.deliver()
+            self.deliver(force=True)
             due = self.alerter.ledger.next_due()
             if due is None or due > self.clock() + timedelta(seconds=seconds):
                 return

@@ -62,3 +62,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore
         opened = StateStore.open(dsn=dsn)
         yield opened
         opened.close()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", help="also run the long fault-injection sweeps")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--soak"):
+        return
+    skip = pytest.mark.skip(reason="long sweep: run with --soak")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)

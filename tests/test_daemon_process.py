@@ -133,7 +133,9 @@ def test_the_daemon_serves_health_and_metrics_and_exits_0_on_sigterm(
         in metrics
     )
     assert "invmon_open_incidents 1.0" in metrics
-    assert "invmon_events_pending 0.0" in metrics
+    assert wait_for(
+        lambda: "invmon_events_pending 0.0" in get(f"{url}/metrics")[1], 20, "the event planned"
+    )
     assert "invmon_replica_lag_seconds 0.0" in metrics
     assert 'invmon_run_duration_seconds_count{invariant="bad_rows"}' in metrics
     assert 'invmon_last_success_timestamp_seconds{invariant="bad_rows"}' in metrics

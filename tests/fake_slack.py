@@ -1,0 +1,349 @@
+"""A fake Slack Web API: a real HTTP server on 127.0.0.1 that slack-sdk reaches through
+`WebClient(base_url=...)`, implementing the calls invmon makes and recording every effect it
+accepted, with deterministic, seeded fault injection at the boundary.
+
+Faults (chosen per request by `random.Random(seed)`):
+- accept_then_timeout: the effect lands, the answer comes after the client's timeout;
+- reset: the connection is closed before anything is accepted;
+- rate_limit: 429 with Retry-After, nothing accepted;
+- error_500_applied / error_500: a 500 after or without accepting the effect;
+- slow: a short delay, then a normal answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+TOKEN = "xoxb-fake-token"
+FAULTS = ("accept_then_timeout", "reset", "rate_limit", "error_500_applied", "error_500", "slow")
+
+
+@dataclass
+class Message:
+    channel: str
+    ts: str
+    text: str
+    blocks: list[dict[str, Any]]
+    thread_ts: str | None = None
+    metadata: dict[str, Any] | None = None
+    files: list[dict[str, Any]] = field(default_factory=list)
+    updates: int = 0
+
+    @property
+    def key(self) -> str | None:
+        return ((self.metadata or {}).get("event_payload") or {}).get("key")
+
+
+@dataclass
+class File:
+    id: str
+    name: str
+    length: int
+    data: bytes | None = None
+    title: str | None = None
+    shares: dict[str, list[str]] = field(default_factory=dict)  # channel -> thread ts
+
+
+class FakeSlack:
+    def __init__(
+        self,
+        seed: int = 0,
+        fault_rate: float = 0.0,
+        channels: dict[str, str] | None = None,
+        answer_delay: float = 0.5,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.fault_rate = fault_rate
+        self.answer_delay = answer_delay  # how late an accept_then_timeout answer comes
+        # Slack's ts is its clock at the post; the tests' clock is what invmon sees as now.
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.channels = channels or {"C0INVARIANTS": "invariants", "C0PAYMENTS": "payments"}
+        self.messages: list[Message] = []
+        self.files: dict[str, File] = {}
+        self.calls: list[tuple[str, str]] = []  # (method, fault)
+        self.lock = threading.Lock()
+        self._ts = itertools.count(1)
+        self._ids = itertools.count(1)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self._serving = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    def __enter__(self) -> FakeSlack:
+        self._serving.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def faults_off(self) -> None:
+        with self.lock:
+            self.fault_rate = 0.0
+
+    # --- what tests look at --------------------------------------------------------------
+
+    def roots(self) -> list[Message]:
+        with self.lock:
+            return [m for m in self.messages if m.thread_ts is None]
+
+    def thread(self, root: Message) -> list[Message]:
+        with self.lock:
+            return [m for m in self.messages if m.thread_ts == root.ts]
+
+    def shared_files(self) -> list[File]:
+        with self.lock:
+            return [f for f in self.files.values() if f.shares]
+
+    # --- the API -------------------------------------------------------------------------
+
+    def _fault(self, method: str) -> str:
+        with self.lock:
+            roll = self.rng.random()
+            fault = "none"
+            if roll < self.fault_rate:
+                fault = FAULTS[self.rng.randrange(len(FAULTS))]
+            self.calls.append((method, fault))
+            return fault
+
+    def _next_ts(self) -> str:
+        return f"{int(self.clock().timestamp())}.{next(self._ts):06d}"
+
+    def _channel(self, value: str | None) -> str | None:
+        if value in self.channels:
+            return value
+        by_name = {name: cid for cid, name in self.channels.items()}
+        return by_name.get(str(value or "").lstrip("#"))
+
+    def call(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Apply one API call to the fake's state. Runs under the lock."""
+        if method == "auth.test":
+            return {"ok": True, "user_id": "UINVMON", "team": "fake"}
+        if method == "conversations.list":
+            return {
+                "ok": True,
+                "channels": [{"id": c, "name": n} for c, n in self.channels.items()],
+                "response_metadata": {"next_cursor": ""},
+            }
+        if method == "chat.postMessage":
+            channel = self._channel(args.get("channel"))
+            if channel is None:
+                return {"ok": False, "error": "channel_not_found"}
+            thread_ts = args.get("thread_ts") or None
+            if thread_ts and not any(
+                m.ts == thread_ts and m.channel == channel for m in self.messages
+            ):
+                return {"ok": False, "error": "thread_not_found"}
+            metadata = args.get("metadata")
+            if isinstance(metadata, str):
+                metadata = json.loads(metadata)
+            blocks = args.get("blocks") or []
+            if isinstance(blocks, str):
+                blocks = json.loads(blocks)
+            message = Message(
+                channel, self._next_ts(), str(args.get("text", "")), blocks, thread_ts, metadata
+            )
+            self.messages.append(message)
+            return {"ok": True, "channel": channel, "ts": message.ts}
+        if method == "chat.update":
+            channel = self._channel(args.get("channel"))
+            for message in self.messages:
+                if message.channel == channel and message.ts == args.get("ts"):
+                    blocks = args.get("blocks") or []
+                    message.blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+                    message.text = str(args.get("text", ""))
+                    message.updates += 1
+                    return {"ok": True, "channel": channel, "ts": message.ts}
+            return {"ok": False, "error": "message_not_found"}
+        if method in ("conversations.history", "conversations.replies"):
+            return self._history(method, args)
+        if method == "files.getUploadURLExternal":
+            file_id = f"F{next(self._ids):08d}"
+            self.files[file_id] = File(file_id, str(args["filename"]), int(args["length"]))
+            return {
+                "ok": True,
+                "file_id": file_id,
+                "upload_url": f"http://127.0.0.1:{self.port}/upload/{file_id}",
+            }
+        if method == "files.completeUploadExternal":
+            files = args.get("files")
+            entries = json.loads(files) if isinstance(files, str) else files
+            channel = self._channel(args.get("channel_id"))
+            if channel is None:
+                return {"ok": False, "error": "channel_not_found"}
+            for entry in entries:
+                found = self.files.get(entry["id"])
+                if found is None or found.data is None:
+                    return {"ok": False, "error": "file_not_found"}
+                if found.shares:
+                    return {"ok": False, "error": "file_already_completed"}
+            thread_ts = args.get("thread_ts")
+            for entry in entries:
+                found = self.files[entry["id"]]
+                found.title = entry.get("title")
+                found.shares[channel] = [thread_ts or ""]
+                self.messages.append(
+                    Message(
+                        channel,
+                        self._next_ts(),
+                        "",
+                        [],
+                        thread_ts,
+                        None,
+                        [{"id": found.id, "name": found.name, "title": found.title}],
+                    )
+                )
+            return {"ok": True, "files": [{"id": e["id"]} for e in entries]}
+        if method == "files.info":
+            found = self.files.get(str(args.get("file")))
+            if found is None:
+                return {"ok": False, "error": "file_not_found"}
+            shares = {
+                "public": {c: [{"ts": t}] for c, ts_list in found.shares.items() for t in ts_list}
+            }
+            return {"ok": True, "file": {"id": found.id, "name": found.name, "shares": shares}}
+        return {"ok": False, "error": "unknown_method"}
+
+    def _history(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self._channel(args.get("channel"))
+        if channel is None:
+            return {"ok": False, "error": "channel_not_found"}
+        if method == "conversations.history":
+            oldest = float(args.get("oldest") or 0)
+            found = [
+                m
+                for m in self.messages
+                if m.channel == channel and m.thread_ts is None and float(m.ts) >= oldest
+            ]
+            found.reverse()  # newest first, as Slack does
+        else:
+            root = args.get("ts")
+            found = [
+                m
+                for m in self.messages
+                if m.channel == channel and (m.ts == root or m.thread_ts == root)
+            ]
+        limit = max(1, min(int(args.get("limit") or 100), 2))  # tiny pages: pagination matters
+        start = int(args.get("cursor") or 0)
+        page = found[start : start + limit]
+        with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        out = []
+        for m in page:
+            item: dict[str, Any] = {"ts": m.ts, "text": m.text}
+            if m.thread_ts:
+                item["thread_ts"] = m.thread_ts
+            if with_metadata and m.metadata:
+                item["metadata"] = m.metadata
+            out.append(item)
+        more = start + limit < len(found)
+        return {
+            "ok": True,
+            "messages": out,
+            "has_more": more,
+            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
+        }
+
+    # --- HTTP ----------------------------------------------------------------------------
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.do_POST()
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                path = urllib.parse.urlparse(self.path)
+                if path.path.startswith("/upload/"):
+                    return self._upload(path.path.rsplit("/", 1)[1], body)
+                method = path.path.removeprefix("/api/")
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    return self._json(200, {"ok": False, "error": "invalid_auth"})
+                args = self._args(body, path.query)
+                fault = fake._fault(method)
+                if fault == "reset":
+                    return self._reset()
+                if fault == "rate_limit":
+                    return self._json(
+                        429, {"ok": False, "error": "ratelimited"}, {"Retry-After": "1"}
+                    )
+                if fault == "error_500":
+                    return self._json(500, {"ok": False, "error": "internal_error"})
+                if fault == "slow":
+                    time.sleep(0.05)
+                with fake.lock:
+                    answer = fake.call(method, args)
+                if fault == "error_500_applied":
+                    return self._json(500, {"ok": False, "error": "internal_error"})
+                if fault == "accept_then_timeout":
+                    time.sleep(fake.answer_delay)
+                    return self._reset()
+                self._json(200, answer)
+
+            def _args(self, body: bytes, query: str) -> dict[str, Any]:
+                args: dict[str, Any] = {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}
+                if self.headers.get("Content-Type", "").startswith("application/json"):
+                    args.update(json.loads(body or b"{}"))
+                elif body:
+                    args.update({k: v[0] for k, v in urllib.parse.parse_qs(body.decode()).items()})
+                return args
+
+            def _upload(self, file_id: str, body: bytes) -> None:
+                with fake.lock:
+                    found = fake.files.get(file_id)
+                    if found is not None:
+                        found.data = body
+                self._json(200 if found else 404, {"ok": found is not None})
+
+            def _json(
+                self, status: int, document: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
+                data = json.dumps(document).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _reset(self) -> None:
+                self.close_connection = True
+                try:
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                    )
+                    self.connection.close()
+                except OSError:
+                    pass
+
+        return Handler

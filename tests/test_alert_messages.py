@@ -1,0 +1,107 @@
+"""Alert messages and CSV files on their own: escaping, Slack's limits, whole rows in the CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import UTC, datetime, timedelta
+
+from alerts.csvfile import csv_title, offending_csv
+from alerts.messages import (
+    HEADER_LIMIT,
+    SECTION_LIMIT,
+    IncidentView,
+    digest_message,
+    reply_message,
+    root_message,
+)
+
+NOW = datetime(2026, 5, 1, 9, 30, tzinfo=UTC)
+
+
+def wide_rows(count: int) -> tuple[list[str], list[dict[str, object]]]:
+    columns = [f"column_{i:02d}_with_a_long_name" for i in range(40)]
+    rows = [
+        {c: f"<b>&value {n}-{i}</b> ``` " + "x" * 300 for i, c in enumerate(columns)}
+        for n in range(count)
+    ]
+    return columns, rows
+
+
+def limits_hold(blocks: list[dict[str, object]]) -> None:
+    assert len(blocks) <= 50
+    for block in blocks:
+        text = json.dumps(block)
+        if block["type"] == "header":
+            assert len(block["text"]["text"]) <= HEADER_LIMIT  # type: ignore[index]
+        if block["type"] == "section":
+            if "text" in block:
+                assert len(block["text"]["text"]) <= SECTION_LIMIT  # type: ignore[index]
+            for field in block.get("fields", []):  # type: ignore[attr-defined]
+                assert len(field["text"]) <= 2000
+        assert "<b>" not in text
+
+
+def test_a_40_column_row_of_long_text_renders_within_slack_limits() -> None:
+    columns, rows = wide_rows(20)
+    view = IncidentView(
+        incident_id=7,
+        invariant="wide/" + "n" * 200,
+        kind="violation",
+        severity="critical",
+        description="<script>" + "d" * 5000,
+        owner="@payments",
+        runbook="https://example.com/rb",
+        opened_at=NOW - timedelta(hours=1),
+        count=123_456,
+        columns=columns,
+        rows=rows,
+    )
+    message = root_message(view, NOW)
+    limits_hold(message.blocks)
+    assert len(message.text) <= 300
+    sections = [b["text"]["text"] for b in message.blocks if b["type"] == "section" and "text" in b]
+    table = next(t for t in sections if t.startswith("```"))
+    text = table
+    assert "&lt;b&gt;&amp;value 0-0" in text
+    assert "more columns in the CSV" in text
+    assert "more rows not shown" in text
+    assert text.count("```") == 2  # user backticks cannot close the code block
+
+
+def test_every_kind_of_message_stays_within_limits() -> None:
+    columns, rows = wide_rows(3)
+    for kind in ("violation", "cannot_evaluate", "replica_stale", "invalid_file"):
+        view = IncidentView(
+            1, "x" * 300, kind, detail="e" * 10_000, opened_at=NOW, columns=columns, rows=rows
+        )
+        limits_hold(root_message(view, NOW).blocks)
+        resolved = IncidentView(1, "x", kind, opened_at=NOW - timedelta(hours=2), resolved_at=NOW)
+        assert root_message(resolved, NOW).blocks[0]["text"]["text"].startswith("✅ ")
+    keys = [json.dumps([i, "k" * 200]) for i in range(500)]
+    reply = reply_message(
+        "keys_appeared", {"keys": keys, "count": 500}, IncidentView(1, "x", "violation")
+    )
+    limits_hold(reply.blocks)
+    assert "and 480 more" in reply.blocks[0]["text"]["text"]
+    views = [IncidentView(i, "inv" * 40, "violation", count=i) for i in range(300)]
+    limits_hold(digest_message(views, NOW).blocks)
+
+
+def test_an_error_is_never_worded_as_a_violation() -> None:
+    cannot = root_message(IncidentView(1, "refunds", "cannot_evaluate", detail="timeout"), NOW)
+    assert cannot.blocks[0]["text"]["text"] == "⚠️ CANNOT EVALUATE · refunds"
+    assert "not a violation" in cannot.blocks[1]["text"]["text"]
+    stale = root_message(IncidentView(2, "(replica)", "replica_stale"), NOW)
+    assert stale.blocks[0]["text"]["text"] == "⏸️ REPLICA STALE · invariants paused"
+
+
+def test_the_csv_holds_a_wide_row_whole() -> None:
+    columns, rows = wide_rows(3)
+    data = offending_csv(rows, cap=2)
+    parsed = list(csv.reader(io.StringIO(data.decode())))
+    assert parsed[0] == columns
+    assert parsed[1:] == [[str(rows[n][c]) for c in columns] for n in range(2)]
+    assert csv_title("wide", 2, 3) == "wide: 2 of 3 offending rows (1 left out)"
+    assert csv_title("wide", 3, 3) == "wide: 3 offending rows"

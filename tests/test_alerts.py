@@ -1,0 +1,376 @@
+"""Slack delivery through slack-sdk against a fake Slack Web API: exactly one root message
+per incident, each thread event once, the CSV holding exactly the offending rows, under
+seeded faults and simulated crashes."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import random
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fake_slack import TOKEN, FakeSlack
+from helpers import sql
+
+from alerts.slack import SlackTransport
+from alerts.transport import TransportError
+from monitor.config import Config, DaemonConfig, HttpConfig, SlackConfig
+from monitor.daemon import Daemon
+from monitor.state import StateStore
+
+INVARIANT = """\
+-- description: No item is marked bad.
+-- severity: critical
+-- owner: "@payments"
+-- key: [id]
+SELECT id, note FROM items WHERE bad
+"""
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC).replace(microsecond=0)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@dataclass
+class World:
+    dsn: str
+    folder: Path
+    store: StateStore
+    clock: FakeClock
+
+    def daemon(self, fake: FakeSlack, **slack: object) -> Daemon:
+        config = Config(
+            invariants=self.folder,
+            http=HttpConfig(listen=None),
+            daemon=DaemonConfig(),
+            slack=SlackConfig.model_validate(
+                {
+                    "token": TOKEN,
+                    "api_url": fake.api_url,
+                    "channel": "#invariants",
+                    "settle": timedelta(seconds=2),
+                    "timeout": timedelta(seconds=0.3),
+                    **slack,
+                }
+            ),
+        )
+        daemon = Daemon(
+            config,
+            self.dsn,
+            self.store,
+            clock=self.clock,
+            transport=SlackTransport(TOKEN, fake.api_url, timeout=0.3),
+        )
+        daemon.reload()
+        return daemon
+
+
+@pytest.fixture
+def world(database: str, tmp_path: Path) -> Iterator[World]:
+    sql(database, "CREATE TABLE items (id int PRIMARY KEY, note text, bad bool NOT NULL)")
+    sql(database, "INSERT INTO items SELECT g, 'item ' || g, false FROM generate_series(1, 6) g")
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "bad_items.sql").write_text(INVARIANT)
+    store = StateStore.open(path=tmp_path / "state.db")
+    yield World(database, folder, store, FakeClock())
+    store.close()
+
+
+def settle(daemon: Daemon, clock: FakeClock, label: str, rounds: int = 300) -> None:
+    """Deliver, moving the clock on, until no event waits and no delivery is PENDING or
+    UNKNOWN."""
+    counts: dict[str, int] = {}
+    for _ in range(rounds):
+        daemon.deliver()
+        counts = daemon.alerter.ledger.counts()
+        waiting = daemon.store.pending_events()
+        if not counts.get("PENDING") and not counts.get("UNKNOWN") and not waiting:
+            return
+        clock.advance(1)
+    raise AssertionError(f"{label}: deliveries did not settle: {counts}")
+
+
+def csv_rows(fake: FakeSlack) -> list[list[dict[str, str]]]:
+    out = []
+    for file in fake.shared_files():
+        assert file.data is not None
+        out.append(list(csv.DictReader(io.StringIO(file.data.decode()))))
+    return out
+
+
+def assert_one_clean_incident(fake: FakeSlack, label: str) -> None:
+    """The user-visible outcome of the scripted incident: exactly once, in order."""
+    roots = fake.roots()
+    assert len(roots) == 1, f"{label}: {len(roots)} root messages"
+    [root] = roots
+    assert root.blocks[0]["text"]["text"].startswith("✅ RESOLVED · bad_items"), label
+    thread = fake.thread(root)
+    kinds = []
+    for message in thread:
+        if message.files:
+            kinds.append("csv")
+        else:
+            kinds.append(message.text.split(" ")[0])
+    assert kinds == ["csv", "➕", "➖", "✅"], f"{label}: thread was {kinds}"
+    keys = [m.key for m in thread if m.key]
+    assert len(keys) == len(set(keys)), f"{label}: a message was posted twice"
+    [rows] = csv_rows(fake)
+    assert sorted(rows, key=lambda r: r["id"]) == [
+        {"id": "1", "note": "item 1"},
+        {"id": "2", "note": "item 2"},
+    ], label
+    assert len(fake.files) >= 1
+
+
+def script(world: World, daemon: Daemon, step: int) -> None:
+    changes = [
+        "UPDATE items SET bad = id IN (1, 2)",
+        "UPDATE items SET bad = id IN (2, 3)",
+        "UPDATE items SET bad = false",
+    ]
+    sql(world.dsn, changes[step])
+    world.clock.advance(60)
+    daemon.evaluate("bad_items")
+
+
+def test_an_incident_is_announced_updated_and_resolved_in_one_thread(world: World) -> None:
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        for step in range(3):
+            script(world, daemon, step)
+            settle(daemon, world.clock, f"step {step}")
+        daemon.runner.close()
+    assert_one_clean_incident(fake, "no faults")
+    [root] = fake.roots()
+    assert root.updates == 3  # keys appeared, keys gone, resolved
+    assert root.channel == "C0INVARIANTS"
+    assert [f.title for f in fake.shared_files()] == ["bad_items: 2 offending rows"]
+    assert world.store.pending_events() == []
+    assert daemon.alerter.ledger.counts() == {"SENT": 8}  # root, csv, 3 x (reply, update)
+
+
+def test_a_permanent_error_fails_once_with_a_clear_reason_and_does_not_loop(
+    world: World,
+) -> None:
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake, channel="#no-such-channel")
+        script(world, daemon, 0)
+        settle(daemon, world.clock, "permanent")
+        daemon.runner.close()
+    deliveries = daemon.alerter.ledger.all()
+    assert [(d.action, d.state, d.attempts) for d in deliveries] == [
+        ("post_root", "FAILED", 1),
+        ("upload_csv", "FAILED", 0),
+    ]
+    assert deliveries[0].last_error == "channel '#no-such-channel' not found or not visible"
+    assert deliveries[1].last_error == (
+        "its root message failed: channel '#no-such-channel' not found or not visible"
+    )
+    assert fake.messages == []
+
+
+def test_a_429_is_rescheduled_by_retry_after_without_sleeping(world: World) -> None:
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        script(world, daemon, 0)
+        first_post = iter(["rate_limit"])
+
+        def rate_limit_first_post(method: str) -> str:
+            return next(first_post, "none") if method == "chat.postMessage" else "none"
+
+        fake._fault = rate_limit_first_post  # type: ignore[method-assign]
+        world.clock.advance(2)  # past the quiet window: the opening is planned
+        daemon.deliver()
+        [root] = [d for d in daemon.alerter.ledger.all() if d.action == "post_root"]
+        assert (root.state, root.last_error) == (
+            "PENDING",
+            "rate limited by Slack (retry after 1.0s)",
+        )
+        daemon.deliver()
+        assert fake.roots() == []  # not due yet: the clock has not moved
+        world.clock.advance(1)
+        settle(daemon, world.clock, "after 429")
+        daemon.runner.close()
+    assert len(fake.roots()) == 1
+
+
+def test_slack_sdk_never_retries_a_post_on_its_own() -> None:
+    with FakeSlack() as fake:
+        transport = SlackTransport(TOKEN, fake.api_url, timeout=0.3)
+        seen: list[str] = []
+
+        def reset_every_call(method: str) -> str:
+            seen.append(method)
+            return "reset"
+
+        fake._fault = reset_every_call  # type: ignore[method-assign]
+        with pytest.raises(TransportError) as caught:
+            transport.post("C0INVARIANTS", "x", [], "key-1")
+    assert caught.value.kind == "ambiguous"
+    assert seen == ["chat.postMessage"]  # one request: no silent second post
+    assert fake.messages == []
+
+
+def test_two_workers_sharing_a_postgres_store_never_send_the_same_row(
+    database: str, admin_dsn: str, tmp_path: Path
+) -> None:
+    from monitor.pgtemp import scratch_database
+
+    sql(database, "CREATE TABLE items (id int PRIMARY KEY, note text, bad bool NOT NULL)")
+    sql(database, "INSERT INTO items SELECT g, 'n', g <= 2 FROM generate_series(1, 3) g")
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    for n in range(8):
+        (folder / f"inv_{n}.sql").write_text(INVARIANT.replace("bad", f"bad AND id > {n % 2}"))
+    with scratch_database(admin_dsn, prefix="invmon_state") as state_dsn, FakeSlack() as fake:
+        stores = [StateStore.open(dsn=state_dsn), StateStore.open(dsn=state_dsn)]
+        clock = FakeClock()
+        world_a = World(database, folder, stores[0], clock)
+        world_b = World(database, folder, stores[1], clock)
+        a = world_a.daemon(fake, digest_threshold=100)
+        b = world_b.daemon(fake, digest_threshold=100)
+        for name in sorted(a.invariants):
+            a.evaluate(name)
+        barrier = threading.Barrier(2)
+
+        def work(daemon: Daemon) -> None:
+            barrier.wait()
+            for _ in range(30):
+                daemon.deliver()
+
+        threads = [threading.Thread(target=work, args=(d,)) for d in (a, b)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        settle(a, clock, "shared store")
+        for daemon in (a, b):
+            daemon.runner.close()
+        for store in stores:
+            store.close()
+    keys = [m.key for m in fake.messages if m.key]
+    assert len(keys) == len(set(keys))
+    assert len(fake.roots()) == 8
+    assert len(fake.shared_files()) == 8
+
+
+def test_a_burst_of_openings_goes_out_as_one_digest(world: World) -> None:
+    for n in range(6):
+        (world.folder / f"burst_{n}.sql").write_text(
+            f"-- description: burst {n}\n-- key: [id]\nSELECT id FROM items WHERE id <= {n + 1}\n"
+        )
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake, digest_threshold=5)
+        for name in sorted(daemon.invariants):
+            daemon.evaluate(name)
+        settle(daemon, world.clock, "digest")
+        daemon.runner.close()
+    [digest] = fake.roots()
+    assert digest.blocks[0]["text"]["text"] == "🚨 6 incidents opened at once"
+    thread = fake.thread(digest)
+    details = [m for m in thread if not m.files]
+    assert len(details) == 6
+    assert len([m for m in thread if m.files]) == 6
+
+
+def test_reminders_go_in_the_thread_once_per_interval(world: World) -> None:
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake, repeat_interval=timedelta(hours=4))
+        script(world, daemon, 0)
+        settle(daemon, world.clock, "opened")
+        assert daemon.alerter.remind() == 0
+        world.clock.advance(4 * 3600 + 1)
+        assert daemon.alerter.remind() == 1
+        assert daemon.alerter.remind() == 0
+        settle(daemon, world.clock, "reminded")
+        daemon.runner.close()
+    [root] = fake.roots()
+    reminders = [m for m in fake.thread(root) if m.text.startswith("⏰")]
+    assert len(reminders) == 1
+
+
+def test_without_slack_alerts_are_printed_through_the_same_ledger(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = Config(invariants=world.folder, http=HttpConfig(listen=None))
+    daemon = Daemon(config, world.dsn, world.store, clock=world.clock)
+    daemon.reload()
+    script(world, daemon, 0)
+    settle(daemon, world.clock, "console")
+    daemon.runner.close()
+    out = capsys.readouterr().out
+    assert "── alert to #invariants ──" in out
+    assert "🔴 CRITICAL · bad_items violated" in out
+    assert "📎 CSV attached: bad_items: 2 offending rows" in out
+    assert daemon.alerter.ledger.counts() == {"SENT": 2}
+
+
+def crash(daemon: Daemon, fake: FakeSlack, rng: random.Random) -> None:
+    """Simulate a worker killed at a random point: after claiming a row, and sometimes after
+    Slack accepted the call but before the answer was recorded."""
+    claimed = daemon.alerter.ledger.claim("doomed-worker", daemon.clock(), timedelta(seconds=30))
+    if claimed is None or rng.random() < 0.5:
+        return
+    delivery, state = claimed
+    if state == "PENDING" and delivery.action in ("post_root", "post_reply") and rng.random() < 0.7:
+        with contextlib.suppress(TransportError):
+            daemon.alerter.worker._perform(delivery)  # the effect lands...
+        # ...and the worker dies before recording it: the claim stays as it was.
+        with daemon.store.transaction() as tx:
+            tx.run(
+                "UPDATE deliveries SET state = 'UNKNOWN', lease_owner = 'doomed-worker',"
+                " lease_until = ? WHERE id = ?",
+                (
+                    (daemon.clock() + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                    delivery.id,
+                ),
+            )
+
+
+def run_seed(world: World, seed: int) -> None:
+    rng = random.Random(seed)
+    label = f"seed {seed}"
+    with FakeSlack(seed=seed, fault_rate=0.35, answer_delay=0.35, clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        for step in range(3):
+            script(world, daemon, step)
+            for _ in range(rng.randint(1, 6)):
+                if rng.random() < 0.3:
+                    crash(daemon, fake, rng)
+                daemon.deliver()
+                world.clock.advance(rng.choice([0, 1, 3, 40]))
+        fake.faults_off()
+        world.clock.advance(60)  # past every lease and settle window
+        settle(daemon, world.clock, label)
+        daemon.runner.close()
+    assert_one_clean_incident(fake, label)
+    counts = daemon.alerter.ledger.counts()
+    assert set(counts) == {"SENT"}, f"{label}: {counts}"
+
+
+SEEDS = range(int(__import__("os").environ.get("INVMON_SOAK_SEEDS", "12")))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_faults_and_crashes_never_double_or_lose_a_message(world: World, seed: int) -> None:
+    run_seed(world, seed)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("seed", range(1000, 1200))
+def test_soak_faults_and_crashes_over_200_seeds(world: World, seed: int) -> None:
+    run_seed(world, seed)
