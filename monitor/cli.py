@@ -12,7 +12,7 @@ import click
 
 from monitor import __version__
 from monitor.check import UnknownInvariant, run_check
-from monitor.config import Config, ConfigError, load_config
+from monitor.config import Config, ConfigError, check_dsn, load_config
 from monitor.loader import load_directory
 from monitor.logs import redact
 from monitor.render import (
@@ -72,6 +72,10 @@ def resolve_config(config_path: Path | None, dsn: str | None, invariants: Path |
         fail(str(exc))
     updates: dict[str, Any] = {}
     if dsn:
+        try:
+            check_dsn(dsn)
+        except ValueError as exc:
+            fail(f"--dsn / INVMON_DSN: {exc}")
         updates["dsn"] = dsn
     if invariants:
         updates["invariants"] = invariants

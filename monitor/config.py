@@ -12,7 +12,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+import psycopg
 import yaml
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from monitor.durations import parse_duration, parse_schedule
@@ -29,6 +31,25 @@ class ConfigError(Exception):
 
 def _duration(value: Any) -> timedelta:
     return parse_duration(value)
+
+
+def check_dsn(value: str | None) -> str | None:
+    """A DSN libpq can read; the error never repeats the value, which holds a password."""
+    if value is not None:
+        try:
+            conninfo_to_dict(value)
+        except psycopg.ProgrammingError:
+            raise ValueError(
+                "cannot be read as a PostgreSQL connection string (the value is not shown); "
+                "check its quoting and percent-encoding"
+            ) from None
+    return value
+
+
+def _safe_to_show(value: Any) -> bool:
+    # Values may come from ${VAR} and hold secrets: echo only short, plain ones.
+    text = str(value)
+    return len(text) <= 40 and not re.search(r"://|password|secret|token|xox|@", text, re.I)
 
 
 class _Model(BaseModel):
@@ -70,6 +91,7 @@ class StateConfig(_Model):
     retention: timedelta = timedelta(days=30)  # runs older than this are pruned
 
     _t = field_validator("retention", mode="before")(_duration)
+    _d = field_validator("dsn")(check_dsn)
 
 
 class DaemonConfig(_Model):
@@ -142,6 +164,8 @@ class Config(_Model):
     log: LogConfig = LogConfig()
     slack: SlackConfig = SlackConfig()
 
+    _d = field_validator("dsn")(check_dsn)
+
     def invariant_defaults(self) -> Defaults:
         return Defaults(
             schedule=self.defaults.schedule,
@@ -201,7 +225,8 @@ def parse_config(data: Any, source: str) -> Config:
                 continue
             reason = str(error["msg"]).removeprefix("Value error, ")
             secret = "dsn" in field or "token" in field
-            shown = "" if secret else f" (got {error.get('input')!r})"
+            value = error.get("input")
+            shown = "" if secret or not _safe_to_show(value) else f" (got {value!r})"
             messages.append(f"{source}: field {field!r}: {reason}{shown}")
         raise ConfigError("\n".join(messages)) from None
 

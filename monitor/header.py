@@ -152,7 +152,7 @@ def parse_header(split: SplitFile) -> InvariantHeader:
 
 def _describe(split: SplitFile, error: Any, first: int) -> tuple[int, str]:
     field = str(error["loc"][0]) if error["loc"] else "header"
-    line = _line_of_key(split, field) or first
+    line = line_of_key(split, field) or first
     if error["type"] == "extra_forbidden":
         known = sorted(_header_keys())
         close = difflib.get_close_matches(field, known, n=1)
@@ -168,7 +168,7 @@ def _header_keys() -> set[str]:
     return {f.alias or name for name, f in InvariantHeader.model_fields.items()}
 
 
-def _line_of_key(split: SplitFile, key: str) -> int | None:
+def line_of_key(split: SplitFile, key: str) -> int | None:
     pattern = re.compile(rf"^\s*{re.escape(key)}\s*:")
     for number, body in split.header_lines:
         if pattern.match(body):

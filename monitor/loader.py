@@ -12,9 +12,16 @@ from datetime import timedelta
 from pathlib import Path
 
 from monitor.durations import Schedule, parse_schedule
-from monitor.header import HeaderError, InvariantHeader, Severity, parse_header, split_file
+from monitor.header import (
+    HeaderError,
+    InvariantHeader,
+    Severity,
+    line_of_key,
+    parse_header,
+    split_file,
+)
 from monitor.problems import Problem
-from monitor.validate import validate_sql
+from monitor.validate import output_columns, validate_sql
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,22 @@ def load_file(path: Path, name: str, defaults: Defaults) -> Invariant | list[Pro
     except HeaderError as exc:
         problems.extend(Problem(path, line, message) for line, message in exc.problems)
     offset = split.sql_first_line - 1
-    problems.extend(Problem(path, p.line + offset, p.message) for p in validate_sql(split.sql))
+    sql_problems = validate_sql(split.sql)
+    problems.extend(Problem(path, p.line + offset, p.message) for p in sql_problems)
+    if header is not None and header.key and not sql_problems:
+        columns = output_columns(split.sql)
+        missing = [k for k in header.key if columns is not None and k not in columns]
+        if missing:
+            line = line_of_key(split, "key") or 1
+            problems.append(
+                Problem(
+                    path,
+                    line,
+                    f"key column{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))} "
+                    f"not among the query's output columns ({', '.join(columns or [])}); "
+                    "unquoted names are lower-cased by PostgreSQL",
+                )
+            )
     if problems or header is None:
         return problems
     return Invariant(

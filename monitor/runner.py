@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from monitor.config import DatabaseConfig
@@ -48,9 +49,43 @@ def _ms(delta: timedelta) -> str:
     return str(max(1, int(delta.total_seconds() * 1000)))
 
 
+class _TextWhenOutOfRange:
+    """Dates psycopg cannot hold in Python ('infinity', year 10000+) are kept as the text
+    PostgreSQL sent, so a violation with such a row is still counted, not an error."""
+
+    def load(self, data: Any) -> Any:
+        try:
+            return super().load(data)  # type: ignore[misc]
+        except psycopg.DataError:
+            return bytes(data).decode()
+
+
+class _Date(_TextWhenOutOfRange, DateLoader):
+    pass
+
+
+class _Timestamp(_TextWhenOutOfRange, TimestampLoader):
+    pass
+
+
+class _Timestamptz(_TextWhenOutOfRange, TimestamptzLoader):
+    pass
+
+
 def _configure(conn: psycopg.Connection) -> None:
     # BEGIN READ ONLY for every transaction on this connection: the second fence after lint.
     conn.read_only = True
+    conn.autocommit = False
+    conn.adapters.register_loader("date", _Date)
+    conn.adapters.register_loader("timestamp", _Timestamp)
+    conn.adapters.register_loader("timestamptz", _Timestamptz)
+
+
+def _reset(conn: psycopg.Connection) -> None:
+    # Nothing one invariant did to its session (a search_path, a lock, a temp table) may
+    # reach the next invariant that borrows this connection.
+    conn.autocommit = True
+    conn.execute("DISCARD ALL")
     conn.autocommit = False
 
 
@@ -81,7 +116,13 @@ class Runner:
             open=False,
             timeout=self.database.connect_timeout.total_seconds(),
             configure=_configure,
-            kwargs={"connect_timeout": connect_timeout, "application_name": "invmon"},
+            reset=_reset,
+            # No server-side prepared statements: DISCARD ALL would drop them under psycopg.
+            kwargs={
+                "connect_timeout": connect_timeout,
+                "application_name": "invmon",
+                "prepare_threshold": None,
+            },
             name="invmon",
         )
 

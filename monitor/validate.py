@@ -42,14 +42,39 @@ _FORBIDDEN_FUNCTIONS = {
     "pg_stat_file": "reads the server's files",
     "txid_current": "assigns a transaction id",
     "pg_current_xact_id": "assigns a transaction id",
+    "pg_current_logfile": "reads the server's files",
+    "pg_import_system_collations": "changes the catalog",
+    "ts_stat": "runs the SQL text it is given",
+    "ts_rewrite": "runs the SQL text it is given",
 }
 _FORBIDDEN_PREFIXES = {
     "pg_advisory_": "takes an advisory lock",
     "pg_try_advisory_": "takes an advisory lock",
     "dblink": "reaches another server",
     "lo_": "touches large objects",
+    "pg_ls_": "lists the server's directories",
+    "pg_file_": "writes the server's files",
+    "pg_stat_reset": "resets statistics",
+    "pg_create_": "creates a replication slot or restore point",
+    "pg_drop_": "drops a replication slot",
+    "pg_copy_": "copies a replication slot",
+    "pg_replication_": "moves a replication slot",
+    "pg_logical_": "writes to the WAL or a replication slot",
+    "pg_backup_": "starts or stops a backup",
+    "pg_start_backup": "starts a backup",
+    "pg_stop_backup": "stops a backup",
+    "pg_log_backend": "writes to the server log",
+    # These run the SQL text they are given, which lint cannot see.
+    "query_to_xml": "runs the SQL text it is given",
+    "cursor_to_xml": "reads a cursor",
+    "table_to_xml": "reads whole tables outside the query",
+    "schema_to_xml": "reads whole schemas outside the query",
+    "database_to_xml": "reads the whole database outside the query",
 }
 
+# U&"..." spells an identifier with escapes (U&"\0070g_sleep" is pg_sleep): no name check
+# can see through it, and no invariant needs it.
+_UNICODE_IDENTIFIER = re.compile(r"\bu&[\"']", re.I)
 _LOCK_TEXT = re.compile(r"\bfor\s+(no\s+key\s+update|key\s+share|update|share)\b", re.I)
 
 
@@ -91,7 +116,38 @@ def _first_code_line(sql: str) -> int:
 
 
 def parse_statements(sql: str) -> list[exp.Expr]:
-    return [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+    # A trailing "; -- comment" parses as a separate Semicolon node; it is not a statement.
+    return [
+        s
+        for s in sqlglot.parse(sql, read="postgres")
+        if s is not None and not isinstance(s, exp.Semicolon)
+    ]
+
+
+def _code_only(sql: str) -> str:
+    """The text with comments and string literals blanked, lines kept."""
+    pattern = re.compile(r"--[^\n]*|/\*.*?\*/|'(?:[^']|'')*'", re.S)
+    return pattern.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), sql)
+
+
+def output_columns(sql: str) -> list[str] | None:
+    """The names PostgreSQL gives the query's columns, or None when they cannot be known
+    without a schema (a `*`, or an expression with no name of its own)."""
+    try:
+        [statement] = parse_statements(sql)
+    except (ParseError, TokenError, ValueError):
+        return None
+    names = []
+    for column in getattr(statement, "selects", []):
+        if isinstance(column, exp.Star) or column.find(exp.Star):
+            return None
+        identifier = column.args.get("alias") if isinstance(column, exp.Alias) else column
+        if isinstance(identifier, exp.Column):
+            identifier = identifier.this
+        if not isinstance(identifier, exp.Identifier) or not identifier.name:
+            return None
+        names.append(identifier.name if identifier.quoted else identifier.name.lower())
+    return names or None
 
 
 def validate_sql(sql: str) -> list[SqlProblem]:
@@ -113,7 +169,14 @@ def validate_sql(sql: str) -> list[SqlProblem]:
                 "an invariant is one query returning the offending rows",
             )
         ]
-    return _check_statement(statements[0], sql, start)
+    problems = _check_statement(statements[0], sql, start)
+    escaped = _UNICODE_IDENTIFIER.search(_code_only(sql))
+    if escaped:
+        line = sql.count("\n", 0, escaped.start()) + 1
+        problems.append(
+            SqlProblem(line, 'U&"..." escaped identifiers are not allowed; write the name plainly')
+        )
+    return sorted(problems, key=lambda p: p.line)
 
 
 def _parse_problem(exc: ParseError | TokenError, default_line: int) -> SqlProblem:

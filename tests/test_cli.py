@@ -162,3 +162,28 @@ def test_lint_passes_the_shipped_invariants() -> None:
     done = invmon("lint", str(root / "invariants"))
     assert (done.returncode, done.stdout) == (0, "")
     assert done.stderr.strip() == "4 invariants valid, 0 with errors"
+
+
+def test_a_malformed_dsn_is_refused_without_repeating_its_password(tmp_path: Path) -> None:
+    done = invmon(
+        "check",
+        "--invariants",
+        str(tmp_path),
+        env={"INVMON_DSN": "postgresql://invmon:S3cr%t-Pa55@127.0.0.1/app"},
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "invmon: --dsn / INVMON_DSN: cannot be read as a PostgreSQL connection string "
+        "(the value is not shown); check its quoting and percent-encoding"
+    )
+    (tmp_path / "invmon.yaml").write_text("state: ${STATE_DSN}\n")
+    done = invmon(
+        "check",
+        "--dsn",
+        "dbname=x",
+        cwd=tmp_path,
+        env={"STATE_DSN": "postgresql://invmon:TopSecret99@db/state"},
+    )
+    assert done.returncode == 2
+    assert "TopSecret99" not in done.stderr
+    assert done.stderr.startswith("invmon: invmon.yaml: field 'state': ")

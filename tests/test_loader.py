@@ -83,6 +83,11 @@ def test_unset_header_keys_take_the_configured_defaults(tmp_path: Path) -> None:
         ("-- description: [unclosed\nSELECT 1\n", 1, "not valid YAML"),
         ("-- description: x\nSELECT 1;\nSELECT 2\n", 2, "exactly one statement"),
         ("-- description: x\n\nDELETE FROM t\n", 3, "DELETE statement is not allowed"),
+        (
+            "-- description: x\n-- key: [DisputeId]\nSELECT dispute_id, DisputeId FROM t\n",
+            2,
+            "key column 'DisputeId' not among the query's output columns (dispute_id, disputeid)",
+        ),
     ],
 )
 def test_a_broken_file_is_reported_at_its_line(

@@ -228,3 +228,23 @@ def test_runs_share_a_bounded_pool(database: str) -> None:
         results = runner.run_all([invariant(f"inv{i}", sql) for i in range(6)])
     assert [r.invariant for r in results] == [f"inv{i}" for i in range(6)]
     assert max(r.rows[0]["running"] for r in results) == 2
+
+
+def test_rows_with_infinite_or_far_future_dates_are_still_counted(runner: Runner) -> None:
+    sql_text = (
+        "SELECT 'infinity'::timestamptz AS at, '-infinity'::timestamp AS since,"
+        " '20000-01-01'::date AS day"
+    )
+    result = runner.run_one(invariant("dates", sql_text))
+    assert (result.status, result.count) == ("violated", 1)
+    assert result.rows == [{"at": "infinity", "since": "-infinity", "day": "20000-01-01"}]
+
+
+def test_one_invariant_cannot_change_the_session_another_one_gets(database: str) -> None:
+    with Runner(database, concurrency=1) as runner:
+        poison = runner.run_one(
+            invariant("poison", "SELECT set_config('search_path', 'decoy', false) AS s")
+        )
+        after = runner.run_one(invariant("after", "SELECT current_setting('search_path') AS p"))
+    assert poison.status == "violated"
+    assert after.rows == [{"p": '"$user", public'}]
