@@ -6,6 +6,7 @@ GRANT USAGE ON SCHEMA public TO invmon;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO invmon;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO invmon;
 ALTER ROLE invmon SET default_transaction_read_only = on;
--- pg_stat_activity and replay lag functions need no extra grants; pg_monitor shows other
--- sessions' queries too, which helps when a slow invariant is investigated:
--- GRANT pg_monitor TO invmon;
+-- Replica freshness: invmon reads pg_stat_wal_receiver to tell a caught-up standby from one
+-- whose link broke. Its columns are visible only with this role; without it invmon falls
+-- back to the age of the last replayed commit, which reads as stale on an idle primary.
+GRANT pg_read_all_stats TO invmon;

@@ -8,11 +8,14 @@ How lag is measured (all in one SELECT, valid inside a READ ONLY transaction):
 
 * On a primary (`pg_is_in_recovery()` false) lag is 0.0.
 * On a standby that has replayed all the WAL it received (`pg_last_wal_receive_lsn() <=
-  pg_last_wal_replay_lsn()`) lag is 0.0, however old `pg_last_xact_replay_timestamp()` is:
-  an idle primary writes no commits, so the last replayed commit ages without anything being
-  behind. `<=` rather than `=`: right after the WAL receiver (re)starts it reports the
-  start of the segment it streams from, which can be before what was already replayed from
-  local WAL; nothing received is then waiting either.
+  pg_last_wal_replay_lsn()`) and whose WAL receiver is streaming, lag is the time since the
+  receiver last heard from the primary (`pg_stat_wal_receiver.last_msg_receipt_time`),
+  however old `pg_last_xact_replay_timestamp()` is: an idle primary writes no commits, so
+  the last replayed commit ages without anything being behind, but it still sends
+  keepalives. A broken link also leaves "everything received replayed", which is why the
+  receiver must be heard from. `<=` rather than `=`: right after the WAL receiver
+  (re)starts it reports the start of the segment it streams from, which can be before what
+  was already replayed from local WAL; nothing received is then waiting either.
 * Otherwise (WAL received but not yet replayed, or no streaming at all, e.g. archive
   recovery, where what is outstanding cannot be seen) lag is the age of the last replayed
   commit, `statement_timestamp() - pg_last_xact_replay_timestamp()`, clamped at 0 (the
@@ -43,10 +46,18 @@ class ReplicaStatus:
 # One round trip, read-only functions only. statement_timestamp() rather than now(): in a
 # long READ ONLY transaction now() is the transaction's start and would understate the lag.
 # The age is clamped in Python, not with greatest(), which would turn NULL (unknown) into 0.
+# The fourth column is how long ago the WAL receiver last heard from the primary while
+# streaming: a primary sends keepalives even when idle, so a receiver that has replayed all
+# it received AND heard from the primary recently is truly caught up, while one whose link
+# broke has also "replayed all it received" and must not read as fresh. The columns of
+# pg_stat_wal_receiver need pg_read_all_stats (or pg_monitor); without it they are NULL and
+# the lag falls back to the age of the last replayed commit.
 _STATUS_SQL = """
 SELECT pg_is_in_recovery(),
        pg_last_wal_receive_lsn() <= pg_last_wal_replay_lsn(),
-       extract(epoch FROM statement_timestamp() - pg_last_xact_replay_timestamp())::float8
+       extract(epoch FROM statement_timestamp() - pg_last_xact_replay_timestamp())::float8,
+       (SELECT extract(epoch FROM statement_timestamp() - last_msg_receipt_time)::float8
+          FROM pg_stat_wal_receiver WHERE status = 'streaming')
 """
 
 
@@ -61,25 +72,33 @@ def read_replica_status(conn: psycopg.Connection[Any]) -> ReplicaStatus:
         row = cur.fetchone()
     if row is None:  # a SELECT without FROM always returns one row
         raise RuntimeError("replica status query returned no row")
-    in_recovery, replayed_all_received, replay_age = row
+    in_recovery, replayed_all_received, replay_age, heard_from_primary = row
     return ReplicaStatus(
         in_recovery=bool(in_recovery),
-        lag_seconds=_lag_seconds(bool(in_recovery), replayed_all_received, replay_age),
+        lag_seconds=_lag_seconds(
+            bool(in_recovery), replayed_all_received, replay_age, heard_from_primary
+        ),
     )
 
 
 def _lag_seconds(
-    in_recovery: bool, replayed_all_received: bool | None, replay_age: float | None
+    in_recovery: bool,
+    replayed_all_received: bool | None,
+    replay_age: float | None,
+    heard_from_primary: float | None = None,
 ) -> float | None:
-    """The lag rule of the module docstring, from the query's three columns.
+    """The lag rule of the module docstring, from the query's columns.
 
     `replayed_all_received` is NULL when either LSN is unknown (not streaming);
-    `replay_age` is NULL when no commit has been replayed since the standby started.
+    `replay_age` is NULL when no commit has been replayed since the standby started;
+    `heard_from_primary` is NULL when the receiver is not streaming (or not visible).
     """
     if not in_recovery:
         return 0.0
-    if replayed_all_received:
-        return 0.0
+    if replayed_all_received and heard_from_primary is not None:
+        # Everything received is replayed, and the primary spoke this long ago: the data
+        # is at most that old.
+        return max(0.0, float(heard_from_primary))
     if replay_age is None:
         return None
     return max(0.0, float(replay_age))

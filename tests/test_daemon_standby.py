@@ -42,7 +42,8 @@ def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident
         daemon.reload()
         first = daemon.evaluate("bad")
         assert first is not None
-        assert (first.status, first.count, first.replica_lag) == ("violated", 1, 0.0)
+        assert (first.status, first.count) == ("violated", 1)
+        assert first.replica_lag is not None and first.replica_lag < 1
 
         standby_pair.pause_replay()
         with standby_pair.primary() as conn:
@@ -67,7 +68,8 @@ def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident
         standby_pair.wait_caught_up()
         fresh = daemon.evaluate("bad")
         assert fresh is not None
-        assert (fresh.status, fresh.count, fresh.replica_lag) == ("ok", 0, 0.0)
+        assert (fresh.status, fresh.count) == ("ok", 0)
+        assert fresh.replica_lag is not None and fresh.replica_lag < 1
         assert [e.kind for e in store.events(REPLICA_SUBJECT)] == [
             "replica_stale",
             "replica_fresh",

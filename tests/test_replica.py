@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from monitor.replica import ReplicaStatus, _lag_seconds, is_stale, read_replica_status
@@ -73,15 +74,27 @@ def test_the_status_is_read_whatever_the_connections_row_factory(
             assert read_replica_status(conn).in_recovery is in_recovery
 
 
-def test_a_caught_up_standby_is_in_recovery_and_has_zero_lag(standby_pair: StandbyPair) -> None:
+# A caught-up standby's lag is the time since the primary last spoke to it; the primary
+# sends keepalives at least every wal_sender_timeout / 2 (30 s by default).
+KEEPALIVE = timedelta(seconds=60)
+
+
+def caught_up(status: ReplicaStatus) -> bool:
+    lag = status.lag_seconds
+    return status.in_recovery and lag is not None and 0.0 <= lag < KEEPALIVE.total_seconds()
+
+
+def test_a_caught_up_standby_is_in_recovery_and_has_almost_no_lag(
+    standby_pair: StandbyPair,
+) -> None:
     commit_on_primary(standby_pair)
     standby_pair.wait_caught_up(10)
     status = status_of(standby_pair.standby_dsn)
-    assert status == ReplicaStatus(in_recovery=True, lag_seconds=0.0)
-    assert is_stale(status, timedelta(0)) is False
+    assert caught_up(status), status
+    assert is_stale(status, KEEPALIVE) is False
 
 
-def test_a_standby_of_an_idle_primary_has_zero_lag_however_old_its_last_commit(
+def test_a_standby_of_an_idle_primary_is_fresh_however_old_its_last_commit(
     standby_pair: StandbyPair,
 ) -> None:
     commit_on_primary(standby_pair)
@@ -94,8 +107,8 @@ def test_a_standby_of_an_idle_primary_has_zero_lag_however_old_its_last_commit(
         ),
     )
     status = status_of(standby_pair.standby_dsn)
-    assert status == ReplicaStatus(in_recovery=True, lag_seconds=0.0)
-    assert is_stale(status, ONE_SECOND) is False
+    assert caught_up(status), status
+    assert is_stale(status, KEEPALIVE) is False
 
 
 def test_with_replay_paused_lag_grows_until_stale_and_returns_to_zero_after_resuming(
@@ -140,9 +153,43 @@ def test_with_replay_paused_lag_grows_until_stale_and_returns_to_zero_after_resu
         standby_pair.resume_replay()
 
     standby_pair.wait_caught_up(10)
-    caught_up = status_of(standby_pair.standby_dsn)
-    assert caught_up == ReplicaStatus(in_recovery=True, lag_seconds=0.0)
-    assert is_stale(caught_up, ONE_SECOND) is False
+    after = status_of(standby_pair.standby_dsn)
+    assert caught_up(after), after
+    assert is_stale(after, KEEPALIVE) is False
+
+
+def test_a_standby_whose_link_to_the_primary_broke_goes_stale(standby_pair: StandbyPair) -> None:
+    """A cut link leaves "everything received is replayed", which must not read as fresh."""
+    commit_on_primary(standby_pair)
+    standby_pair.wait_caught_up(10)
+    with standby_pair.standby() as conn:
+        row = conn.execute("SHOW primary_conninfo").fetchone()
+        assert row is not None
+        conninfo = str(row[0])
+        conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        poll_until(
+            "the WAL receiver to stop",
+            lambda: standby_scalar(standby_pair, "SELECT count(*) = 0 FROM pg_stat_wal_receiver"),
+        )
+        commit_on_primary(standby_pair)  # the standby never receives this one
+        broken = poll_until(
+            "the broken standby to read as stale",
+            lambda: next(
+                (s for s in [status_of(standby_pair.standby_dsn)] if is_stale(s, ONE_SECOND)),
+                None,
+            ),
+        )
+        assert broken.lag_seconds is not None and broken.lag_seconds > 1.0
+    finally:
+        with standby_pair.standby() as conn:
+            conn.execute(
+                sql.SQL("ALTER SYSTEM SET primary_conninfo = {}").format(sql.Literal(conninfo))
+            )
+            conn.execute("SELECT pg_reload_conf()")
+    standby_pair.wait_caught_up(20)
+    assert caught_up(status_of(standby_pair.standby_dsn))
 
 
 # --- pure ------------------------------------------------------------------------------
@@ -176,22 +223,25 @@ def test_a_negative_threshold_is_rejected() -> None:
 
 
 @pytest.mark.parametrize(
-    ("in_recovery", "replayed_all_received", "replay_age", "lag"),
+    ("in_recovery", "replayed_all_received", "replay_age", "heard", "lag"),
     [
-        pytest.param(False, None, None, 0.0, id="primary"),
-        pytest.param(True, True, 3600.0, 0.0, id="standby-replayed-all-received-old-commit"),
-        pytest.param(True, True, None, 0.0, id="standby-replayed-all-received-no-commit-yet"),
-        pytest.param(True, False, 2.5, 2.5, id="standby-behind"),
-        pytest.param(True, False, -0.25, 0.0, id="standby-behind-clock-skew-clamped"),
-        pytest.param(True, False, None, None, id="standby-behind-no-commit-replayed-yet"),
-        pytest.param(True, None, 7.0, 7.0, id="archive-recovery-dated-by-last-commit"),
-        pytest.param(True, None, None, None, id="archive-recovery-no-commit-replayed"),
+        pytest.param(False, None, None, None, 0.0, id="primary"),
+        pytest.param(True, True, 3600.0, 4.0, 4.0, id="caught-up-streaming-idle-primary"),
+        pytest.param(True, True, None, 0.5, 0.5, id="caught-up-streaming-no-commit-yet"),
+        pytest.param(True, True, 3600.0, None, 3600.0, id="caught-up-but-link-broken"),
+        pytest.param(True, True, None, None, None, id="link-broken-no-commit-replayed"),
+        pytest.param(True, False, 2.5, 0.1, 2.5, id="standby-behind"),
+        pytest.param(True, False, -0.25, 0.1, 0.0, id="standby-behind-clock-skew-clamped"),
+        pytest.param(True, False, None, 0.1, None, id="standby-behind-no-commit-replayed-yet"),
+        pytest.param(True, None, 7.0, None, 7.0, id="archive-recovery-dated-by-last-commit"),
+        pytest.param(True, None, None, None, None, id="archive-recovery-no-commit-replayed"),
     ],
 )
 def test_the_lag_rule_handles_every_null_combination(
     in_recovery: bool,
     replayed_all_received: bool | None,
     replay_age: float | None,
+    heard: float | None,
     lag: float | None,
 ) -> None:
-    assert _lag_seconds(in_recovery, replayed_all_received, replay_age) == lag
+    assert _lag_seconds(in_recovery, replayed_all_received, replay_age, heard) == lag
