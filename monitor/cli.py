@@ -142,13 +142,20 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
             daemon.runner.close()
             sys.exit(exit_code(results, load_failed=bool(change.invalid)))
         sys.exit(daemon.serve())
+    except OSError as exc:
+        fail(f"cannot listen on http.listen {config.http.listen}: {exc.strerror or exc}")
     finally:
         store.close()
 
 
-def open_store(config: Config) -> StateStore:
+def open_store(config: Config, must_exist: bool = False) -> StateStore:
     from monitor.state import StateStore
 
+    if must_exist and not config.state.dsn and not config.state.path.exists():
+        fail(
+            f"no state store at {str(config.state.path)!r}: run this where `invmon run` runs, "
+            "or pass the same --config"
+        )
     try:
         return StateStore.open(path=config.state.path, dsn=config.state.dsn)
     except Exception as exc:  # sqlite3 and psycopg errors alike: say where, not a traceback
@@ -162,7 +169,7 @@ def open_store(config: Config) -> StateStore:
 def status(config_path: Path | None, fmt: str) -> None:
     """Open incidents and each invariant's last run, from the state store."""
     config = resolve_config(config_path, None, None)
-    store = open_store(config)
+    store = open_store(config, must_exist=True)
     try:
         incidents, runs = store.open_incidents(), store.latest_runs()
     finally:
@@ -181,7 +188,7 @@ def status(config_path: Path | None, fmt: str) -> None:
 def history(name: str, config_path: Path | None, limit: int, fmt: str) -> None:
     """Recent runs and incidents of one invariant."""
     config = resolve_config(config_path, None, None)
-    store = open_store(config)
+    store = open_store(config, must_exist=True)
     try:
         runs, incidents = store.runs(name, limit), store.incidents(name, limit)
     finally:

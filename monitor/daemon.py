@@ -55,7 +55,10 @@ def trigger_for(schedule: Schedule, max_jitter: timedelta) -> BaseTrigger:
         jitter = min(max_jitter.total_seconds(), every / 10)
         return IntervalTrigger(seconds=every, jitter=int(jitter) or None, timezone=UTC)
     trigger = CronTrigger.from_crontab(schedule.expression, timezone=UTC)
-    trigger.jitter = int(max_jitter.total_seconds()) or None
+    first = trigger.get_next_fire_time(None, datetime.now(UTC))
+    second = trigger.get_next_fire_time(first, first) if first else None
+    period = (second - first).total_seconds() if first and second else 0
+    trigger.jitter = int(min(max_jitter.total_seconds(), period / 10)) or None
     return trigger
 
 
@@ -96,6 +99,8 @@ class Daemon:
             executors={
                 "default": ThreadPoolExecutor(config.concurrency),
                 "alerts": ThreadPoolExecutor(1),
+                # The heartbeat must tick even when every evaluation worker is busy.
+                "housekeeping": ThreadPoolExecutor(1),
             },
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
@@ -118,6 +123,15 @@ class Daemon:
         if an earlier version of it was loaded, that version keeps running.
         """
         directory = self.config.invariants
+        if self.invariants and (not directory.is_dir() or not any(directory.rglob("*.sql"))):
+            # A deploy swapping the checkout, an unmounted volume: not a reason to stop
+            # checking everything. Keep what runs and say so.
+            log.error(
+                "invariants folder %s is missing or empty; keeping the %d loaded invariants",
+                directory,
+                len(self.invariants),
+            )
+            return Reload(kept_previous=sorted(self.invariants))
         loaded = load_directory(directory, self.config.invariant_defaults())
         return self._apply(loaded, self._names_of_problems(loaded))
 
@@ -167,6 +181,7 @@ class Daemon:
         self._reschedule(change, previous)
         for name in change.removed:
             self.metrics.forget(name)
+            self.store.retire(name, now)
         if change.added or change.updated or change.removed:
             log.info(
                 "invariants loaded",
@@ -344,6 +359,9 @@ class Daemon:
     # --- the long-running part -----------------------------------------------------------
 
     def start(self) -> None:
+        if self.config.http.listen:
+            # Bound first: a port in use stops start-up before anything runs.
+            self.listener = Listener(self.config.http.listen, self.routes())
         self.scheduler.start()
         self.reload()
         now = utc_now()  # the scheduler's own clock, not the injectable one used for records
@@ -354,6 +372,7 @@ class Daemon:
             IntervalTrigger(seconds=HEARTBEAT.total_seconds()),
             id="invmon:heartbeat",
             next_run_time=now,
+            executor="housekeeping",
         )
         self.scheduler.add_job(
             self.deliver,
@@ -366,10 +385,13 @@ class Daemon:
             self.alerter.remind, IntervalTrigger(minutes=1), id="invmon:remind", executor="alerts"
         )
         self.scheduler.add_job(
-            self.prune, IntervalTrigger(hours=6), id="invmon:prune", next_run_time=now
+            self.prune,
+            IntervalTrigger(hours=6),
+            id="invmon:prune",
+            next_run_time=now,
+            executor="housekeeping",
         )
-        if self.config.http.listen:
-            self.listener = Listener(self.config.http.listen, self.routes())
+        if self.listener:
             self.listener.start()
             log.info("listening on http://%s", self.listener.address)
         log.info(

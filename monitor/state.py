@@ -347,6 +347,7 @@ class StateStore:
         """Open or resolve an on/off incident: replica stale, or an invalid file."""
         now = ts(at)
         with self._db.transaction() as tx:
+            self._lock_subject(tx, subject, now)
             current = self._open_incident(tx, subject, kind)
             draft = toggle(current, active, kind, {"detail": detail})
             if draft is None:
@@ -362,6 +363,25 @@ class StateStore:
                 incident_id = current.id
                 self._resolve(tx, incident_id, now, None)
             return [self._insert_event(tx, incident_id, subject, draft, now, None)]
+
+    def retire(self, invariant: str, at: datetime) -> list[StoredEvent]:
+        """The invariant's file was removed: close what it had open, with a reason, so no
+        incident stays open forever for a check that no longer runs."""
+        now = ts(at)
+        events = []
+        with self._db.transaction() as tx:
+            self._lock_subject(tx, invariant, now)
+            kinds: tuple[IncidentKind, ...] = ("violation", "cannot_evaluate")
+            for kind in kinds:
+                current = self._open_incident(tx, invariant, kind)
+                if current is None:
+                    continue
+                self._resolve(tx, current.id, now, None)
+                draft = EventDraft(
+                    CLOSE_EVENT[current.kind], current.kind, {"reason": "the invariant was removed"}
+                )
+                events.append(self._insert_event(tx, current.id, invariant, draft, now, None))
+        return events
 
     def mark_dispatched(self, event_ids: Sequence[int], at: datetime) -> None:
         with self._db.transaction() as tx:
@@ -438,17 +458,23 @@ class StateStore:
 
     # --- internals ---------------------------------------------------------------------
 
-    def _load_state(self, tx: Tx, invariant: str, now: str) -> InvariantState:
+    def _lock_subject(self, tx: Tx, subject: str, now: str) -> tuple[int, int]:
+        """Serialise every transition of one subject (an invariant, or the replica):
+        concurrent runs on a shared PostgreSQL store take turns on this row."""
         tx.run(
             "INSERT INTO invariant_state (invariant, updated_at) VALUES (?, ?)"
             " ON CONFLICT (invariant) DO NOTHING",
-            (invariant, now),
+            (subject, now),
         )
         [(violations, errors)] = tx.rows(
             "SELECT consecutive_violations, consecutive_errors FROM invariant_state"
             f" WHERE invariant = ?{tx.for_update}",
-            (invariant,),
+            (subject,),
         )
+        return int(violations), int(errors)
+
+    def _load_state(self, tx: Tx, invariant: str, now: str) -> InvariantState:
+        violations, errors = self._lock_subject(tx, invariant, now)
         return InvariantState(
             consecutive_violations=violations,
             consecutive_errors=errors,

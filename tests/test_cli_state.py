@@ -65,3 +65,29 @@ def test_secrets_are_masked_in_every_log_line() -> None:
         redact("postgresql://invmon:hunter2@db:5432/app") == "postgresql://invmon:***@db:5432/app"
     )
     assert redact("token xoxb-1234-abcd and xapp-1-A0-xyz") == "token xoxb-*** and xapp-***"
+
+
+def test_status_somewhere_without_a_store_says_so_instead_of_all_clear(tmp_path: Path) -> None:
+    done = invmon("status", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "invmon: no state store at 'invmon-state.db': run this where `invmon run` runs, "
+        "or pass the same --config"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_port_in_use_is_a_clear_error_before_anything_runs(database: str, tmp_path: Path) -> None:
+    import socket
+
+    (tmp_path / "invariants").mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        (tmp_path / "invmon.yaml").write_text(f"http:\n  listen: 127.0.0.1:{port}\n")
+        done = invmon("run", cwd=tmp_path, env={"INVMON_DSN": database})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"invmon: cannot listen on http.listen 127.0.0.1:{port}: Address already in use"
+    )

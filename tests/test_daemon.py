@@ -4,6 +4,7 @@ open, change and resolve over scripted data changes with exactly the expected ev
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,7 +15,7 @@ from helpers import sql, wait_for
 
 from monitor.config import Config, DaemonConfig, HttpConfig
 from monitor.daemon import Daemon
-from monitor.state import StateStore
+from monitor.state import REPLICA_SUBJECT, StateStore
 
 BAD_ROWS = """\
 -- description: No row is marked bad.
@@ -301,3 +302,48 @@ def test_shutdown_cancels_queries_still_running_after_the_grace_period(
         holder.rollback()
     [run] = store.runs("bad_rows")
     assert (run["status"], run["error"]) == ("error", "canceling statement due to user request")
+
+
+def test_concurrent_runs_share_one_replica_incident_and_lose_no_run(
+    database: str, store: StateStore
+) -> None:
+    """Many invariants in flight at a stale/fresh transition, on both stores."""
+    barrier = threading.Barrier(6)
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+
+    def flip(active: bool) -> None:
+        barrier.wait()
+        store.record_condition("replica_stale", REPLICA_SUBJECT, active, at, "behind")
+
+    for active in (True, False):
+        threads = [threading.Thread(target=flip, args=(active,)) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert [e.kind for e in store.events(REPLICA_SUBJECT)] == ["replica_stale", "replica_fresh"]
+
+
+def test_removing_a_file_closes_its_open_incident_with_a_reason(
+    daemon: Daemon, monitored: tuple[str, Path], store: StateStore
+) -> None:
+    dsn, folder = monitored
+    sql(dsn, "UPDATE items SET bad = true WHERE id = 3")
+    daemon.evaluate("bad_rows")
+    (folder / "bad_rows.sql").rename(folder / "renamed.sql")
+    change = daemon.reload()
+    assert (change.removed, change.added) == (["bad_rows"], ["renamed"])
+    resolved = store.events("bad_rows")[-1]
+    assert (resolved.kind, resolved.payload["reason"]) == ("resolved", "the invariant was removed")
+    assert store.open_incidents() == []
+
+
+def test_a_missing_or_empty_folder_on_reload_keeps_every_invariant_running(
+    daemon: Daemon, monitored: tuple[str, Path]
+) -> None:
+    _, folder = monitored
+    (folder / "bad_rows.sql").unlink()
+    assert daemon.reload().kept_previous == ["bad_rows"]
+    folder.rmdir()
+    assert daemon.reload().kept_previous == ["bad_rows"]
+    assert sorted(daemon.invariants) == ["bad_rows"]
