@@ -50,7 +50,7 @@ class Alerter:
             self.transport,
             Views(store, describe),
             clock,
-            WorkerSettings(config.lease, config.settle, config.csv_max_rows),
+            WorkerSettings(config.lease, config.settle, config.csv_max_rows, config.max_backoff),
             owner,
         )
 

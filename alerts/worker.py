@@ -31,11 +31,11 @@ from monitor.state import StateStore, parse_ts
 log = logging.getLogger("invmon.alerts")
 
 Describe = Callable[[str], InvariantHeader | None]
-MAX_BACKOFF = timedelta(minutes=15)
 
 
-def backoff(attempts: int) -> timedelta:
-    return min(MAX_BACKOFF, timedelta(seconds=2 ** min(attempts, 12)))
+def backoff(attempts: int, ceiling: timedelta) -> timedelta:
+    """2s, 4s, 8s, ... up to `ceiling`."""
+    return min(ceiling, timedelta(seconds=2 ** min(attempts, 16)))
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class WorkerSettings:
     lease: timedelta = timedelta(seconds=60)
     settle: timedelta = timedelta(seconds=10)
     csv_max_rows: int = 1000
+    max_backoff: timedelta = timedelta(minutes=5)
 
 
 class Views:
@@ -193,7 +194,7 @@ class DeliveryWorker:
             wait = (
                 timedelta(seconds=error.retry_after)
                 if error.retry_after is not None
-                else backoff(delivery.attempts)
+                else backoff(delivery.attempts, self.settings.max_backoff)
             )
             self.ledger.retry_at(delivery, now, now + wait, error.message)
         else:
@@ -233,7 +234,7 @@ class DeliveryWorker:
             self.ledger.unknown(
                 delivery,
                 now,
-                now + backoff(delivery.attempts),
+                now + backoff(delivery.attempts, self.settings.max_backoff),
                 f"reconciliation incomplete: {error.message}",
                 since,
             )

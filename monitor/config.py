@@ -146,9 +146,16 @@ class SlackConfig(_Model):
     timeout: timedelta = timedelta(seconds=10)  # per Slack call
     settle: timedelta = timedelta(seconds=10)  # wait before looking for an ambiguous post
     lease: timedelta = timedelta(seconds=60)
+    max_backoff: timedelta = timedelta(minutes=5)  # longest wait between retries
 
     _t = field_validator(
-        "repeat_interval", "timeout", "settle", "lease", "digest_window", mode="before"
+        "repeat_interval",
+        "timeout",
+        "settle",
+        "lease",
+        "digest_window",
+        "max_backoff",
+        mode="before",
     )(_duration)
 
 

@@ -5,8 +5,6 @@ seeded faults and simulated crashes."""
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import random
 import threading
 from collections.abc import Iterator
@@ -17,20 +15,13 @@ from pathlib import Path
 import pytest
 from fake_slack import TOKEN, FakeSlack
 from helpers import sql
+from scenario import CHANGES, INVARIANT, assert_one_clean_incident
 
 from alerts.slack import SlackTransport
 from alerts.transport import TransportError
 from monitor.config import Config, DaemonConfig, HttpConfig, SlackConfig
 from monitor.daemon import Daemon
 from monitor.state import StateStore
-
-INVARIANT = """\
--- description: No item is marked bad.
--- severity: critical
--- owner: "@payments"
--- key: [id]
-SELECT id, note FROM items WHERE bad
-"""
 
 
 class FakeClock:
@@ -104,45 +95,8 @@ def settle(daemon: Daemon, clock: FakeClock, label: str, rounds: int = 300) -> N
     raise AssertionError(f"{label}: deliveries did not settle: {counts}")
 
 
-def csv_rows(fake: FakeSlack) -> list[list[dict[str, str]]]:
-    out = []
-    for file in fake.shared_files():
-        assert file.data is not None
-        out.append(list(csv.DictReader(io.StringIO(file.data.decode()))))
-    return out
-
-
-def assert_one_clean_incident(fake: FakeSlack, label: str) -> None:
-    """The user-visible outcome of the scripted incident: exactly once, in order."""
-    roots = fake.roots()
-    assert len(roots) == 1, f"{label}: {len(roots)} root messages"
-    [root] = roots
-    assert root.blocks[0]["text"]["text"].startswith("✅ RESOLVED · bad_items"), label
-    thread = fake.thread(root)
-    kinds = []
-    for message in thread:
-        if message.files:
-            kinds.append("csv")
-        else:
-            kinds.append(message.text.split(" ")[0])
-    assert kinds == ["csv", "➕", "➖", "✅"], f"{label}: thread was {kinds}"
-    keys = [m.key for m in thread if m.key]
-    assert len(keys) == len(set(keys)), f"{label}: a message was posted twice"
-    [rows] = csv_rows(fake)
-    assert sorted(rows, key=lambda r: r["id"]) == [
-        {"id": "1", "note": "item 1"},
-        {"id": "2", "note": "item 2"},
-    ], label
-    assert len(fake.files) >= 1
-
-
 def script(world: World, daemon: Daemon, step: int) -> None:
-    changes = [
-        "UPDATE items SET bad = id IN (1, 2)",
-        "UPDATE items SET bad = id IN (2, 3)",
-        "UPDATE items SET bad = false",
-    ]
-    sql(world.dsn, changes[step])
+    sql(world.dsn, CHANGES[step])
     world.clock.advance(60)
     daemon.evaluate("bad_items")
 

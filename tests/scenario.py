@@ -1,0 +1,56 @@
+"""The scripted incident the alert tests drive, and what Slack must show at the end."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from fake_slack import FakeSlack
+
+INVARIANT = """\
+-- description: No item is marked bad.
+-- severity: critical
+-- owner: "@payments"
+-- key: [id]
+SELECT id, note FROM items WHERE bad
+"""
+
+# Opens with rows 1 and 2, then row 3 appears and row 1 goes, then everything is fixed.
+CHANGES = [
+    "UPDATE items SET bad = id IN (1, 2)",
+    "UPDATE items SET bad = id IN (2, 3)",
+    "UPDATE items SET bad = false",
+]
+EVENTS_AFTER_STEP = [1, 3, 4]  # opened; keys_appeared + keys_gone; resolved
+
+
+def csv_rows(fake: FakeSlack) -> list[list[dict[str, str]]]:
+    out = []
+    for file in fake.shared_files():
+        assert file.data is not None
+        out.append(list(csv.DictReader(io.StringIO(file.data.decode()))))
+    return out
+
+
+def assert_one_clean_incident(fake: FakeSlack, label: str) -> None:
+    """The user-visible outcome of the scripted incident: exactly once, in order."""
+    roots = fake.roots()
+    assert len(roots) == 1, f"{label}: {len(roots)} root messages"
+    [root] = roots
+    assert root.blocks[0]["text"]["text"].startswith("✅ RESOLVED · bad_items"), label
+    thread = fake.thread(root)
+    kinds = []
+    for message in thread:
+        if message.files:
+            kinds.append("csv")
+        else:
+            kinds.append(message.text.split(" ")[0])
+    assert kinds == ["csv", "➕", "➖", "✅"], f"{label}: thread was {kinds}"
+    keys = [m.key for m in thread if m.key]
+    assert len(keys) == len(set(keys)), f"{label}: a message was posted twice"
+    [rows] = csv_rows(fake)
+    assert sorted(rows, key=lambda r: r["id"]) == [
+        {"id": "1", "note": "item 1"},
+        {"id": "2", "note": "item 2"},
+    ], label
+    assert len(fake.files) >= 1
