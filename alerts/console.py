@@ -35,6 +35,7 @@ def plain(blocks: list[dict[str, Any]]) -> str:
 def _unmrkdwn(text: str) -> str:
     text = re.sub(r"<!date\^\d+\^[^|]*\|([^>]*)>", r"\1", text)
     text = re.sub(r"<([^|>]+)\|([^>]+)>", r"\2 (\1)", text)
+    text = re.sub(r"(?m)^_(.+)_$", r"\1", text)
     text = text.replace("```", "\n").replace("&lt;", "<").replace("&gt;", ">")
     return text.replace("&amp;", "&").replace("*", "")
 

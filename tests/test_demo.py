@@ -37,6 +37,11 @@ def test_the_demo_shows_every_shipped_invariant_violated_with_the_planted_counts
     }
     assert summary == PLANTED
     assert "0 held, 4 violated, 0 could not be evaluated" in done.stdout
+    # The alerts, printed through the delivery ledger since no Slack is configured: one per
+    # incident; expired_lease_jobs waits for its second violated run (`for: 2`).
+    assert done.stdout.count("── alert to #invariants ──") == 3
+    assert done.stdout.count("📎 CSV attached: ") == 3
+    assert "(expired_lease_jobs is violated too, but its header says `for: 2`" in done.stdout
     assert done.stdout.rstrip().endswith("Removed the demo database and stopped the server.")
     assert done.stderr == ""
     # The throwaway server's data folder lived under TMPDIR and is gone. (pgserver leaves
