@@ -136,6 +136,9 @@ def run_seed(
             return pending == 0 and set(deliveries) == {"SENT"}
 
         wait_for(settled, 90, f"every delivery to be SENT ({label}): {store_state(state)}")
+        # A SIGTERM during start-up (before the handlers exist) would just kill it.
+        log = max(tmp_path.glob("daemon-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+        wait_for(lambda: "invmon running" in log.read_text(), 30, f"start-up ({label})")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0, label
     assert store_state(state)[0] == 4, label
