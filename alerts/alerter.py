@@ -17,6 +17,7 @@ from alerts.routing import channel_for
 from alerts.slack import SlackTransport
 from alerts.transport import Transport
 from alerts.worker import DeliveryWorker, Describe, Views, WorkerSettings
+from monitor.acks import Action, Outcome, is_quiet
 from monitor.config import SlackConfig
 from monitor.state import StateStore, StoredEvent, Tx, parse_ts, ts
 
@@ -48,7 +49,12 @@ class Alerter:
         self.worker = DeliveryWorker(
             self.ledger,
             self.transport,
-            Views(store, describe),
+            Views(
+                store,
+                describe,
+                buttons=tuple(config.ack_modes) if config.interactive else (),
+                clock=clock,
+            ),
             clock,
             WorkerSettings(config.lease, config.settle, config.csv_max_rows, config.max_backoff),
             owner,
@@ -89,6 +95,9 @@ class Alerter:
             if len(group) >= self.config.digest_threshold
             for e in group
         }
+        quiet = {
+            e.id for e in events if e.kind in ("keys_appeared", "keys_gone") and self._quiet(e, now)
+        }
         planned: list[StoredEvent] = []
         with self.store.transaction() as tx:
             for channel, group in openings.items():
@@ -105,6 +114,10 @@ class Alerter:
                 planned.append(event)
                 channel = self.channel(event.invariant)
                 specs = plan_event(event, channel)
+                if event.id in quiet:
+                    # Acknowledged or snoozed: the root still shows the new count, but the
+                    # thread gets no notice (a cleared "until new rows" ack is not quiet).
+                    specs = [s for s in specs if s.action != "post_reply"]
                 if event.id in digested:
                     specs = [
                         Spec("post_detail", s.key, True, s.payload)
@@ -125,13 +138,38 @@ class Alerter:
         for incident_id in incidents if created else []:
             self.ledger.link_root(tx, incident_id, channel, created[0])
 
+    def _quiet(self, event: StoredEvent, now: datetime) -> bool:
+        incident = self.store.incident(event.incident_id)
+        return incident is not None and is_quiet(incident, ts(now))
+
+    def after_action(self, tx: Tx, incident_id: int, action_id: int) -> None:
+        """Queue the root message's update after an ack, unack or snooze (same transaction)."""
+        now = self.clock()
+        [(invariant,)] = tx.rows("SELECT invariant FROM incidents WHERE id = ?", (incident_id,))
+        for (channel,) in tx.rows(
+            "SELECT channel FROM alert_roots WHERE incident_id = ?", (incident_id,)
+        ):
+            key = delivery_key(incident_id, "action", action_id, channel)
+            spec = Spec("update_root", key, True, {"kind": "action", "action_id": action_id})
+            self.ledger.enqueue(tx, None, str(invariant), incident_id, str(channel), [spec], now)
+
+    def act(self, incident_id: int, action: Action, source: str) -> Outcome:
+        """Record an ack/unack/snooze and queue the message update, atomically."""
+        return self.store.apply_action(
+            incident_id,
+            action,
+            self.clock(),
+            source,
+            then=lambda tx, action_id: self.after_action(tx, incident_id, action_id),
+        )
+
     def remind(self) -> int:
         """Queue a reminder in the thread of each open violation every repeat_interval."""
         now = self.clock()
         every = self.config.repeat_interval.total_seconds()
         queued = 0
         for incident in self.store.open_incidents():
-            if incident["kind"] != "violation":
+            if incident["kind"] != "violation" or is_quiet(incident, ts(now)):
                 continue
             nth = int((now - parse_ts(incident["opened_at"])).total_seconds() // every)
             if nth < 1:

@@ -41,6 +41,8 @@ class IncidentView:
     columns: list[str] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     acknowledged: str | None = None  # "Acknowledged by @x at …", when set
+    acked: bool = False
+    buttons: tuple[str, ...] = ()  # ack modes offered; empty: no buttons (no interactivity)
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,8 @@ def root_message(view: IncidentView, now: datetime) -> Message:
         blocks.append(_context(f"Owner: {_owner(view.owner)}" if view.owner else ""))
     if view.acknowledged:
         blocks.append(_context(escape(view.acknowledged)))
+    if view.resolved_at is None and (view.buttons or view.runbook):
+        blocks.append(_actions(view))
     footer = [f"incident #{view.incident_id}"]
     if view.runbook:
         footer.append(f"<{view.runbook}|Runbook>")
@@ -203,6 +207,52 @@ def root_message(view: IncidentView, now: datetime) -> Message:
     blocks = [b for b in blocks if b.get("type") != "context" or b["elements"]]
     count_text = f": {view.count:,} offending rows" if view.count else ""
     return Message(cut(f"{title}{count_text}", TEXT_LIMIT), blocks[:50])
+
+
+ACK_LABEL = {"until_resolved": "👀 Ack until resolved", "until_new_rows": "👀 Ack until new rows"}
+
+
+def _button(text: str, action_id: str, value: str, style: str | None = None) -> dict[str, Any]:
+    button: dict[str, Any] = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": text, "emoji": True},
+        "action_id": action_id,
+        "value": value,
+    }
+    if style:
+        button["style"] = style
+    return button
+
+
+def _actions(view: IncidentView) -> dict[str, Any]:
+    value = str(view.incident_id)
+    elements: list[dict[str, Any]] = []
+    if view.buttons:
+        if view.acked:
+            elements.append(_button("↩️ Unacknowledge", "invmon_unack", value))
+        elif len(view.buttons) == 1:
+            elements.append(
+                _button("👀 Acknowledge", f"invmon_ack_{view.buttons[0]}", value, "primary")
+            )
+        else:
+            elements += [_button(ACK_LABEL[m], f"invmon_ack_{m}", value) for m in view.buttons]
+        elements += [
+            _button(f"💤 Snooze {h}", f"invmon_snooze_{h}", value) for h in ("1h", "4h", "24h")
+        ]
+    if view.runbook:
+        elements.append(
+            {
+                "type": "button",
+                "text": {"type": "plain_text", "text": "📖 Runbook"},
+                "url": view.runbook,
+                "action_id": "invmon_runbook",
+            }
+        )
+    return {
+        "type": "actions",
+        "block_id": f"invmon_incident_{view.incident_id}",
+        "elements": elements,
+    }
 
 
 def _keys(keys: Sequence[str]) -> str:

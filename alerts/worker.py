@@ -25,8 +25,9 @@ from alerts.messages import (
     root_message,
 )
 from alerts.transport import Transport, TransportError
+from monitor.acks import ack_line
 from monitor.header import InvariantHeader
-from monitor.state import StateStore, parse_ts
+from monitor.state import StateStore, parse_ts, ts
 
 log = logging.getLogger("invmon.alerts")
 
@@ -49,10 +50,19 @@ class WorkerSettings:
 class Views:
     """Reads what a message shows from the state store."""
 
-    def __init__(self, store: StateStore, describe: Describe, sample: int = 20) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        describe: Describe,
+        sample: int = 20,
+        buttons: tuple[str, ...] = (),
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self.store = store
         self.describe = describe
         self.sample = sample
+        self.buttons = buttons
+        self.clock = clock
 
     def incident(self, incident_id: int) -> IncidentView:
         row = self.store.incident(incident_id)
@@ -62,6 +72,7 @@ class Views:
         keys = self.store.incident_keys(incident_id)
         open_rows = [k["row"] for k in keys.values() if k["gone_at"] is None and k["row"]]
         columns = list(open_rows[0]) if open_rows else []
+        now = ts(self.clock()) if self.clock else ""
         return IncidentView(
             incident_id=incident_id,
             invariant=row["invariant"],
@@ -76,6 +87,9 @@ class Views:
             detail=row["detail"],
             columns=columns,
             rows=open_rows[: self.sample],
+            acknowledged=ack_line(row, now),
+            acked=bool(row.get("acked_by")),
+            buttons=self.buttons,
         )
 
     def csv_rows(self, incident_id: int) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import logging
 import sys
 from collections.abc import Callable
@@ -11,8 +12,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from monitor import __version__
+from monitor.acks import AckMode, Action
 from monitor.check import UnknownInvariant, run_check
 from monitor.config import Config, ConfigError, check_dsn, load_config
+from monitor.durations import parse_duration
 from monitor.loader import load_directory
 from monitor.logs import redact
 from monitor.render import (
@@ -199,6 +202,73 @@ def history(name: str, config_path: Path | None, limit: int, fmt: str) -> None:
         click.echo(to_json({"invariant": name, "runs": runs, "incidents": incidents}))
         return
     click.echo(history_text(name, runs, incidents))
+
+
+def _act(config_path: Path | None, incident: int, action: Action) -> None:
+    """Record an ack/unack/snooze from the command line; the daemon updates Slack."""
+    from alerts.alerter import Alerter
+    from alerts.console import ConsoleTransport
+    from monitor.daemon import utc_now
+
+    config = resolve_config(config_path, None, None)
+    store = open_store(config, must_exist=True)
+    try:
+        alerter = Alerter(store, config.slack, lambda _: None, utc_now, ConsoleTransport())
+        outcome = alerter.act(incident, action, "cli")
+    finally:
+        store.close()
+    click.echo(outcome.message)
+    if outcome.changed:
+        click.echo("The alert in Slack is updated by the running daemon within seconds.")
+    sys.exit(0 if outcome.changed else 1)
+
+
+def _cli_actor() -> str:
+    return f"cli:{getpass.getuser()}"
+
+
+@main.command()
+@click.argument("incident", type=int)
+@click.option(
+    "--until-resolved",
+    "mode",
+    flag_value="until_resolved",
+    default=True,
+    help="Silence reminders and change notices until it resolves (default).",
+)
+@click.option(
+    "--until-new-rows",
+    "mode",
+    flag_value="until_new_rows",
+    help="Silence them until a new offending row appears.",
+)
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+def ack(incident: int, mode: AckMode, config_path: Path | None) -> None:
+    """Acknowledge an incident (for when Slack is down)."""
+    _act(config_path, incident, Action("ack", _cli_actor(), getpass.getuser(), mode=mode))
+
+
+@main.command()
+@click.argument("incident", type=int)
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+def unack(incident: int, config_path: Path | None) -> None:
+    """Remove an incident's acknowledgement; reminders resume."""
+    _act(config_path, incident, Action("unack", _cli_actor(), getpass.getuser()))
+
+
+@main.command()
+@click.argument("incident", type=int)
+@click.argument("duration")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+def snooze(incident: int, duration: str, config_path: Path | None) -> None:
+    """Silence an incident's reminders and change notices for DURATION (e.g. 4h)."""
+    try:
+        length = parse_duration(duration)
+    except ValueError as exc:
+        fail(str(exc))
+    _act(
+        config_path, incident, Action("snooze", _cli_actor(), getpass.getuser(), snooze_for=length)
+    )
 
 
 @main.command()

@@ -17,6 +17,7 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from monitor.acks import ACK_MODES, AckMode
 from monitor.durations import parse_duration, parse_schedule
 from monitor.header import Severity
 from monitor.loader import Defaults
@@ -147,6 +148,16 @@ class SlackConfig(_Model):
     settle: timedelta = timedelta(seconds=10)  # wait before looking for an ambiguous post
     lease: timedelta = timedelta(seconds=60)
     max_backoff: timedelta = timedelta(minutes=5)  # longest wait between retries
+    # Buttons (acknowledge, snooze): clicks arrive over Socket Mode when app_token is set,
+    # else on the daemon's listener at /slack/actions, verified with signing_secret.
+    app_token: str | None = None  # xapp-…; use ${SLACK_APP_TOKEN}
+    signing_secret: str | None = None  # use ${SLACK_SIGNING_SECRET}
+    ack_modes: list[AckMode] = Field(default_factory=lambda: list(ACK_MODES), min_length=1)
+    ack_allowlist: list[str] = Field(default_factory=list)  # user (U…) or group (S…) ids
+
+    @property
+    def interactive(self) -> bool:
+        return bool(self.app_token or self.signing_secret)
 
     _t = field_validator(
         "repeat_interval",
@@ -231,7 +242,7 @@ def parse_config(data: Any, source: str) -> Config:
                 messages.append(f"{source}: unknown field {field!r}; check its spelling")
                 continue
             reason = str(error["msg"]).removeprefix("Value error, ")
-            secret = "dsn" in field or "token" in field
+            secret = "dsn" in field or "token" in field or "secret" in field
             value = error.get("input")
             shown = "" if secret or not _safe_to_show(value) else f" (got {value!r})"
             messages.append(f"{source}: field {field!r}: {reason}{shown}")

@@ -24,6 +24,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 from psycopg_pool import PoolTimeout
 
 from alerts.alerter import Alerter
+from alerts.interactions import Interactions
+from alerts.socket_mode import SocketModeReceiver
 from alerts.transport import Transport
 from monitor.config import Config
 from monitor.durations import IntervalSchedule, Schedule
@@ -92,6 +94,10 @@ class Daemon:
         self.metrics = Metrics(store.counts)
         self.invariants: dict[str, Invariant] = {}
         self.alerter = Alerter(store, config.slack, self.describe, clock, transport)
+        self.interactions = Interactions(self.alerter, config.slack)
+        self.socket_mode = (
+            SocketModeReceiver(self.interactions, config.slack) if config.slack.app_token else None
+        )
         self.scheduler = BackgroundScheduler(
             timezone=UTC,
             # Evaluations share `concurrency` workers; Slack delivery has one of its own so a
@@ -394,6 +400,8 @@ class Daemon:
         if self.listener:
             self.listener.start()
             log.info("listening on http://%s", self.listener.address)
+        if self.socket_mode:
+            self.socket_mode.start()
         log.info(
             "invmon running",
             extra={
@@ -409,6 +417,7 @@ class Daemon:
             healthz=Probe(self.health_problem),
             readyz=Probe(self.runner.probe),
             metrics=self.metrics.render,
+            slack_actions=self.interactions.http if self.config.slack.signing_secret else None,
         )
 
     def health_problem(self) -> str | None:
@@ -469,6 +478,8 @@ class Daemon:
             self._wait_idle(10)
         if self.listener:
             self.listener.stop()
+        if self.socket_mode:
+            self.socket_mode.stop()
         self.runner.close()
         self.deliver_until_idle(min(10.0, grace))
         log.info("stopped")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -28,6 +28,11 @@ class Routes:
     healthz: Probe
     readyz: Probe
     metrics: Callable[[], bytes]
+    # POST /slack/actions: (body, headers) -> (status, text); None when not configured.
+    slack_actions: Callable[[bytes, Mapping[str, str]], tuple[int, str]] | None = None
+
+
+MAX_BODY = 1 << 20
 
 
 def _handler(routes: Routes) -> type[BaseHTTPRequestHandler]:
@@ -48,6 +53,19 @@ def _handler(routes: Routes) -> type[BaseHTTPRequestHandler]:
                 self._send(503 if problem else 200, body.encode(), "text/plain; charset=utf-8")
             else:
                 self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0]
+            length = int(self.headers.get("Content-Length") or 0)
+            if path != "/slack/actions" or routes.slack_actions is None:
+                self._send(404, b"not found\n", "text/plain; charset=utf-8")
+                return
+            if length > MAX_BODY:
+                self._send(413, b"too large\n", "text/plain; charset=utf-8")
+                return
+            body = self.rfile.read(length)
+            status, text = routes.slack_actions(body, dict(self.headers.items()))
+            self._send(status, text.encode(), "text/plain; charset=utf-8")
 
         def _send(self, status: int, body: bytes, content_type: str) -> None:
             self.send_response(status)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from monitor.acks import Action, Outcome, decide_action
 from monitor.incidents import (
     CLOSE_EVENT,
     Decision,
@@ -35,6 +36,7 @@ from monitor.incidents import (
 from monitor.results import RunResult
 
 REPLICA_SUBJECT = "(replica)"
+ACK_COLUMNS = ("acked_by", "acked_by_name", "acked_at", "ack_mode", "snoozed_until", "snoozed_by")
 
 
 def ts(moment: datetime) -> str:
@@ -136,6 +138,25 @@ def _migrations(pk: str, bigint: str, real: str) -> list[str]:
             channel TEXT NOT NULL,
             delivery_id {bigint} NOT NULL REFERENCES deliveries (id),
             PRIMARY KEY (incident_id, channel)
+        );
+        """,
+        # Acknowledgement and snooze (alerts/interactions.py and `invmon ack`).
+        f"""
+        ALTER TABLE incidents ADD COLUMN acked_by TEXT;
+        ALTER TABLE incidents ADD COLUMN acked_by_name TEXT;
+        ALTER TABLE incidents ADD COLUMN acked_at TEXT;
+        ALTER TABLE incidents ADD COLUMN ack_mode TEXT;
+        ALTER TABLE incidents ADD COLUMN snoozed_until TEXT;
+        ALTER TABLE incidents ADD COLUMN snoozed_by TEXT;
+        CREATE TABLE incident_actions (
+            id {pk},
+            incident_id {bigint} NOT NULL REFERENCES incidents (id),
+            action TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            actor_name TEXT,
+            detail TEXT,
+            source TEXT NOT NULL,
+            at TEXT NOT NULL
         );
         """,
     ]
@@ -331,9 +352,12 @@ class StateStore:
                 ),
             )
             incident_ids = self._apply(tx, invariant, state, decision, result, now)
+            drafts = decision.events
+            if decision.keys_appeared and state.violation is not None:
+                drafts = [self._maybe_clear_ack(tx, state.violation.id, d) for d in drafts]
             return [
                 self._insert_event(tx, incident_ids[draft.incident], invariant, draft, now, run_id)
-                for draft in decision.events
+                for draft in drafts
             ]
 
     def record_condition(
@@ -363,6 +387,48 @@ class StateStore:
                 incident_id = current.id
                 self._resolve(tx, incident_id, now, None)
             return [self._insert_event(tx, incident_id, subject, draft, now, None)]
+
+    def apply_action(
+        self,
+        incident_id: int,
+        action: Action,
+        at: datetime,
+        source: str,
+        then: Callable[[Tx, int], object] | None = None,
+    ) -> Outcome:
+        """Acknowledge, unacknowledge or snooze: recorded durably before anything is shown.
+
+        The incident's subject row is locked, so of two people clicking at once one acks
+        and the other is told who did. `then(tx, action_id)` runs in the same transaction
+        when something changed (alerting uses it to queue the message update)."""
+        now = ts(at)
+        with self._db.transaction() as tx:
+            found = tx.rows("SELECT invariant FROM incidents WHERE id = ?", (incident_id,))
+            if not found:
+                return Outcome(False, f"There is no incident #{incident_id}.", {})
+            self._lock_subject(tx, str(found[0][0]), now)
+            [incident] = self._incidents_in(tx, "WHERE id = ?", (incident_id,))
+            outcome = decide_action(incident, action, at, now)
+            if not outcome.changed:
+                return outcome
+            assignments = ", ".join(f"{column} = ?" for column in outcome.updates)
+            tx.run(
+                f"UPDATE incidents SET {assignments} WHERE id = ?",
+                (*outcome.updates.values(), incident_id),
+            )
+            detail = (
+                action.mode
+                if action.kind == "ack"
+                else (str(outcome.updates.get("snoozed_until") or "") or None)
+            )
+            [(action_id,)] = tx.rows(
+                "INSERT INTO incident_actions (incident_id, action, actor, actor_name, detail,"
+                " source, at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (incident_id, action.kind, action.actor, action.actor_name, detail, source, now),
+            )
+            if then is not None:
+                then(tx, int(action_id))
+            return outcome
 
     def retire(self, invariant: str, at: datetime) -> list[StoredEvent]:
         """The invariant's file was removed: close what it had open, with a reason, so no
@@ -457,6 +523,19 @@ class StateStore:
         return int(doomed[0][0])
 
     # --- internals ---------------------------------------------------------------------
+
+    def _maybe_clear_ack(self, tx: Tx, incident_id: int, draft: EventDraft) -> EventDraft:
+        """An ack "until new rows appear" ends when a new offending key appears."""
+        if draft.kind != "keys_appeared":
+            return draft
+        cleared = tx.rows(
+            "UPDATE incidents SET acked_by = NULL, acked_by_name = NULL, acked_at = NULL,"
+            " ack_mode = NULL WHERE id = ? AND ack_mode = 'until_new_rows' RETURNING id",
+            (incident_id,),
+        )
+        if not cleared:
+            return draft
+        return EventDraft(draft.kind, draft.incident, {**draft.payload, "ack_cleared": True})
 
     def _lock_subject(self, tx: Tx, subject: str, now: str) -> tuple[int, int]:
         """Serialise every transition of one subject (an invariant, or the replica):
@@ -641,6 +720,10 @@ class StateStore:
         ]
 
     def _incidents(self, where: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+        with self._db.transaction() as tx:
+            return self._incidents_in(tx, where, params)
+
+    def _incidents_in(self, tx: Tx, where: str, params: Sequence[Any]) -> list[dict[str, Any]]:
         columns = (
             "id",
             "invariant",
@@ -651,9 +734,9 @@ class StateStore:
             "last_count",
             "last_seen_at",
             "detail",
+            *ACK_COLUMNS,
         )
-        with self._db.transaction() as tx:
-            found = tx.rows(f"SELECT {', '.join(columns)} FROM incidents {where}", params)
+        found = tx.rows(f"SELECT {', '.join(columns)} FROM incidents {where}", params)
         return [dict(zip(columns, row, strict=True)) for row in found]
 
     def _runs(self, clause: str, params: Sequence[Any]) -> list[dict[str, Any]]:

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import sql
+from scenario import INVARIANT, FakeClock, World
 
 from monitor.pgtemp import apply_sql, scratch_database, temporary_server
 from monitor.state import StateStore
@@ -75,3 +77,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "soak" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def world(database: str, tmp_path: Path) -> Iterator[World]:
+    """A monitored table of items, the scripted invariant, a state store and a fake clock."""
+    sql(database, "CREATE TABLE items (id int PRIMARY KEY, note text, bad bool NOT NULL)")
+    sql(database, "INSERT INTO items SELECT g, 'item ' || g, false FROM generate_series(1, 6) g")
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "bad_items.sql").write_text(INVARIANT)
+    store = StateStore.open(path=tmp_path / "state.db")
+    yield World(database, folder, store, FakeClock())
+    store.close()

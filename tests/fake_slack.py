@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 TOKEN = "xoxb-fake-token"
+APP_TOKEN = "xapp-fake-app-token"
 FAULTS = ("accept_then_timeout", "reset", "rate_limit", "error_500_applied", "error_500", "slow")
 
 
@@ -74,6 +75,9 @@ class FakeSlack:
         self.messages: list[Message] = []
         self.files: dict[str, File] = {}
         self.calls: list[tuple[str, str]] = []  # (method, fault)
+        self.ephemerals: list[tuple[str, str, str]] = []  # (channel, user, text)
+        self.usergroups: dict[str, list[str]] = {}
+        self.socket_url: str | None = None  # what apps.connections.open hands out
         self.lock = threading.Lock()
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
@@ -139,6 +143,18 @@ class FakeSlack:
 
     def call(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
         """Apply one API call to the fake's state. Runs under the lock."""
+        if method == "chat.postEphemeral":
+            self.ephemerals.append(
+                (str(args.get("channel")), str(args.get("user")), str(args.get("text")))
+            )
+            return {"ok": True, "message_ts": self._next_ts()}
+        if method == "usergroups.users.list":
+            group = str(args.get("usergroup"))
+            if group not in self.usergroups:
+                return {"ok": False, "error": "no_such_subteam"}
+            return {"ok": True, "users": self.usergroups[group]}
+        if method == "apps.connections.open":
+            return {"ok": True, "url": self.socket_url}
         if method == "auth.test":
             return {"ok": True, "user_id": "UINVMON", "team": "fake"}
         if method == "conversations.list":
@@ -286,7 +302,8 @@ class FakeSlack:
                 if path.path.startswith("/upload/"):
                     return self._upload(path.path.rsplit("/", 1)[1], body)
                 method = path.path.removeprefix("/api/")
-                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                expected = APP_TOKEN if method == "apps.connections.open" else TOKEN
+                if self.headers.get("Authorization") != f"Bearer {expected}":
                     return self._json(200, {"ok": False, "error": "invalid_auth"})
                 args = self._args(body, path.query)
                 fault = fake._fault(method)

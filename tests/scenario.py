@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from fake_slack import FakeSlack
+from fake_slack import TOKEN, FakeSlack
+from helpers import sql
+
+from alerts.slack import SlackTransport
+from monitor.config import Config, DaemonConfig, HttpConfig, SlackConfig
+from monitor.daemon import Daemon
+from monitor.state import StateStore
 
 INVARIANT = """\
 -- description: No item is marked bad.
@@ -54,3 +63,68 @@ def assert_one_clean_incident(fake: FakeSlack, label: str) -> None:
         {"id": "2", "note": "item 2"},
     ], label
     assert len(fake.files) >= 1
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC).replace(microsecond=0)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@dataclass
+class World:
+    dsn: str
+    folder: Path
+    store: StateStore
+    clock: FakeClock
+
+    def daemon(self, fake: FakeSlack, **slack: object) -> Daemon:
+        config = Config(
+            invariants=self.folder,
+            http=HttpConfig(listen=None),
+            daemon=DaemonConfig(),
+            slack=SlackConfig.model_validate(
+                {
+                    "token": TOKEN,
+                    "api_url": fake.api_url,
+                    "channel": "#invariants",
+                    "settle": timedelta(seconds=2),
+                    "timeout": timedelta(seconds=0.3),
+                    **slack,
+                }
+            ),
+        )
+        daemon = Daemon(
+            config,
+            self.dsn,
+            self.store,
+            clock=self.clock,
+            transport=SlackTransport(TOKEN, fake.api_url, timeout=0.3),
+        )
+        daemon.reload()
+        return daemon
+
+
+def settle(daemon: Daemon, clock: FakeClock, label: str, rounds: int = 300) -> None:
+    """Deliver, moving the clock on, until no event waits and no delivery is PENDING or
+    UNKNOWN."""
+    counts: dict[str, int] = {}
+    for _ in range(rounds):
+        daemon.deliver()
+        counts = daemon.alerter.ledger.counts()
+        waiting = daemon.store.pending_events()
+        if not counts.get("PENDING") and not counts.get("UNKNOWN") and not waiting:
+            return
+        clock.advance(1)
+    raise AssertionError(f"{label}: deliveries did not settle: {counts}")
+
+
+def script(world: World, daemon: Daemon, step: int) -> None:
+    sql(world.dsn, CHANGES[step])
+    world.clock.advance(60)
+    daemon.evaluate("bad_items")

@@ -7,98 +7,19 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from fake_slack import TOKEN, FakeSlack
 from helpers import sql
-from scenario import CHANGES, INVARIANT, assert_one_clean_incident
+from scenario import INVARIANT, FakeClock, World, assert_one_clean_incident, script, settle
 
 from alerts.slack import SlackTransport
 from alerts.transport import TransportError
-from monitor.config import Config, DaemonConfig, HttpConfig, SlackConfig
+from monitor.config import Config, HttpConfig
 from monitor.daemon import Daemon
 from monitor.state import StateStore
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC).replace(microsecond=0)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-@dataclass
-class World:
-    dsn: str
-    folder: Path
-    store: StateStore
-    clock: FakeClock
-
-    def daemon(self, fake: FakeSlack, **slack: object) -> Daemon:
-        config = Config(
-            invariants=self.folder,
-            http=HttpConfig(listen=None),
-            daemon=DaemonConfig(),
-            slack=SlackConfig.model_validate(
-                {
-                    "token": TOKEN,
-                    "api_url": fake.api_url,
-                    "channel": "#invariants",
-                    "settle": timedelta(seconds=2),
-                    "timeout": timedelta(seconds=0.3),
-                    **slack,
-                }
-            ),
-        )
-        daemon = Daemon(
-            config,
-            self.dsn,
-            self.store,
-            clock=self.clock,
-            transport=SlackTransport(TOKEN, fake.api_url, timeout=0.3),
-        )
-        daemon.reload()
-        return daemon
-
-
-@pytest.fixture
-def world(database: str, tmp_path: Path) -> Iterator[World]:
-    sql(database, "CREATE TABLE items (id int PRIMARY KEY, note text, bad bool NOT NULL)")
-    sql(database, "INSERT INTO items SELECT g, 'item ' || g, false FROM generate_series(1, 6) g")
-    folder = tmp_path / "invariants"
-    folder.mkdir()
-    (folder / "bad_items.sql").write_text(INVARIANT)
-    store = StateStore.open(path=tmp_path / "state.db")
-    yield World(database, folder, store, FakeClock())
-    store.close()
-
-
-def settle(daemon: Daemon, clock: FakeClock, label: str, rounds: int = 300) -> None:
-    """Deliver, moving the clock on, until no event waits and no delivery is PENDING or
-    UNKNOWN."""
-    counts: dict[str, int] = {}
-    for _ in range(rounds):
-        daemon.deliver()
-        counts = daemon.alerter.ledger.counts()
-        waiting = daemon.store.pending_events()
-        if not counts.get("PENDING") and not counts.get("UNKNOWN") and not waiting:
-            return
-        clock.advance(1)
-    raise AssertionError(f"{label}: deliveries did not settle: {counts}")
-
-
-def script(world: World, daemon: Daemon, step: int) -> None:
-    sql(world.dsn, CHANGES[step])
-    world.clock.advance(60)
-    daemon.evaluate("bad_items")
 
 
 def test_an_incident_is_announced_updated_and_resolved_in_one_thread(world: World) -> None:

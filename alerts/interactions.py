@@ -1,0 +1,175 @@
+"""Clicks on the alert buttons: Acknowledge, Unacknowledge, Snooze.
+
+They arrive either over Socket Mode (an outbound websocket: nothing listens next to
+production) or as signed HTTP requests on the daemon's listener at /slack/actions. Either
+way the click is recorded durably on the incident first (alerts/alerter.py `act`), the root
+message update goes through the delivery ledger, and the person who clicked gets an
+ephemeral answer. Parsing a payload into clicks is pure; everything else is the shell.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.parse
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
+
+from alerts.alerter import Alerter
+from monitor.acks import ACK_MODES, Action
+from monitor.config import SlackConfig
+
+log = logging.getLogger("invmon.interactions")
+
+SNOOZES = {"1h": timedelta(hours=1), "4h": timedelta(hours=4), "24h": timedelta(hours=24)}
+REPLAY_WINDOW = 5 * 60  # Slack's own limit on a request's age
+
+
+@dataclass(frozen=True)
+class Click:
+    incident_id: int
+    action: Action
+    channel: str | None
+
+
+def parse_clicks(payload: Mapping[str, Any]) -> list[Click]:
+    """The invmon button clicks in a block_actions payload. Pure."""
+    if payload.get("type") != "block_actions":
+        return []
+    user = payload.get("user") or {}
+    actor = str(user.get("id") or "")
+    name = user.get("username") or user.get("name")
+    channel = (payload.get("channel") or {}).get("id")
+    clicks = []
+    for item in payload.get("actions") or []:
+        action_id = str(item.get("action_id") or "")
+        try:
+            incident_id = int(item.get("value") or "")
+        except ValueError:
+            continue
+        action: Action | None = None
+        if action_id.startswith("invmon_ack_") and action_id[11:] in ACK_MODES:
+            action = Action("ack", actor, name, mode=action_id[11:])  # type: ignore[arg-type]
+        elif action_id == "invmon_unack":
+            action = Action("unack", actor, name)
+        elif action_id.startswith("invmon_snooze_") and action_id[14:] in SNOOZES:
+            action = Action("snooze", actor, name, snooze_for=SNOOZES[action_id[14:]])
+        if action is not None and actor:
+            clicks.append(Click(incident_id, action, channel))
+    return clicks
+
+
+class Interactions:
+    def __init__(self, alerter: Alerter, config: SlackConfig) -> None:
+        self.alerter = alerter
+        self.config = config
+        self.web = (
+            WebClient(token=config.token, base_url=config.api_url, retry_handlers=[])
+            if config.token
+            else None
+        )
+        self.verifier = SignatureVerifier(config.signing_secret) if config.signing_secret else None
+        self._seen: OrderedDict[str, float] = OrderedDict()  # signature -> when
+        self._seen_lock = threading.Lock()
+        self._groups: dict[str, tuple[float, set[str]]] = {}
+
+    # --- what a click does ---------------------------------------------------------------
+
+    def handle(self, payload: Mapping[str, Any], source: str) -> list[str]:
+        """Apply every click in the payload; return what each person is told."""
+        answers = []
+        for click in parse_clicks(payload):
+            if not self.allowed(click.action.actor):
+                answer = "You are not on the list of people who may acknowledge invmon alerts."
+                log.warning(
+                    "refused a click from outside the allowlist",
+                    extra={"fields": {"user": click.action.actor, "incident": click.incident_id}},
+                )
+            else:
+                outcome = self.alerter.act(click.incident_id, click.action, source)
+                answer = outcome.message
+                log.info(
+                    "incident %s: %s by %s%s",
+                    click.incident_id,
+                    click.action.kind,
+                    click.action.actor,
+                    "" if outcome.changed else " (no change)",
+                    extra={"fields": {"source": source}},
+                )
+            answers.append(answer)
+            self._tell(click, answer)
+        return answers
+
+    def allowed(self, user: str) -> bool:
+        allowlist = self.config.ack_allowlist
+        if not allowlist or user in allowlist:
+            return True
+        return any(user in self._group(group) for group in allowlist if group.startswith("S"))
+
+    def _group(self, group: str) -> set[str]:
+        cached = self._groups.get(group)
+        if cached and time.monotonic() - cached[0] < 300:
+            return cached[1]
+        members: set[str] = set()
+        if self.web is not None:
+            try:
+                members = set(self.web.usergroups_users_list(usergroup=group)["users"])
+            except (SlackApiError, OSError) as exc:
+                log.warning("cannot read user group %s: %s", group, exc)
+                return cached[1] if cached else set()
+        self._groups[group] = (time.monotonic(), members)
+        return members
+
+    def _tell(self, click: Click, text: str) -> None:
+        if self.web is None or not click.channel:
+            return
+        web, channel, user = self.web, click.channel, click.action.actor
+
+        def post() -> None:
+            try:
+                web.chat_postEphemeral(channel=channel, user=user, text=text)
+            except (SlackApiError, OSError) as exc:
+                log.warning("could not answer %s: %s", user, exc)
+
+        # After the ack: Slack wants an answer within 3 seconds, the message can follow.
+        threading.Thread(target=post, name="invmon-ephemeral", daemon=True).start()
+
+    # --- the signed HTTP endpoint --------------------------------------------------------
+
+    def http(self, body: bytes, headers: Mapping[str, str]) -> tuple[int, str]:
+        """POST /slack/actions: (status, text). Unsigned, forged, stale or replayed: 401."""
+        if self.verifier is None:
+            return 404, "interactivity over HTTP is not configured (slack.signing_secret)"
+        if not self.verifier.is_valid_request(body, dict(headers)):
+            log.warning("rejected a Slack request: missing, wrong or stale signature")
+            return 401, "invalid signature"
+        lowered = {k.lower(): v for k, v in headers.items()}
+        if self._replayed(lowered.get("x-slack-signature", "")):
+            log.warning("rejected a replayed Slack request")
+            return 401, "replayed request"
+        form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+        try:
+            payload = json.loads(form["payload"][0])
+        except (KeyError, IndexError, ValueError):
+            return 400, "no payload"
+        self.handle(payload, "slack-http")
+        return 200, ""
+
+    def _replayed(self, signature: str) -> bool:
+        now = time.monotonic()
+        with self._seen_lock:
+            while self._seen and next(iter(self._seen.values())) < now - REPLAY_WINDOW:
+                self._seen.popitem(last=False)
+            if signature in self._seen:
+                return True
+            self._seen[signature] = now
+            return False

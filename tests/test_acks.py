@@ -1,0 +1,324 @@
+"""Acknowledge, snooze and unacknowledge from Slack buttons (a signed HTTP endpoint and
+Socket Mode) and from the command line: recorded once, shown in place, reminders stop."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from fake_slack import APP_TOKEN, FakeSlack
+from fake_socket_mode import FakeSocketMode
+from helpers import invmon, wait_for
+from scenario import World, script, settle
+
+from alerts.interactions import parse_clicks
+from monitor.acks import Action, decide_action
+from monitor.daemon import Daemon
+from monitor.http import Listener
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+
+
+def click_payload(
+    action_id: str, incident: int, user: str = "U_ALICE", name: str = "alice"
+) -> dict[str, object]:
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": name},
+        "channel": {"id": "C0INVARIANTS"},
+        "actions": [{"action_id": action_id, "value": str(incident)}],
+    }
+
+
+def signed(
+    payload: dict[str, object], secret: str = SECRET, age: int = 0
+) -> tuple[bytes, dict[str, str]]:
+    body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
+    stamp = str(int(time.time()) - age)
+    digest = hmac.new(secret.encode(), f"v0:{stamp}:".encode() + body, hashlib.sha256)
+    headers = {
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": "v0=" + digest.hexdigest(),
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    return body, headers
+
+
+def post(url: str, body: bytes, headers: dict[str, str]) -> int:
+    request = urllib.request.Request(f"{url}/slack/actions", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+class Setup:
+    def __init__(self, world: World, fake: FakeSlack, **slack: object) -> None:
+        self.world = world
+        self.fake = fake
+        self.daemon = world.daemon(fake, signing_secret=SECRET, **slack)
+        self.listener = Listener("127.0.0.1:0", self.daemon.routes())
+        self.listener.start()
+        self.url = f"http://{self.listener.address}"
+
+    def open_incident(self) -> int:
+        script(self.world, self.daemon, 0)
+        settle(self.daemon, self.world.clock, "opened")
+        [incident] = self.world.store.open_incidents()
+        return int(incident["id"])
+
+    def incident(self, incident_id: int) -> dict[str, object]:
+        found = self.world.store.incident(incident_id)
+        assert found is not None
+        return found
+
+    def root_text(self) -> str:
+        [root] = self.fake.roots()
+        return json.dumps(root.blocks, ensure_ascii=False)
+
+    def close(self) -> None:
+        self.listener.stop()
+        self.daemon.runner.close()
+
+
+@pytest.fixture
+def setup(world: World) -> Iterator[Setup]:
+    with FakeSlack(clock=world.clock) as fake:
+        made = Setup(world, fake)
+        yield made
+        made.close()
+
+
+def test_a_signed_ack_click_acks_once_updates_the_message_and_stops_reminders(
+    setup: Setup,
+) -> None:
+    incident = setup.open_incident()
+    assert '"action_id": "invmon_ack_until_resolved"' in setup.root_text()
+    body, headers = signed(click_payload("invmon_ack_until_resolved", incident))
+    assert post(setup.url, body, headers) == 200
+    acked = setup.incident(incident)
+    assert (acked["acked_by"], acked["acked_by_name"], acked["ack_mode"]) == (
+        "U_ALICE",
+        "alice",
+        "until_resolved",
+    )
+    settle(setup.daemon, setup.world.clock, "ack shown")
+    text = setup.root_text()
+    assert "👀 Acknowledged by @alice at " in text
+    assert '"action_id": "invmon_unack"' in text
+    assert '"action_id": "invmon_ack_until_resolved"' not in text
+    wait_for(lambda: setup.fake.ephemerals, 5, "the ephemeral answer")
+    assert setup.fake.ephemerals == [
+        ("C0INVARIANTS", "U_ALICE", f"You acknowledged incident #{incident} until resolved.")
+    ]
+    # Reminders stop; change notices stop; the resolution still posts.
+    setup.world.clock.advance(5 * 3600)
+    assert setup.daemon.alerter.remind() == 0
+    for step in (1, 2):
+        script(setup.world, setup.daemon, step)
+        settle(setup.daemon, setup.world.clock, f"step {step}")
+    [root] = setup.fake.roots()
+    replies = [m.text.split(" ")[0] for m in setup.fake.thread(root) if not m.files]
+    assert replies == ["✅"]
+
+
+@pytest.mark.parametrize(
+    ("case", "status"),
+    [("bad signature", 401), ("stale timestamp", 401), ("missing headers", 401)],
+)
+def test_a_forged_or_stale_request_changes_nothing(setup: Setup, case: str, status: int) -> None:
+    incident = setup.open_incident()
+    payload = click_payload("invmon_ack_until_resolved", incident)
+    if case == "bad signature":
+        body, headers = signed(payload, secret="not-the-secret")
+    elif case == "stale timestamp":
+        body, headers = signed(payload, age=6 * 60)
+    else:
+        body, headers = signed(payload)
+        headers = {"Content-Type": headers["Content-Type"]}
+    assert post(setup.url, body, headers) == status
+    assert setup.incident(incident)["acked_by"] is None
+    assert setup.fake.ephemerals == []
+
+
+def test_a_replayed_request_is_refused(setup: Setup) -> None:
+    incident = setup.open_incident()
+    body, headers = signed(click_payload("invmon_snooze_1h", incident))
+    assert post(setup.url, body, headers) == 200
+    assert post(setup.url, body, headers) == 401
+    with setup.world.store.transaction() as tx:
+        assert tx.rows("SELECT count(*) FROM incident_actions") == [(1,)]
+
+
+def test_two_people_clicking_at_once_yield_one_ack(setup: Setup) -> None:
+    incident = setup.open_incident()
+    barrier = threading.Barrier(2)
+    statuses: list[int] = []
+
+    def click(user: str) -> None:
+        body, headers = signed(click_payload("invmon_ack_until_resolved", incident, user, user))
+        barrier.wait()
+        statuses.append(post(setup.url, body, headers))
+
+    threads = [threading.Thread(target=click, args=(u,)) for u in ("U_ONE", "U_TWO")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses == [200, 200]
+    with setup.world.store.transaction() as tx:
+        assert tx.rows("SELECT count(*) FROM incident_actions WHERE action = 'ack'") == [(1,)]
+    winner = setup.incident(incident)["acked_by"]
+    loser = "U_TWO" if winner == "U_ONE" else "U_ONE"
+    wait_for(lambda: len(setup.fake.ephemerals) == 2, 5, "both answers")
+    answers = dict((user, text) for _, user, text in setup.fake.ephemerals)
+    assert answers[str(winner)].startswith("You acknowledged")
+    assert answers[loser].startswith(f"incident #{incident} was already acknowledged by @{winner}")
+
+
+def test_a_click_on_a_resolved_incident_gets_an_answer_and_changes_nothing(setup: Setup) -> None:
+    incident = setup.open_incident()
+    script(setup.world, setup.daemon, 2)
+    body, headers = signed(click_payload("invmon_ack_until_resolved", incident))
+    assert post(setup.url, body, headers) == 200
+    assert setup.incident(incident)["acked_by"] is None
+    wait_for(lambda: setup.fake.ephemerals, 5, "the answer")
+    assert setup.fake.ephemerals[0][2] == (
+        f"incident #{incident} is already resolved; there is nothing to do."
+    )
+
+
+def test_only_the_allowlist_may_acknowledge(world: World) -> None:
+    with FakeSlack(clock=world.clock) as fake:
+        fake.usergroups["S_ONCALL"] = ["U_BOB"]
+        setup = Setup(world, fake, ack_allowlist=["U_ALICE", "S_ONCALL"])
+        try:
+            incident = setup.open_incident()
+            body, headers = signed(click_payload("invmon_ack_until_resolved", incident, "U_EVE"))
+            assert post(setup.url, body, headers) == 200
+            assert setup.incident(incident)["acked_by"] is None
+            body, headers = signed(click_payload("invmon_ack_until_resolved", incident, "U_BOB"))
+            assert post(setup.url, body, headers) == 200
+            assert setup.incident(incident)["acked_by"] == "U_BOB"
+            wait_for(lambda: len(fake.ephemerals) == 2, 5, "both answers")
+            assert sorted(fake.ephemerals) == [
+                ("C0INVARIANTS", "U_BOB", f"You acknowledged incident #{incident} until resolved."),
+                (
+                    "C0INVARIANTS",
+                    "U_EVE",
+                    "You are not on the list of people who may acknowledge invmon alerts.",
+                ),
+            ]
+        finally:
+            setup.close()
+
+
+def test_an_ack_until_new_rows_ends_when_a_new_row_appears(setup: Setup) -> None:
+    incident = setup.open_incident()
+    body, headers = signed(click_payload("invmon_ack_until_new_rows", incident))
+    assert post(setup.url, body, headers) == 200
+    script(setup.world, setup.daemon, 1)  # row 3 appears, row 1 goes
+    settle(setup.daemon, setup.world.clock, "new rows")
+    assert setup.incident(incident)["acked_by"] is None
+    [root] = setup.fake.roots()
+    replies = [m.text.split(" ")[0] for m in setup.fake.thread(root) if not m.files]
+    assert replies == ["➕", "➖"]
+    assert '"action_id": "invmon_ack_until_new_rows"' in setup.root_text()
+
+
+def test_the_cli_acks_snoozes_and_unacks_and_slack_reflects_it(setup: Setup) -> None:
+    incident = setup.open_incident()
+    config = setup.world.folder.parent / "invmon.yaml"
+    config.write_text(f"state:\n  path: {setup.world.folder.parent / 'state.db'}\n")
+    done = invmon("ack", str(incident), "--until-new-rows", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"You acknowledged incident #{incident} until new rows appear.")
+    again = invmon("ack", str(incident), "--config", str(config))
+    assert again.returncode == 1
+    settle(setup.daemon, setup.world.clock, "cli ack")
+    assert "👀 Acknowledged by @" in setup.root_text()
+    assert invmon("snooze", str(incident), "4h", "--config", str(config)).returncode == 0
+    assert invmon("unack", str(incident), "--config", str(config)).returncode == 0
+    settle(setup.daemon, setup.world.clock, "cli unack")
+    text = setup.root_text()
+    assert "👀 Acknowledged" not in text
+    assert "💤 Snoozed until " in text
+    bad = invmon("snooze", str(incident), "soon", "--config", str(config))
+    assert (bad.returncode, bad.stderr.strip()) == (
+        2,
+        "invmon: 'soon' is not a duration; write it like 30s, 5m, 1h or 1h30m",
+    )
+
+
+def test_socket_mode_clicks_are_acked_by_envelope_and_survive_a_reconnect(world: World) -> None:
+    with FakeSlack(clock=world.clock) as fake, FakeSocketMode() as socket_server:
+        fake.socket_url = socket_server.url
+        daemon: Daemon = world.daemon(fake, app_token=APP_TOKEN)
+        receiver = daemon.socket_mode
+        assert receiver is not None
+        try:
+            script(world, daemon, 0)
+            settle(daemon, world.clock, "opened")
+            [incident] = world.store.open_incidents()
+            receiver.start()
+            wait_for(lambda: socket_server.connections == 1, 10, "the connection")
+            first = socket_server.send_interactive(
+                click_payload("invmon_ack_until_resolved", int(incident["id"]))
+            )
+            wait_for(lambda: first in socket_server.acks, 10, "the envelope ack")
+            wait_for(lambda: world.store.incident(int(incident["id"]))["acked_by"], 10, "the ack")
+            socket_server.disconnect()
+            wait_for(lambda: socket_server.connections == 2, 20, "the reconnect")
+            second = socket_server.send_interactive(
+                click_payload("invmon_unack", int(incident["id"]))
+            )
+            wait_for(lambda: second in socket_server.acks, 10, "the second ack")
+            wait_for(
+                lambda: world.store.incident(int(incident["id"]))["acked_by"] is None,
+                10,
+                "the unack",
+            )
+            settle(daemon, world.clock, "updates")
+            [root] = fake.roots()
+            assert root.updates == 2
+        finally:
+            receiver.stop()
+            daemon.runner.close()
+
+
+def test_clicks_parse_into_actions_and_decisions_are_pure() -> None:
+    payload = {
+        "type": "block_actions",
+        "user": {"id": "U1", "username": "ana"},
+        "channel": {"id": "C1"},
+        "actions": [
+            {"action_id": "invmon_ack_until_new_rows", "value": "7"},
+            {"action_id": "invmon_snooze_4h", "value": "7"},
+            {"action_id": "invmon_runbook", "value": "7"},
+            {"action_id": "invmon_ack_forever", "value": "7"},
+            {"action_id": "invmon_unack", "value": "not-a-number"},
+        ],
+    }
+    clicks = parse_clicks(payload)
+    assert [(c.incident_id, c.action.kind, c.action.mode, c.action.snooze_for) for c in clicks] == [
+        (7, "ack", "until_new_rows", None),
+        (7, "snooze", "until_resolved", timedelta(hours=4)),
+    ]
+    assert parse_clicks({"type": "view_submission"}) == []
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    incident = {"id": 3, "resolved_at": None, "acked_by": None}
+    outcome = decide_action(incident, Action("ack", "U1", "ana"), now, "2026-01-01T00:00:00Z")
+    assert outcome.changed and outcome.updates["acked_by"] == "U1"
+    assert not decide_action({**incident, "acked_by": "U2"}, Action("ack", "U1"), now, "").changed
