@@ -155,6 +155,12 @@ class SlackConfig(_Model):
     ack_modes: list[AckMode] = Field(default_factory=lambda: list(ACK_MODES), min_length=1)
     ack_allowlist: list[str] = Field(default_factory=list)  # user (U…) or group (S…) ids
 
+    @field_validator("token", "app_token", "signing_secret", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # `${SLACK_APP_TOKEN:-}` with the variable unset means "not configured".
+        return None if value == "" else value
+
     @property
     def interactive(self) -> bool:
         return bool(self.app_token or self.signing_secret)

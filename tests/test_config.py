@@ -72,3 +72,19 @@ def test_invalid_yaml_is_reported_with_its_line(tmp_path: Path) -> None:
     path.write_text("concurrency: 2\ndefaults: [\n")
     with pytest.raises(ConfigError, match=rf"^{path}:3: not valid YAML"):
         load_config(path)
+
+
+def test_the_shipped_example_config_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INVMON_DSN", "host=replica dbname=app")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1")
+    monkeypatch.delenv("SLACK_APP_TOKEN", raising=False)
+    monkeypatch.delenv("SLACK_SIGNING_SECRET", raising=False)
+    root = Path(__file__).resolve().parent.parent
+    config = load_config(root / "deploy" / "invmon.example.yaml")
+    assert config.dsn == "host=replica dbname=app"
+    assert (config.slack.token, config.slack.app_token, config.slack.interactive) == (
+        "xoxb-1",
+        None,
+        False,
+    )
+    assert config.slack.routes.severity == {"critical": "#incidents"}
