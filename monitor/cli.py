@@ -13,7 +13,7 @@ import click
 
 from monitor import __version__
 from monitor.acks import AckMode, Action
-from monitor.check import UnknownInvariant, run_check
+from monitor.check import UnknownInvariant, run_check, select
 from monitor.config import Config, ConfigError, check_dsn, load_config
 from monitor.durations import parse_duration
 from monitor.loader import load_directory
@@ -269,6 +269,54 @@ def snooze(incident: int, duration: str, config_path: Path | None) -> None:
     _act(
         config_path, incident, Action("snooze", _cli_actor(), getpass.getuser(), snooze_for=length)
     )
+
+
+@main.command(name="test")
+@click.argument("names", nargs=-1)
+@click.option("--invariants", "invariants_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--schema",
+    "schema_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Schema to create the cases' tables (default: `schema:` in config).",
+)
+@click.option(
+    "--dsn",
+    "admin_dsn",
+    help="Admin DSN of a server for scratch databases "
+    "(default: INVMON_TEST_DSN, else a throwaway server).",
+)
+@click.option("--strict", is_flag=True, help="An invariant with no firing case is an error.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+def test_command(
+    names: tuple[str, ...],
+    invariants_dir: Path | None,
+    schema_file: Path | None,
+    admin_dsn: str | None,
+    strict: bool,
+    config_path: Path | None,
+) -> None:
+    """Run each invariant's fixture cases (NAME.test.yaml) in a throwaway database."""
+    from monitor.tester import report_text, run_fixtures
+
+    config = resolve_config(config_path, None, invariants_dir)
+    loaded = load_directory(config.invariants, config.invariant_defaults())
+    if loaded.errors:
+        click.echo(problems_text(loaded.errors), err=True)
+        fail("fix the invalid invariant files first (see `invmon lint`)")
+    try:
+        selected = select(loaded, names).invariants
+    except UnknownInvariant as exc:
+        fail(str(exc))
+    schema = schema_file or config.schema_path
+    if schema is not None and not schema.is_file():
+        fail(f"schema file {str(schema)!r} not found")
+    text, code = report_text(
+        run_fixtures(selected, schema.read_text(encoding="utf-8") if schema else None, admin_dsn),
+        strict,
+    )
+    click.echo(text)
+    sys.exit(code)
 
 
 @main.command()

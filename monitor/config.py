@@ -54,7 +54,7 @@ def _safe_to_show(value: Any) -> bool:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class DefaultsConfig(_Model):
@@ -179,6 +179,9 @@ class SlackConfig(_Model):
 class Config(_Model):
     dsn: str | None = None
     invariants: Path = Path("invariants")
+    # The production schema (e.g. `pg_dump --schema-only`), for `invmon test` and
+    # `invmon lint --schema`.
+    schema_path: Path | None = Field(default=None, alias="schema")
     concurrency: int = Field(default=4, ge=1, le=64)
     defaults: DefaultsConfig = DefaultsConfig()
     database: DatabaseConfig = DatabaseConfig()

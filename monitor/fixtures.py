@@ -1,0 +1,202 @@
+"""Fixture files: the cases that prove an invariant fires, beside the invariant.
+
+    # invariants/duplicate_settled_refunds.test.yaml
+    cases:
+      - name: two settled refunds for one dispute
+        rows:
+          accounts: [{account_id: 1, email: a@example.com}]
+          refunds:
+            - {refund_id: 1, dispute_id: 10, status: settled, settled_at: !sql now()}
+        expect:
+          keys: [[10]]            # the offending keys, exactly (one list per row)
+      - name: a retry after a failure is fine
+        rows: {...}
+        expect:
+          count: 0
+
+Values are YAML; `!sql <expression>` inserts an SQL expression (now() - interval '3m').
+Parsing and comparing are pure; running the cases is monitor/tester.py.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from monitor.problems import Problem
+
+SUFFIX = ".test.yaml"
+
+
+@dataclass(frozen=True)
+class SqlExpression:
+    text: str
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _sql(loader: yaml.SafeLoader, node: yaml.Node) -> SqlExpression:
+    return SqlExpression(str(loader.construct_scalar(node)))  # type: ignore[arg-type]
+
+
+_Loader.add_constructor("!sql", _sql)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    line: int
+    rows: dict[str, list[dict[str, Any]]]
+    keys: list[str] | None = None  # canonical offending keys, when the case lists them
+    count: int | None = None
+
+    @property
+    def fires(self) -> bool:
+        return bool(self.keys) or bool(self.count)
+
+
+@dataclass
+class Fixture:
+    path: Path
+    cases: list[Case] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def fixture_path(invariant_path: Path) -> Path:
+    return invariant_path.with_name(invariant_path.name.removesuffix(".sql") + SUFFIX)
+
+
+def canonical_key(values: Any) -> str:
+    """The same spelling rows.offending_key gives a row: a JSON list of the key values."""
+    if not isinstance(values, list):
+        values = [values]
+    return json.dumps(values, ensure_ascii=False)
+
+
+def load_fixture(path: Path, key_columns: tuple[str, ...]) -> Fixture:
+    fixture = Fixture(path)
+    try:
+        document = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 1
+        fixture.problems.append(
+            Problem(path, line, f"not valid YAML ({getattr(exc, 'problem', exc)})")
+        )
+        return fixture
+    except OSError as exc:
+        fixture.problems.append(Problem(path, 1, f"cannot read the fixture: {exc.strerror}"))
+        return fixture
+    cases = (document or {}).get("cases") if isinstance(document, dict) else None
+    if not isinstance(cases, list) or not cases:
+        fixture.problems.append(Problem(path, 1, "expected `cases:`, a list of named cases"))
+        return fixture
+    lines = _case_lines(path)
+    for index, raw in enumerate(cases):
+        line = lines[index] if index < len(lines) else 1
+        case = _case(raw, index, line, key_columns, path, fixture.problems)
+        if case is not None:
+            fixture.cases.append(case)
+    return fixture
+
+
+def _case_lines(path: Path) -> list[int]:
+    node = yaml.compose(path.read_text(encoding="utf-8"), Loader=_Loader)
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    for key, value in node.value:
+        if key.value == "cases" and isinstance(value, yaml.SequenceNode):
+            return [item.start_mark.line + 1 for item in value.value]
+    return []
+
+
+def _case(
+    raw: Any,
+    index: int,
+    line: int,
+    key_columns: tuple[str, ...],
+    path: Path,
+    problems: list[Problem],
+) -> Case | None:
+    where = f"case {index + 1}"
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        problems.append(Problem(path, line, f"{where}: needs a `name`"))
+        return None
+    name = raw["name"]
+    unknown = set(raw) - {"name", "rows", "expect"}
+    if unknown:
+        problems.append(Problem(path, line, f"{name!r}: unknown field(s) {sorted(unknown)}"))
+        return None
+    rows = raw.get("rows") or {}
+    if not isinstance(rows, dict) or not all(
+        isinstance(v, list) and all(isinstance(r, dict) for r in v) for v in rows.values()
+    ):
+        problems.append(Problem(path, line, f"{name!r}: `rows` maps each table to a list of rows"))
+        return None
+    expect = raw.get("expect")
+    if not isinstance(expect, dict) or not ({"keys", "count"} & set(expect)):
+        problems.append(Problem(path, line, f"{name!r}: `expect` needs `keys` or `count`"))
+        return None
+    keys = None
+    if "keys" in expect:
+        if not key_columns:
+            problems.append(Problem(path, line, f"{name!r}: `keys` needs a `key:` header"))
+            return None
+        keys = sorted(canonical_key(k) for k in expect["keys"] or [])
+    count = expect.get("count")
+    if count is not None and (not isinstance(count, int) or count < 0):
+        problems.append(Problem(path, line, f"{name!r}: `count` must be a whole number"))
+        return None
+    return Case(name, line, rows, keys, count)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: Case
+    passed: bool
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    count: int | None = None
+    error: str | None = None
+    found: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if self.error:
+            return f"❌ {self.case.name}: {self.error}"
+        if self.passed:
+            return f"✅ {self.case.name}"
+        parts = []
+        if self.missing:
+            parts.append(f"missing keys {', '.join(self.missing)}")
+        if self.unexpected:
+            parts.append(f"unexpected keys {', '.join(self.unexpected)}")
+        if self.case.count is not None and self.count != self.case.count:
+            shown = ", ".join(self.found[:10]) + (" …" if len(self.found) > 10 else "")
+            parts.append(
+                f"expected {self.case.count} offending rows, got {self.count}"
+                + (f": {shown}" if shown else "")
+            )
+        return f"❌ {self.case.name}: " + "; ".join(parts)
+
+
+def compare(case: Case, found_keys: list[str], count: int) -> CaseResult:
+    """Exact comparison: every expected key, no other, and the count when given."""
+    missing, unexpected = [], []
+    if case.keys is not None:
+        missing = sorted(set(case.keys) - set(found_keys))
+        unexpected = sorted(set(found_keys) - set(case.keys))
+    count_ok = case.count is None or case.count == count
+    return CaseResult(
+        case,
+        not missing and not unexpected and count_ok,
+        missing,
+        unexpected,
+        count,
+        found=sorted(found_keys),
+    )

@@ -1,0 +1,159 @@
+"""`invmon test`: run each invariant's fixture cases in a throwaway database.
+
+One scratch database per run (on INVMON_TEST_DSN's server, else a private pgserver), the
+schema applied once, and each case inside a transaction that is always rolled back, so
+cases are independent and fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from monitor.fixtures import (
+    Case,
+    CaseResult,
+    Fixture,
+    SqlExpression,
+    compare,
+    fixture_path,
+    load_fixture,
+)
+from monitor.loader import Invariant
+from monitor.pgtemp import apply_sql, scratch_database, temporary_server
+from monitor.problems import Problem
+from monitor.query import sampled_query
+from monitor.rows import json_safe, offending_key, unique_column_names
+from monitor.runner import describe_error
+
+KEY_LIMIT = 10_000  # rows a case may produce; fixtures are small by nature
+
+
+@dataclass
+class InvariantReport:
+    invariant: Invariant
+    fixture: Fixture | None
+    results: list[CaseResult] = field(default_factory=list)
+
+    @property
+    def untested(self) -> bool:
+        """No case in which it fires: a check nobody has seen fail."""
+        return self.fixture is None or not any(r.case.fires and r.passed for r in self.results)
+
+    @property
+    def failed(self) -> bool:
+        return any(not r.passed for r in self.results) or bool(
+            self.fixture and self.fixture.problems
+        )
+
+
+@contextlib.contextmanager
+def test_server(admin_dsn: str | None) -> Iterator[str]:
+    dsn = admin_dsn or os.environ.get("INVMON_TEST_DSN")
+    if dsn:
+        yield dsn
+        return
+    with temporary_server() as started:
+        yield started
+
+
+def _insert(conn: psycopg.Connection[Any], table: str, row: dict[str, Any]) -> None:
+    columns = list(row)
+    values: list[sql.Composable] = []
+    params: list[Any] = []
+    for column in columns:
+        value = row[column]
+        if isinstance(value, SqlExpression):
+            values.append(sql.SQL(value.text))
+        else:
+            values.append(sql.Placeholder())
+            params.append(Jsonb(value) if isinstance(value, dict) else value)
+    statement = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+        sql.Identifier(*table.split(".")),
+        sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        sql.SQL(", ").join(values),
+    )
+    conn.execute(statement, params)
+
+
+def run_case(conn: psycopg.Connection[Any], invariant: Invariant, case: Case) -> CaseResult:
+    try:
+        with conn.transaction(force_rollback=True):
+            for table, rows in case.rows.items():
+                for row in rows:
+                    _insert(conn, table, row)
+            conn.execute(
+                "SELECT set_config('statement_timeout', %s, true)",
+                (str(int(invariant.timeout.total_seconds() * 1000)),),
+            )
+            cursor = conn.execute(sampled_query(invariant.sql, invariant.key, KEY_LIMIT).encode())
+            fetched = cursor.fetchall()
+            names = unique_column_names([c.name for c in (cursor.description or [])[:-1]])
+    except psycopg.Error as exc:
+        return CaseResult(case, False, error=describe_error(exc))
+    count = int(fetched[0][-1]) if fetched else 0
+    keys = [
+        offending_key(
+            dict(zip(names, (json_safe(v) for v in raw[:-1]), strict=True)), invariant.key
+        )
+        for raw in fetched
+    ]
+    return compare(case, keys, count)
+
+
+def run_fixtures(
+    invariants: Sequence[Invariant], schema_sql: str | None, admin_dsn: str | None = None
+) -> list[InvariantReport]:
+    reports = []
+    fixtures = {
+        inv.name: load_fixture(fixture_path(inv.path), inv.key)
+        if fixture_path(inv.path).exists()
+        else None
+        for inv in invariants
+    }
+    with test_server(admin_dsn) as server, scratch_database(server, "invmon_fixtures") as dsn:
+        if schema_sql:
+            apply_sql(dsn, schema_sql)
+        with psycopg.connect(dsn) as conn:
+            for inv in invariants:
+                fixture = fixtures[inv.name]
+                report = InvariantReport(inv, fixture)
+                for case in fixture.cases if fixture else []:
+                    report.results.append(run_case(conn, inv, case))
+                reports.append(report)
+    return reports
+
+
+def report_text(reports: Sequence[InvariantReport], strict: bool) -> tuple[str, int]:
+    """The report and the exit code: 0 all pass; 1 a case failed; 2 untested under --strict."""
+    lines: list[str] = []
+    problems: list[Problem] = []
+    for report in reports:
+        lines.append(f"{report.invariant.name}")
+        if report.fixture:
+            problems += report.fixture.problems
+            lines += [f"  {r.describe()}" for r in report.results]
+        if report.untested:
+            level = "error" if strict else "warning"
+            where = fixture_path(report.invariant.path).name
+            lines.append(
+                f"  {level}: untested: no case in {where} shows it firing; an invariant that "
+                "never returns a row is a check that cannot fail"
+            )
+    lines += [str(p) for p in problems]
+    failed = sum(r.failed for r in reports)
+    untested = sum(r.untested for r in reports)
+    cases = sum(len(r.results) for r in reports)
+    passed = sum(r.passed for rep in reports for r in rep.results)
+    lines.append(
+        f"\n{passed} of {cases} cases passed; {failed} invariant(s) failing, {untested} untested"
+    )
+    code = 1 if failed else (2 if strict and untested else 0)
+    return "\n".join(lines), code
