@@ -18,10 +18,12 @@ from monitor.config import Config, ConfigError, check_dsn, load_config
 from monitor.durations import parse_duration
 from monitor.loader import load_directory
 from monitor.logs import redact
+from monitor.problems import Problem
 from monitor.render import (
     history_text,
     problems_text,
     results_document,
+    results_markdown,
     results_table,
     status_text,
     to_json,
@@ -95,7 +97,7 @@ def main() -> None:
 @main.command()
 @config_options
 @click.option("--only", multiple=True, metavar="NAME", help="Evaluate only this invariant.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table")
 def check(
     config_path: Path | None,
     dsn: str | None,
@@ -116,6 +118,8 @@ def check(
     if fmt == "json":
         document = results_document(outcome.results, outcome.invariants, outcome.problems)
         click.echo(to_json(document))
+    elif fmt == "markdown":
+        click.echo(results_markdown(outcome.results, outcome.problems))
     else:
         if outcome.problems:
             click.echo(problems_text(outcome.problems), err=True)
@@ -327,12 +331,31 @@ def test_command(
     type=click.Path(path_type=Path, dir_okay=False),
     help="YAML config file (default: ./invmon.yaml when present).",
 )
-def lint(directory: Path | None, config_path: Path | None) -> None:
+@click.option(
+    "--schema",
+    "schema_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also check tables and columns against this schema file (no database needed).",
+)
+def lint(directory: Path | None, config_path: Path | None, schema_file: Path | None) -> None:
     """Validate every invariant file; print all problems as path:line: message."""
     config = resolve_config(config_path, None, directory)
     if not config.invariants.is_dir():
         fail(f"invariants folder {str(config.invariants)!r} not found")
     loaded = load_directory(config.invariants, config.invariant_defaults())
+    schema = schema_file or config.schema_path
+    if schema is not None:
+        from monitor.schema_check import check_against_schema, load_schema
+
+        if not schema.is_file():
+            fail(f"schema file {str(schema)!r} not found")
+        tables = load_schema(schema.read_text(encoding="utf-8"))
+        for inv in loaded.invariants:
+            offset = inv.sql_first_line - 1
+            loaded.problems += [
+                Problem(inv.path, p.line + offset, p.message, p.level)
+                for p in check_against_schema(inv.sql, tables)
+            ]
     if loaded.problems:
         click.echo(problems_text(loaded.problems))
     count = len(loaded.invariants)

@@ -76,11 +76,12 @@ def name_for(path: Path, directory: Path) -> str:
     return path.relative_to(directory).with_suffix("").as_posix()
 
 
-def load_file(path: Path, name: str, defaults: Defaults) -> Invariant | list[Problem]:
+def load_file(path: Path, name: str, defaults: Defaults) -> tuple[Invariant | None, list[Problem]]:
+    """The invariant (None when an error stops it) and every problem found, warnings too."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return [Problem(path, 1, f"cannot read the file: {exc}")]
+        return None, [Problem(path, 1, f"cannot read the file: {exc}")]
     split = split_file(text)
     problems: list[Problem] = []
     header: InvariantHeader | None = None
@@ -90,8 +91,8 @@ def load_file(path: Path, name: str, defaults: Defaults) -> Invariant | list[Pro
         problems.extend(Problem(path, line, message) for line, message in exc.problems)
     offset = split.sql_first_line - 1
     sql_problems = validate_sql(split.sql)
-    problems.extend(Problem(path, p.line + offset, p.message) for p in sql_problems)
-    if header is not None and header.key and not sql_problems:
+    problems.extend(Problem(path, p.line + offset, p.message, p.level) for p in sql_problems)
+    if header is not None and header.key and not any(p.level == "error" for p in sql_problems):
         columns = output_columns(split.sql)
         missing = [k for k in header.key if columns is not None and k not in columns]
         if missing:
@@ -105,8 +106,8 @@ def load_file(path: Path, name: str, defaults: Defaults) -> Invariant | list[Pro
                     "unquoted names are lower-cased by PostgreSQL",
                 )
             )
-    if problems or header is None:
-        return problems
+    if header is None or any(p.level == "error" for p in problems):
+        return None, problems
     return Invariant(
         name=name,
         path=path,
@@ -117,7 +118,7 @@ def load_file(path: Path, name: str, defaults: Defaults) -> Invariant | list[Pro
         schedule=header.parsed_schedule or parse_schedule(defaults.schedule),
         timeout=header.timeout_delta or defaults.timeout,
         sample=defaults.sample if header.sample is None else header.sample,
-    )
+    ), problems
 
 
 def load_directory(directory: Path, defaults: Defaults | None = None) -> LoadResult:
@@ -134,11 +135,10 @@ def load_directory(directory: Path, defaults: Defaults | None = None) -> LoadRes
 def load_paths(paths: Iterable[Path], directory: Path, defaults: Defaults) -> LoadResult:
     result = LoadResult()
     for path in paths:
-        loaded = load_file(path, name_for(path, directory), defaults)
-        if isinstance(loaded, Invariant):
-            result.invariants.append(loaded)
-        else:
-            result.problems.extend(loaded)
+        invariant, problems = load_file(path, name_for(path, directory), defaults)
+        if invariant is not None:
+            result.invariants.append(invariant)
+        result.problems.extend(problems)
     _check_unique_names(result)
     return result
 

@@ -189,3 +189,46 @@ def history_text(
         ],
     )
     return f"{name}: recent runs\n{run_table}\n\nincidents\n{incident_table}"
+
+
+def _md_cell(value: Any) -> str:
+    return _cell(value).replace("|", "\\|")
+
+
+def results_markdown(results: Sequence[RunResult], problems: Sequence[Problem]) -> str:
+    """A summary to paste into a pull request: counts, then a few rows of each violation."""
+    held = sum(r.status == "ok" for r in results)
+    violated = sum(r.status == "violated" for r in results)
+    errored = sum(r.status == "error" for r in results)
+    lines = [
+        f"### invmon: {held} held, {violated} violated, {errored} could not be evaluated",
+        "",
+        "| invariant | status | offending rows | duration |",
+        "|---|---|---:|---:|",
+    ]
+    for r in results:
+        count = "–" if r.count is None else f"{r.count:,}"
+        lines.append(
+            f"| `{r.invariant}` | {STATUS_LABEL[r.status].strip()} | {count} | "
+            f"{r.duration_ms:,.0f} ms |"
+        )
+    for r in results:
+        if r.status == "error":
+            lines += ["", f"**`{r.invariant}`** could not be evaluated: `{_md_cell(r.error)}`"]
+        elif r.status == "violated" and r.rows:
+            shown = r.rows[:3]
+            lines += [
+                "",
+                f"<details><summary><code>{r.invariant}</code>: first {len(shown)} "
+                f"of {r.count:,} offending rows</summary>",
+                "",
+            ]
+            lines.append("| " + " | ".join(_md_cell(c) for c in r.columns) + " |")
+            lines.append("|" + "---|" * len(r.columns))
+            lines += [
+                "| " + " | ".join(_md_cell(row.get(c)) for c in r.columns) + " |" for row in shown
+            ]
+            lines += ["", "</details>"]
+    if problems:
+        lines += ["", "Problems:", ""] + [f"- `{p}`" for p in problems]
+    return "\n".join(lines)

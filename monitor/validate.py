@@ -82,6 +82,7 @@ _LOCK_TEXT = re.compile(r"\bfor\s+(no\s+key\s+update|key\s+share|update|share)\b
 class SqlProblem:
     line: int  # 1-based, relative to the SQL text given
     message: str
+    level: str = "error"  # a "warning" does not stop the invariant from running
 
 
 def function_name(node: exp.Func) -> str:
@@ -170,6 +171,8 @@ def validate_sql(sql: str) -> list[SqlProblem]:
             )
         ]
     problems = _check_statement(statements[0], sql, start)
+    if not problems:
+        problems = _check_shape(statements[0], sql, start)
     escaped = _UNICODE_IDENTIFIER.search(_code_only(sql))
     if escaped:
         line = sql.count("\n", 0, escaped.start()) + 1
@@ -187,6 +190,59 @@ def _parse_problem(exc: ParseError | TokenError, default_line: int) -> SqlProble
         line = int(first.get("line") or default_line)
         detail = str(first.get("description") or detail)
     return SqlProblem(line, f"cannot parse the query: {detail}")
+
+
+_NOW = re.compile(
+    r"\b(now\s*\(\s*\)|current_timestamp|clock_timestamp\s*\(\s*\)|"
+    r"statement_timestamp\s*\(\s*\)|localtimestamp)",
+    re.I,
+)
+
+
+def _is_now(node: exp.Expr) -> bool:
+    if isinstance(node, exp.CurrentTimestamp):
+        return True
+    return isinstance(node, exp.Anonymous | exp.Func) and function_name(node) in (
+        "now",
+        "clock_timestamp",
+        "statement_timestamp",
+        "current_timestamp",
+        "localtimestamp",
+    )
+
+
+def _check_shape(statement: exp.Expr, sql: str, start: int) -> list[SqlProblem]:
+    """Queries that are valid SQL but meaningless as an invariant."""
+    problems = []
+    if (
+        isinstance(statement, exp.Select)
+        and not statement.args.get("group")
+        and not statement.args.get("having")
+        and statement.selects
+        and all(s.find(exp.AggFunc) and not s.find(exp.Window) for s in statement.selects)
+    ):
+        problems.append(
+            SqlProblem(
+                start,
+                "this aggregate without GROUP BY always returns exactly one row, so the "
+                "invariant could never hold (zero rows means it holds); return the offending "
+                "rows, or add HAVING, e.g. HAVING count(*) > 0",
+            )
+        )
+    for comparison in statement.find_all(exp.LT, exp.LTE, exp.GT, exp.GTE):
+        if _is_now(comparison.left) or _is_now(comparison.right):
+            line = _line_of(sql, _NOW, start)
+            problems.append(
+                SqlProblem(
+                    line,
+                    "compares with now() without a grace interval; on a lagging replica that "
+                    "can report a violation that is not there; write e.g. "
+                    "now() - interval '2 minutes'",
+                    "warning",
+                )
+            )
+            break
+    return problems
 
 
 def _check_statement(statement: exp.Expr, sql: str, start: int) -> list[SqlProblem]:

@@ -187,3 +187,58 @@ def test_a_malformed_dsn_is_refused_without_repeating_its_password(tmp_path: Pat
     assert done.returncode == 2
     assert "TopSecret99" not in done.stderr
     assert done.stderr.startswith("invmon: invmon.yaml: field 'state': ")
+
+
+SCHEMA = Path(__file__).resolve().parent.parent / "deploy" / "demo" / "schema.sql"
+
+
+def test_lint_with_a_schema_finds_a_misspelt_column_without_any_database(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "typo.sql",
+        "-- description: x\n-- key: [refund_id]\nSELECT refund_id\nFROM refunds\n"
+        "WHERE statuss = 'settled'\n",
+    )
+    write(tmp_path, "table.sql", "-- description: y\nSELECT id\nFROM refundz\n")
+    done = invmon(
+        "lint", str(tmp_path), "--schema", str(SCHEMA), env={"INVMON_DSN": "host=nowhere.invalid"}
+    )
+    assert done.returncode == 2
+    assert done.stdout.splitlines() == [
+        f"{tmp_path}/table.sql:3: unknown table 'refundz': not in the schema file",
+        f"{tmp_path}/typo.sql:5: unknown column 'statuss': no table in this query has it in "
+        "the schema file",
+    ]
+
+
+def test_lint_rejects_an_always_one_row_aggregate_and_warns_on_now_without_grace(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "count.sql", "-- description: x\nSELECT count(*) FROM jobs WHERE stuck\n")
+    write(
+        tmp_path, "lag.sql", "-- description: y\nSELECT id FROM jobs\nWHERE lease_until < now()\n"
+    )
+    done = invmon("lint", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stdout.splitlines() == [
+        f"{tmp_path}/count.sql:2: this aggregate without GROUP BY always returns exactly one "
+        "row, so the invariant could never hold (zero rows means it holds); return the "
+        "offending rows, or add HAVING, e.g. HAVING count(*) > 0",
+        f"{tmp_path}/lag.sql:3: warning: compares with now() without a grace interval; on a "
+        "lagging replica that can report a violation that is not there; write e.g. "
+        "now() - interval '2 minutes'",
+    ]
+    assert "1 invariant valid, 1 with errors" in done.stderr
+
+
+def test_check_markdown_is_ready_for_a_pull_request_comment(shop: tuple[str, Path]) -> None:
+    dsn, folder = shop
+    done = invmon("check", "--dsn", dsn, "--invariants", str(folder), "--format", "markdown")
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert lines[0] == "### invmon: 1 held, 1 violated, 0 could not be evaluated"
+    assert "| `unpaid_orders` | ❌ violated | 10 |" in done.stdout
+    assert "<details><summary><code>unpaid_orders</code>: first 3 of 10 offending rows" in (
+        done.stdout
+    )
+    assert "| 3 | 4.50 |" in lines
