@@ -275,6 +275,37 @@ def snooze(incident: int, duration: str, config_path: Path | None) -> None:
     )
 
 
+@main.command()
+@config_options
+@click.argument("names", nargs=-1)
+@click.option("--analyze", is_flag=True, help="EXPLAIN ANALYZE: runs the queries (read-only).")
+def explain(
+    config_path: Path | None,
+    dsn: str | None,
+    invariants_dir: Path | None,
+    names: tuple[str, ...],
+    analyze: bool,
+) -> None:
+    """Planner cost of each invariant; exit 1 when one is over its max_cost."""
+    from monitor.explain import explain_all, explain_text
+
+    config = resolve_config(config_path, dsn, invariants_dir)
+    if not config.dsn:
+        fail("no database to explain against: pass --dsn, set INVMON_DSN, or set dsn")
+    loaded = load_directory(config.invariants, config.invariant_defaults())
+    try:
+        selected = select(loaded, names).invariants
+    except UnknownInvariant as exc:
+        fail(str(exc))
+    try:
+        results = explain_all(config.dsn, selected, config.max_cost, analyze)
+    except Exception as exc:  # a refused connection: one sentence, not a traceback
+        fail(f"cannot explain: {redact(str(exc))}")
+    text, code = explain_text(results)
+    click.echo(text)
+    sys.exit(code)
+
+
 @main.command(name="test")
 @click.argument("names", nargs=-1)
 @click.option("--invariants", "invariants_dir", type=click.Path(path_type=Path, file_okay=False))

@@ -182,6 +182,7 @@ class Config(_Model):
     # The production schema (e.g. `pg_dump --schema-only`), for `invmon test` and
     # `invmon lint --schema`.
     schema_path: Path | None = Field(default=None, alias="schema")
+    max_cost: float | None = Field(default=None, gt=0)  # `invmon explain` budget per query
     concurrency: int = Field(default=4, ge=1, le=64)
     defaults: DefaultsConfig = DefaultsConfig()
     database: DatabaseConfig = DatabaseConfig()

@@ -44,6 +44,7 @@ class InvariantHeader(BaseModel):
     tags: list[str] = Field(default_factory=list)
     for_runs: int = Field(default=1, ge=1, alias="for")
     channel: str | None = None
+    max_cost: float | None = Field(default=None, gt=0)  # planner cost budget (invmon explain)
 
     @field_validator("description")
     @classmethod

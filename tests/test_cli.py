@@ -151,7 +151,7 @@ def test_lint_reports_every_problem_in_every_file_then_fails(tmp_path: Path) -> 
     assert done.stdout.splitlines() == [
         f"{tmp_path}/b.sql:2: FOR UPDATE takes row locks on the replica; not allowed",
         f"{tmp_path}/c.sql:3: unknown header key 'colour'; known keys are channel, description, "
-        "for, key, owner, runbook, sample, schedule, severity, tags, timeout",
+        "for, key, max_cost, owner, runbook, sample, schedule, severity, tags, timeout",
         f"{tmp_path}/c.sql:4: function nextval() advances a sequence; not allowed",
     ]
     assert "1 invariant valid, 2 with errors" in done.stderr
@@ -242,3 +242,29 @@ def test_check_markdown_is_ready_for_a_pull_request_comment(shop: tuple[str, Pat
         done.stdout
     )
     assert "| 3 | 4.50 |" in lines
+
+
+def test_explain_reports_cost_and_the_cost_gate_trips_on_an_expensive_query(
+    database: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE events (id bigint, kind text)")
+        conn.execute("INSERT INTO events SELECT g, 'k' FROM generate_series(1, 200000) g")
+        conn.execute("ANALYZE events")
+    write(
+        tmp_path, "cheap.sql", "-- description: x\n-- max_cost: 1000\nSELECT 1 AS one WHERE false\n"
+    )
+    write(
+        tmp_path,
+        "scan.sql",
+        "-- description: y\n-- max_cost: 100\nSELECT id FROM events WHERE kind = 'z'\n",
+    )
+    done = invmon("explain", "--dsn", database, "--invariants", str(tmp_path))
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("✅ cheap: cost ")
+    assert lines[1].startswith("❌ scan: cost ") and lines[1].endswith("(max_cost 100), ~1 rows")
+    assert lines[2] == "     Seq Scan on events (~200,000 rows in the table)"
+    assert "Over budget: scan." in done.stdout
+    within = invmon("explain", "--dsn", database, "--invariants", str(tmp_path), "cheap")
+    assert within.returncode == 0

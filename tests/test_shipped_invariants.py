@@ -39,6 +39,7 @@ HEADER_KEYS = {
     "tags",
     "for",
     "channel",
+    "max_cost",
 }
 
 

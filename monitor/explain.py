@@ -1,0 +1,134 @@
+"""`invmon explain`: what each invariant would cost the replica, before it is merged.
+
+EXPLAIN (FORMAT JSON) each query (without ANALYZE unless asked) and report the planner's
+total cost, estimated rows and the nodes worth a reviewer's attention; a `max_cost` (header
+or config) turns an excess into a failure. Reading a plan is pure; running EXPLAIN is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from monitor.loader import Invariant
+from monitor.runner import describe_error
+
+BIG_RELATION_ROWS = 100_000  # a sequential scan over more rows than this is worth a look
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    total_cost: float
+    rows: float
+    notable: list[str] = field(default_factory=list)
+    actual_ms: float | None = None
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans") or []:
+        yield from _nodes(child)
+
+
+def scanned_relations(explained: list[dict[str, Any]]) -> set[str]:
+    return {
+        str(node["Relation Name"])
+        for node in _nodes(explained[0]["Plan"])
+        if node.get("Node Type") == "Seq Scan" and node.get("Relation Name")
+    }
+
+
+def summarize(explained: list[dict[str, Any]], sizes: dict[str, float]) -> PlanSummary:
+    """From EXPLAIN (FORMAT JSON) output and the planner's row counts of the relations."""
+    root = explained[0]
+    plan = root["Plan"]
+    notable = []
+    for node in _nodes(plan):
+        kind = node.get("Node Type", "")
+        relation = node.get("Relation Name")
+        rows = float(node.get("Plan Rows", 0))
+        size = sizes.get(str(relation), 0.0)
+        if kind == "Seq Scan" and relation and size >= BIG_RELATION_ROWS:
+            notable.append(f"Seq Scan on {relation} (~{size:,.0f} rows in the table)")
+        elif kind in ("Nested Loop",) and rows >= BIG_RELATION_ROWS * 10:
+            notable.append(f"Nested Loop producing ~{rows:,.0f} rows")
+    return PlanSummary(
+        total_cost=float(plan["Total Cost"]),
+        rows=float(plan["Plan Rows"]),
+        notable=notable,
+        actual_ms=root.get("Execution Time"),
+    )
+
+
+@dataclass(frozen=True)
+class Explained:
+    invariant: str
+    summary: PlanSummary | None
+    max_cost: float | None
+    error: str | None = None
+
+    @property
+    def over_budget(self) -> bool:
+        return bool(
+            self.summary and self.max_cost is not None and self.summary.total_cost > self.max_cost
+        )
+
+
+def explain_all(
+    dsn: str, invariants: Sequence[Invariant], default_max_cost: float | None, analyze: bool
+) -> list[Explained]:
+    out = []
+    options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
+    with psycopg.connect(dsn, autocommit=False) as conn:
+        conn.read_only = True
+        for inv in invariants:
+            limit = inv.header.max_cost if inv.header.max_cost is not None else default_max_cost
+            try:
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT set_config('statement_timeout', %s, true)",
+                        (str(int(inv.timeout.total_seconds() * 1000)),),
+                    )
+                    row = conn.execute(f"EXPLAIN ({options}) {inv.sql}".encode()).fetchone()
+            except psycopg.Error as exc:
+                out.append(Explained(inv.name, None, limit, describe_error(exc)))
+                continue
+            assert row is not None
+            sizes: dict[str, float] = dict(
+                conn.execute(
+                    "SELECT relname::text, reltuples::float8 FROM pg_class"
+                    " WHERE relname = ANY(%s) AND relkind IN ('r', 'p', 'm')",
+                    (sorted(scanned_relations(row[0])),),
+                ).fetchall()
+            )
+            conn.rollback()
+            out.append(Explained(inv.name, summarize(row[0], sizes), limit))
+    return out
+
+
+def explain_text(results: Sequence[Explained]) -> tuple[str, int]:
+    """The report and the exit code: 0 within budget, 1 over budget, 2 could not explain."""
+    lines = []
+    for r in results:
+        if r.summary is None:
+            lines.append(f"⚠️  {r.invariant}: cannot explain: {r.error}")
+            continue
+        budget = "" if r.max_cost is None else f" (max_cost {r.max_cost:,.0f})"
+        mark = "❌" if r.over_budget else "✅"
+        ran = "" if r.summary.actual_ms is None else f", ran in {r.summary.actual_ms:,.0f} ms"
+        lines.append(
+            f"{mark} {r.invariant}: cost {r.summary.total_cost:,.0f}{budget}, "
+            f"~{r.summary.rows:,.0f} rows{ran}"
+        )
+        lines += [f"     {note}" for note in r.summary.notable]
+    over = [r.invariant for r in results if r.over_budget]
+    if over:
+        lines.append(
+            f"\nOver budget: {', '.join(over)}. Add an index, narrow the query, or "
+            "raise max_cost in its header if the cost is worth paying."
+        )
+    code = 2 if any(r.summary is None for r in results) else (1 if over else 0)
+    return "\n".join(lines), code
