@@ -5,7 +5,7 @@ from __future__ import annotations
 import getpass
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -16,7 +16,7 @@ from monitor.acks import AckMode, Action
 from monitor.check import UnknownInvariant, run_check, select
 from monitor.config import Config, ConfigError, check_dsn, load_config
 from monitor.durations import parse_duration
-from monitor.loader import load_directory
+from monitor.loader import Invariant, load_directory
 from monitor.logs import redact
 from monitor.problems import Problem
 from monitor.render import (
@@ -87,6 +87,26 @@ def resolve_config(config_path: Path | None, dsn: str | None, invariants: Path |
     return config.model_copy(update=updates)
 
 
+def require_database(config: Config, purpose: str) -> str:
+    if not config.dsn:
+        fail(f"no database to {purpose}: pass --dsn, set INVMON_DSN, or set dsn in invmon.yaml")
+    if not config.invariants.is_dir():
+        fail(f"invariants folder {str(config.invariants)!r} not found; pass --invariants DIR")
+    return config.dsn
+
+
+def selected_invariants(config: Config, names: Sequence[str]) -> list[Invariant]:
+    """The named invariants (all when none), refusing to go on past an invalid file."""
+    loaded = load_directory(config.invariants, config.invariant_defaults())
+    if loaded.errors:
+        click.echo(problems_text(loaded.errors), err=True)
+        fail("fix the invalid invariant files first (see `invmon lint`)")
+    try:
+        return select(loaded, names).invariants
+    except UnknownInvariant as exc:
+        fail(str(exc))
+
+
 @click.group()
 @click.version_option(__version__, prog_name="invmon")
 def main() -> None:
@@ -107,12 +127,9 @@ def check(
 ) -> None:
     """Evaluate every invariant once and exit 0 (all hold), 1 (violated) or 2 (error)."""
     config = resolve_config(config_path, dsn, invariants_dir)
-    if not config.dsn:
-        fail("no database to check: pass --dsn, set INVMON_DSN, or set dsn in invmon.yaml")
-    if not config.invariants.is_dir():
-        fail(f"invariants folder {str(config.invariants)!r} not found; pass --invariants DIR")
+    database = require_database(config, "check")
     try:
-        outcome = run_check(config, config.dsn, config.invariants, only)
+        outcome = run_check(config, database, config.invariants, only)
     except UnknownInvariant as exc:
         fail(str(exc))
     if fmt == "json":
@@ -137,12 +154,9 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
 
     config = resolve_config(config_path, dsn, invariants_dir)
     setup_logging(config.log.format, config.log.level)
-    if not config.dsn:
-        fail("no database to monitor: pass --dsn, set INVMON_DSN, or set dsn in invmon.yaml")
-    if not config.invariants.is_dir():
-        fail(f"invariants folder {str(config.invariants)!r} not found; pass --invariants DIR")
+    database = require_database(config, "monitor")
     store = open_store(config)
-    daemon = Daemon(config, config.dsn, store)
+    daemon = Daemon(config, database, store)
     try:
         if once:
             change, results = daemon.run_once()
@@ -290,15 +304,10 @@ def explain(
     from monitor.explain import explain_all, explain_text
 
     config = resolve_config(config_path, dsn, invariants_dir)
-    if not config.dsn:
-        fail("no database to explain against: pass --dsn, set INVMON_DSN, or set dsn")
-    loaded = load_directory(config.invariants, config.invariant_defaults())
+    database = require_database(config, "explain against")
+    selected = selected_invariants(config, names)
     try:
-        selected = select(loaded, names).invariants
-    except UnknownInvariant as exc:
-        fail(str(exc))
-    try:
-        results = explain_all(config.dsn, selected, config.max_cost, analyze)
+        results = explain_all(database, selected, config.max_cost, analyze)
     except Exception as exc:  # a refused connection: one sentence, not a traceback
         fail(f"cannot explain: {redact(str(exc))}")
     text, code = explain_text(results)
@@ -335,14 +344,7 @@ def test_command(
     from monitor.tester import report_text, run_fixtures
 
     config = resolve_config(config_path, None, invariants_dir)
-    loaded = load_directory(config.invariants, config.invariant_defaults())
-    if loaded.errors:
-        click.echo(problems_text(loaded.errors), err=True)
-        fail("fix the invalid invariant files first (see `invmon lint`)")
-    try:
-        selected = select(loaded, names).invariants
-    except UnknownInvariant as exc:
-        fail(str(exc))
+    selected = selected_invariants(config, names)
     schema = schema_file or config.schema_path
     if schema is not None and not schema.is_file():
         fail(f"schema file {str(schema)!r} not found")
