@@ -119,10 +119,18 @@ def _when(stamp: str | None) -> str:
     return "-" if not stamp else stamp.replace("T", " ")[:19]
 
 
+def _handled(incident: dict[str, Any]) -> str:
+    if incident.get("acked_by"):
+        return f"acked by {incident.get('acked_by_name') or incident['acked_by']}"
+    if incident.get("snoozed_until"):
+        return f"snoozed to {_when(incident['snoozed_until'])}"
+    return ""
+
+
 def status_text(incidents: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]]) -> str:
     if incidents:
         open_table = text_table(
-            ["incident", "invariant", "kind", "opened", "count", "detail"],
+            ["incident", "invariant", "kind", "opened", "count", "handled", "detail"],
             [
                 [
                     f"#{i['id']}",
@@ -130,6 +138,7 @@ def status_text(incidents: Sequence[dict[str, Any]], runs: Sequence[dict[str, An
                     i["kind"],
                     _when(i["opened_at"]),
                     "-" if i["last_count"] is None else i["last_count"],
+                    _handled(i),
                     i["detail"] or "",
                 ]
                 for i in incidents
