@@ -15,7 +15,14 @@ from typing import Any, Literal
 import psycopg
 import yaml
 from psycopg.conninfo import conninfo_to_dict
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from monitor.acks import ACK_MODES, AckMode
 from monitor.durations import parse_duration, parse_schedule
@@ -160,6 +167,17 @@ class SlackConfig(_Model):
     def _empty_is_unset(cls, value: Any) -> Any:
         # `${SLACK_APP_TOKEN:-}` with the variable unset means "not configured".
         return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _lease_outlasts_calls(self) -> SlackConfig:
+        # A lease that expires while its holder is still calling Slack lets a second worker
+        # reconcile a post that is still in flight; a CSV upload makes three calls.
+        if self.lease <= self.timeout * 4:
+            raise ValueError(
+                f"lease ({self.lease.total_seconds():g}s) must be longer than four Slack "
+                f"timeouts ({4 * self.timeout.total_seconds():g}s)"
+            )
+        return self
 
     @property
     def interactive(self) -> bool:
