@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from monitor.state import StateStore, StoredEvent, Tx, parse_ts, ts
+
+log = logging.getLogger("invmon.alerts")
 
 Action = Literal[
     "post_root", "post_reply", "update_root", "upload_csv", "post_digest", "post_detail"
@@ -65,6 +68,7 @@ class Delivery:
     slack_file_id: str | None
     payload: dict[str, Any]
     created_at: datetime
+    lease_owner: str | None = None
 
 
 _COLUMNS = (
@@ -85,6 +89,7 @@ _COLUMNS = (
     "slack_file_id",
     "payload_json",
     "created_at",
+    "lease_owner",
 )
 
 
@@ -108,6 +113,7 @@ def _delivery(row: Sequence[Any]) -> Delivery:
         slack_file_id=record["slack_file_id"],
         payload=json.loads(record["payload_json"]),
         created_at=parse_ts(record["created_at"]),
+        lease_owner=record["lease_owner"],
     )
 
 
@@ -164,10 +170,16 @@ class Ledger:
                 )
                 self.enqueue(tx, None, invariant, incident_id, channel, [opening], now)
                 root_id = self._root_id(tx, incident_id, channel)
+            # A thread whose root failed for good can never take this; say so now rather
+            # than leave a row waiting forever.
+            root_failed = root_id is not None and tx.rows(
+                "SELECT 1 FROM deliveries WHERE id = ? AND state = 'FAILED'", (root_id,)
+            )
             inserted = tx.rows(
                 "INSERT INTO deliveries (idem_key, event_id, incident_id, invariant, channel,"
-                " action, root_id, state, next_attempt_at, payload_json, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?)"
+                " action, root_id, state, last_error, next_attempt_at, payload_json,"
+                " created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (idem_key) DO NOTHING RETURNING id",
                 (
                     spec.key,
@@ -177,6 +189,8 @@ class Ledger:
                     channel,
                     spec.action,
                     root_id,
+                    "FAILED" if root_failed else "PENDING",
+                    "its root message failed" if root_failed else None,
                     ts(now),
                     json.dumps(spec.payload),
                     ts(now),
@@ -286,11 +300,25 @@ class Ledger:
                     (f"its root message failed: {error}", ts(now), delivery.id),
                 )
 
-    def record_file(self, delivery: Delivery, file_id: str | None) -> None:
+    def record_file(self, delivery: Delivery, file_id: str | None) -> bool:
         with self.store.transaction() as tx:
-            tx.run(
-                "UPDATE deliveries SET slack_file_id = ? WHERE id = ? AND lease_owner IS NOT NULL",
-                (file_id, delivery.id),
+            return bool(
+                tx.rows(
+                    "UPDATE deliveries SET slack_file_id = ? WHERE id = ? AND lease_owner = ?"
+                    " RETURNING id",
+                    (file_id, delivery.id, delivery.lease_owner),
+                )
+            )
+
+    def renew(self, delivery: Delivery, until: datetime) -> bool:
+        """Extend the lease while its holder is still working; False when it was lost."""
+        with self.store.transaction() as tx:
+            return bool(
+                tx.rows(
+                    "UPDATE deliveries SET lease_until = ? WHERE id = ? AND lease_owner = ?"
+                    " RETURNING id",
+                    (ts(until), delivery.id, delivery.lease_owner),
+                )
             )
 
     def _finish(
@@ -305,13 +333,15 @@ class Ledger:
         unknown_since: datetime | None = None,
         clear_unknown: bool = False,
     ) -> None:
+        # Fenced by the lease: a worker that lost its lease (another one took the row over)
+        # must not overwrite what the new holder found or did.
         with self.store.transaction() as tx:
-            tx.run(
+            written = tx.rows(
                 "UPDATE deliveries SET state = ?, last_error = ?, next_attempt_at = ?,"
                 " lease_owner = NULL, lease_until = NULL, updated_at = ?,"
                 " slack_channel = COALESCE(?, slack_channel), slack_ts = COALESCE(?, slack_ts),"
                 " unknown_since = CASE WHEN ? THEN NULL ELSE COALESCE(?, unknown_since) END"
-                " WHERE id = ?",
+                " WHERE id = ? AND lease_owner = ? RETURNING id",
                 (
                     state,
                     error,
@@ -322,7 +352,14 @@ class Ledger:
                     clear_unknown,
                     ts(unknown_since) if unknown_since else None,
                     delivery.id,
+                    delivery.lease_owner,
                 ),
+            )
+        if not written:
+            log.warning(
+                "lost the lease on delivery %s before recording %s; the new holder's result stands",
+                delivery.id,
+                state,
             )
 
     # --- reading -------------------------------------------------------------------------
@@ -349,7 +386,11 @@ class Ledger:
 
     def next_due(self) -> datetime | None:
         with self.store.transaction() as tx:
+            # Only rows a worker could claim: a reply whose root is not sent yet is not due.
             rows = tx.rows(
-                "SELECT min(next_attempt_at) FROM deliveries WHERE state IN ('PENDING', 'UNKNOWN')"
+                "SELECT min(d.next_attempt_at) FROM deliveries d"
+                " WHERE d.state = 'UNKNOWN' OR (d.state = 'PENDING' AND (d.root_id IS NULL"
+                " OR EXISTS (SELECT 1 FROM deliveries r WHERE r.id = d.root_id"
+                " AND r.state = 'SENT')))"
             )
         return parse_ts(rows[0][0]) if rows and rows[0][0] else None

@@ -40,6 +40,7 @@ PERMANENT = {
     "msg_too_long",
     "cant_update_message",
     "message_not_found",
+    "thread_not_found",
 }
 # Errors Slack returns when it may or may not have done the work.
 AMBIGUOUS = {"internal_error", "fatal_error", "service_unavailable", "request_timeout"}
@@ -47,12 +48,14 @@ _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{6,}$")
 
 
 def classify_api_error(status: int, error: str, retry_after: str | None) -> TransportError:
-    if status == 429 or error == "ratelimited":
+    if status == 429 or error in ("ratelimited", "rate_limited", "message_limit_exceeded"):
         wait = float(retry_after) if retry_after and retry_after.isdigit() else None
         return TransportError(f"rate limited by Slack (retry after {wait}s)", "retry", wait)
     if status >= 500 or error in AMBIGUOUS:
         return TransportError(f"Slack answered {status} {error or ''}".strip(), "ambiguous")
-    kind: ErrorKind = "permanent" if error in PERMANENT or error else "ambiguous"
+    # Only errors known not to heal are final; anything unknown might have landed, so it is
+    # reconciled before any retry rather than dropped.
+    kind: ErrorKind = "permanent" if error in PERMANENT else "ambiguous"
     return TransportError(f"Slack refused the call: {error or status}", kind)
 
 

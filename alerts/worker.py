@@ -7,9 +7,11 @@ the latest state and a late one never overwrites a newer one with old figures.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -127,12 +129,33 @@ class DeliveryWorker:
             if claimed is None:
                 break
             delivery, previous_state = claimed
-            if previous_state == "UNKNOWN":
-                self._reconcile(delivery)
-            else:
-                self._send(delivery)
+            with self._holding(delivery):
+                if previous_state == "UNKNOWN":
+                    self._reconcile(delivery)
+                else:
+                    self._send(delivery)
             handled += 1
         return handled
+
+    @contextlib.contextmanager
+    def _holding(self, delivery: Delivery) -> Iterator[None]:
+        """Renew the lease while the work runs, so a slow Slack call never lets another
+        worker take the row over (and reconcile a post that is still in flight)."""
+        lease = self.settings.lease
+        done = threading.Event()
+
+        def renew() -> None:
+            while not done.wait(lease.total_seconds() / 3):
+                if not self.ledger.renew(delivery, self.clock() + lease):
+                    return
+
+        keeper = threading.Thread(target=renew, name="invmon-lease", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            done.set()
+            keeper.join()
 
     # --- sending -------------------------------------------------------------------------
 

@@ -349,9 +349,9 @@ class Daemon:
             due = self.alerter.ledger.next_due()
             if due is None or due > self.clock() + timedelta(seconds=seconds):
                 return
+            # Never a hot loop: at least a short pause between rounds, at most 0.2s.
             wait = (due - self.clock()).total_seconds()
-            if wait > 0:
-                time.sleep(min(0.2, wait))
+            time.sleep(min(0.2, max(0.02, wait)))
 
     def run_once(self) -> tuple[Reload, list[RunResult]]:
         """Burst mode: load, evaluate every invariant once through the full path, return."""

@@ -7,7 +7,8 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,52 @@ def test_faults_and_crashes_never_double_or_lose_a_message(world: World, seed: i
 @pytest.mark.parametrize("seed", range(1000, 1200))
 def test_soak_faults_and_crashes_over_200_seeds(world: World, seed: int) -> None:
     run_seed(world, seed)
+
+
+def test_a_slow_post_keeps_its_lease_so_no_other_worker_posts_it_again(world: World) -> None:
+    """The worker renews its lease while a call is in flight (real time passes here)."""
+    from alerts.worker import DeliveryWorker, WorkerSettings
+
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        script(world, daemon, 0)
+        world.clock.advance(3)
+        daemon.dispatch()
+        entered, release = threading.Event(), threading.Event()
+        first = iter([True])
+
+        def hold_first_post(method: str) -> str:
+            if method == "chat.postMessage" and next(first, False):
+                entered.set()
+                release.wait(20)  # in flight far longer than the lease
+            return "none"
+
+        fake._fault = hold_first_post  # type: ignore[method-assign]
+        settings = WorkerSettings(lease=timedelta(seconds=0.6), settle=timedelta(seconds=0))
+        views = daemon.alerter.worker.views
+        start, began = world.clock(), time.monotonic()
+
+        def real_clock() -> datetime:  # the scenario's time, moving as real time passes
+            return start + timedelta(seconds=time.monotonic() - began)
+
+        def worker(owner: str) -> DeliveryWorker:
+            transport = SlackTransport(TOKEN, fake.api_url, timeout=30)
+            return DeliveryWorker(
+                daemon.alerter.ledger, transport, views, real_clock, settings, owner=owner
+            )
+
+        slow = threading.Thread(target=lambda: worker("A").run_due(limit=1))
+        slow.start()
+        assert entered.wait(5)
+        rival = worker("B")
+        deadline = time.monotonic() + 2.0  # three lease lengths of real time
+        while time.monotonic() < deadline:
+            assert rival.run_due(limit=1) in (0, 1)
+            assert fake.roots() == []  # B never took the post over while A held it
+            time.sleep(0.05)
+        release.set()
+        slow.join()
+        daemon.runner.close()
+    assert len(fake.roots()) == 1
+    [root] = [d for d in daemon.alerter.ledger.all() if d.action == "post_root"]
+    assert (root.state, root.slack_ts) == ("SENT", fake.roots()[0].ts)
