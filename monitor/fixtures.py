@@ -21,13 +21,18 @@ Parsing and comparing are pure; running the cases is monitor/tester.py.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import sqlglot
 import yaml
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
 
 from monitor.problems import Problem
+from monitor.validate import validate_sql
 
 SUFFIX = ".test.yaml"
 
@@ -37,12 +42,49 @@ class SqlExpression:
     text: str
 
 
-class _Loader(yaml.SafeLoader):
+class DuplicateKey(yaml.YAMLError):
     pass
 
 
+class _Loader(yaml.SafeLoader):
+    """Safe YAML that refuses a key written twice: `refunds:` twice under `rows:` would
+    otherwise silently drop the first list and leave the case testing less than it says."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise DuplicateKey(f"line {key_node.start_mark.line + 1}: {key!r} appears twice")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _sql(loader: yaml.SafeLoader, node: yaml.Node) -> SqlExpression:
-    return SqlExpression(str(loader.construct_scalar(node)))  # type: ignore[arg-type]
+    text = str(loader.construct_scalar(node))  # type: ignore[arg-type]
+    problem = sql_expression_problem(text)
+    if problem:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"!sql {text!r}: {problem}", node.start_mark
+        )
+    return SqlExpression(text)
+
+
+def sql_expression_problem(text: str) -> str | None:
+    """A `!sql` value must be one side-effect-free expression, not a statement."""
+    try:
+        parsed = sqlglot.parse(f"SELECT {text}", read="postgres")
+    except (ParseError, TokenError):
+        return "not a valid SQL expression"
+    statements = [p for p in parsed if p is not None]
+    if (
+        len(statements) != 1
+        or not isinstance(statements[0], exp.Select)
+        or len(statements[0].selects) != 1
+    ):
+        return "must be a single expression such as now() - interval '1 hour'"
+    problems = validate_sql(f"SELECT {text}")
+    return problems[0].message if problems else None
 
 
 _Loader.add_constructor("!sql", _sql)
@@ -53,7 +95,7 @@ class Case:
     name: str
     line: int
     rows: dict[str, list[dict[str, Any]]]
-    keys: list[str] | None = None  # canonical offending keys, when the case lists them
+    keys: list[str] | None = None  # canonical offending keys, one per expected row
     count: int | None = None
 
     @property
@@ -83,6 +125,10 @@ def load_fixture(path: Path, key_columns: tuple[str, ...]) -> Fixture:
     fixture = Fixture(path)
     try:
         document = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+    except DuplicateKey as exc:
+        where, _, message = str(exc).partition(": ")
+        fixture.problems.append(Problem(path, int(where.removeprefix("line ")), message))
+        return fixture
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
@@ -143,6 +189,12 @@ def _case(
     if not isinstance(expect, dict) or not ({"keys", "count"} & set(expect)):
         problems.append(Problem(path, line, f"{name!r}: `expect` needs `keys` or `count`"))
         return None
+    if set(expect) - {"keys", "count"}:
+        extra = sorted(set(expect) - {"keys", "count"})
+        problems.append(
+            Problem(path, line, f"{name!r}: unknown `expect` field(s) {extra}; use keys or count")
+        )
+        return None
     keys = None
     if "keys" in expect:
         if not key_columns:
@@ -189,8 +241,10 @@ def compare(case: Case, found_keys: list[str], count: int) -> CaseResult:
     """Exact comparison: every expected key, no other, and the count when given."""
     missing, unexpected = [], []
     if case.keys is not None:
-        missing = sorted(set(case.keys) - set(found_keys))
-        unexpected = sorted(set(found_keys) - set(case.keys))
+        # As multisets: a join that returns one offender twice is a defect the count shows.
+        expected, found = Counter(case.keys), Counter(found_keys)
+        missing = sorted((expected - found).elements())
+        unexpected = sorted((found - expected).elements())
     count_ok = case.count is None or case.count == count
     return CaseResult(
         case,

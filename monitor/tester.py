@@ -1,8 +1,9 @@
 """`invmon test`: run each invariant's fixture cases in a throwaway database.
 
-One scratch database per run (on INVMON_TEST_DSN's server, else a private pgserver), the
-schema applied once, and each case inside a transaction that is always rolled back, so
-cases are independent and fast.
+One scratch database per run (on INVMON_TEST_DSN's server, else a private pgserver) with the
+schema applied once. Each case inserts its rows, runs the invariant in a READ ONLY
+transaction with its timeout (as the daemon does), then every table is truncated, so cases
+are independent and a query that would fail on the replica fails here too.
 """
 
 from __future__ import annotations
@@ -83,12 +84,27 @@ def _insert(conn: psycopg.Connection[Any], table: str, row: dict[str, Any]) -> N
     conn.execute(statement, params)
 
 
+def _clear(conn: psycopg.Connection[Any]) -> None:
+    """Empty every table the schema created, ready for the next case."""
+    row = conn.execute(
+        "SELECT string_agg(format('%I.%I', schemaname, tablename), ', ') FROM pg_tables"
+        " WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+    ).fetchone()
+    if row and row[0]:
+        conn.execute(f"TRUNCATE {row[0]} RESTART IDENTITY CASCADE".encode())
+
+
 def run_case(conn: psycopg.Connection[Any], invariant: Invariant, case: Case) -> CaseResult:
+    """Insert the case's rows, then run the invariant in its own READ ONLY transaction with
+    its timeout, exactly as the daemon would (a query that writes fails here too)."""
+    conn.autocommit = False
     try:
-        with conn.transaction(force_rollback=True):
+        with conn.transaction():
             for table, rows in case.rows.items():
                 for row in rows:
                     _insert(conn, table, row)
+        conn.read_only = True
+        with conn.transaction():
             conn.execute(
                 "SELECT set_config('statement_timeout', %s, true)",
                 (str(int(invariant.timeout.total_seconds() * 1000)),),
@@ -98,6 +114,12 @@ def run_case(conn: psycopg.Connection[Any], invariant: Invariant, case: Case) ->
             names = unique_column_names([c.name for c in (cursor.description or [])[:-1]])
     except psycopg.Error as exc:
         return CaseResult(case, False, error=describe_error(exc))
+    finally:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        conn.read_only = False
+        conn.autocommit = True
+        _clear(conn)
     count = int(fetched[0][-1]) if fetched else 0
     keys = [
         offending_key(

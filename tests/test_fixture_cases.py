@@ -90,3 +90,66 @@ def test_a_malformed_fixture_is_reported_at_its_line(folder: Path, admin_dsn: st
         f"{folder}/duplicate_settled_refunds.test.yaml:5: 'bad': `expect` needs `keys` or "
         "`count`" in done.stdout.splitlines()
     )
+
+
+def test_fixture_files_that_would_make_a_case_vacuous_are_refused(tmp_path: Path) -> None:
+    from monitor.fixtures import load_fixture
+
+    cases = {
+        "twice.yaml": (
+            "cases:\n  - name: a\n    rows:\n      refunds: []\n      refunds: []\n"
+            "    expect: {count: 0}\n",
+            "5: 'refunds' appears twice",
+        ),
+        "extra.yaml": (
+            "cases:\n  - name: a\n    rows: {}\n    expect: {count: 0, keys_absent: [1]}\n",
+            "2: 'a': unknown `expect` field(s) ['keys_absent']; use keys or count",
+        ),
+        "statement.yaml": (
+            'cases:\n  - name: a\n    rows:\n      t: [{x: !sql "1); DELETE FROM t; SELECT (1"}]\n'
+            "    expect: {count: 0}\n",
+            "!sql",
+        ),
+        "side_effect.yaml": (
+            'cases:\n  - name: a\n    rows:\n      t: [{x: !sql "pg_sleep(1)"}]\n'
+            "    expect: {count: 0}\n",
+            "function pg_sleep() sleeps on the server",
+        ),
+    }
+    for name, (text, fragment) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        fixture = load_fixture(path, ("id",))
+        assert fixture.cases == [], name
+        assert len(fixture.problems) == 1, (name, fixture.problems)
+        assert fragment in str(fixture.problems[0]), (name, str(fixture.problems[0]))
+
+
+def test_a_key_returned_twice_must_be_expected_twice() -> None:
+    from monitor.fixtures import Case, compare
+
+    case = Case("one offender", 1, {}, keys=['["10"]'])
+    result = compare(case, ['["10"]', '["10"]'], 2)
+    assert (result.passed, result.missing, result.unexpected) == (False, [], ['["10"]'])
+
+
+def test_a_case_runs_the_invariant_read_only_as_the_daemon_does(
+    folder: Path, admin_dsn: str, tmp_path: Path
+) -> None:
+    schema = tmp_path / "schema.sql"
+    schema.write_text(
+        SCHEMA.read_text()
+        + "\nCREATE FUNCTION log_and_return() RETURNS SETOF bigint LANGUAGE sql AS "
+        "'INSERT INTO jobs (job_id, kind, state) VALUES (99, ''x'', ''done'') RETURNING job_id';\n"
+    )
+    (folder / "duplicate_settled_refunds.sql").write_text(
+        "-- description: writes\n-- key: [id]\nSELECT id FROM log_and_return() AS id\n"
+    )
+    (folder / "duplicate_settled_refunds.test.yaml").write_text(
+        "cases:\n  - name: fires\n    rows: {}\n    expect: {keys: [[99]]}\n"
+    )
+    done = invmon("test", "--invariants", str(folder), "--schema", str(schema), "--dsn", admin_dsn)
+    assert done.returncode == 1
+    assert (
+        "  ❌ fires: cannot execute INSERT in a read-only transaction" in done.stdout.splitlines()
+    )
