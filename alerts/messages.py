@@ -8,6 +8,7 @@ however wide or long the rows are. Status reads without colour: an emoji and a w
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -134,11 +135,17 @@ def _context(*parts: str) -> dict[str, Any]:
     }
 
 
+_MENTION = re.compile(r"&lt;(@[UW][A-Z0-9]+|!subteam\^[A-Z0-9]+)&gt;")
+
+
+def escape_keeping_mentions(text: str) -> str:
+    """Escape everything, then restore exact user and user-group mentions: `<@U123>` and
+    `<!subteam^S123>` ping who they name, while `<!channel>` or `<http://x|y>` stay text."""
+    return _MENTION.sub(r"<\1>", escape(text))
+
+
 def _owner(owner: str | None) -> str:
-    if not owner:
-        return "nobody named"
-    # `<!subteam^ID>` and `<@U123>` are Slack mentions and must pass through unescaped.
-    return owner if owner.startswith(("<!subteam^", "<@")) else escape(owner)
+    return escape_keeping_mentions(owner) if owner else "nobody named"
 
 
 def status_title(view: IncidentView, now: datetime) -> str:
@@ -197,7 +204,7 @@ def root_message(view: IncidentView, now: datetime) -> Message:
             blocks.append(_section(f"```{escape(cut(view.detail, SECTION_LIMIT - 10))}```"))
         blocks.append(_context(f"Owner: {_owner(view.owner)}" if view.owner else ""))
     if view.acknowledged:
-        blocks.append(_context(escape(view.acknowledged)))
+        blocks.append(_context(escape_keeping_mentions(view.acknowledged)))
     if view.resolved_at is None and (view.buttons or view.runbook):
         blocks.append(_actions(view))
     footer = [f"incident #{view.incident_id}"]

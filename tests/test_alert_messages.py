@@ -105,3 +105,18 @@ def test_the_csv_holds_a_wide_row_whole() -> None:
     assert parsed[1:] == [[str(rows[n][c]) for c in columns] for n in range(2)]
     assert csv_title("wide", 2, 3) == "wide: 2 of 3 offending rows (1 left out)"
     assert csv_title("wide", 3, 3) == "wide: 3 offending rows"
+
+
+def test_only_exact_mentions_pass_through_and_everything_else_is_escaped() -> None:
+    view = IncidentView(
+        1,
+        "x",
+        "violation",
+        owner="<@U123> <!channel> <http://evil|click>",
+        acknowledged="👀 Acknowledged by <@U999> at 2026-01-01 00:00 UTC",
+        opened_at=NOW,
+    )
+    text = json.dumps(root_message(view, NOW).blocks, ensure_ascii=False)
+    assert "<@U123> &lt;!channel&gt; &lt;http://evil|click&gt;" in text
+    assert "Acknowledged by <@U999> at" in text
+    assert "<!channel>" not in text
