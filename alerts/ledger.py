@@ -224,6 +224,16 @@ class Ledger:
         )
         return int(found[0][0]) if found else None
 
+    def detail_of(self, incident_id: int, digest_id: int) -> Delivery | None:
+        """The incident's own message inside a digest's thread."""
+        with self.store.transaction() as tx:
+            found = tx.rows(
+                "SELECT id FROM deliveries WHERE incident_id = ? AND root_id = ?"
+                " AND action = 'post_detail' AND state = 'SENT'",
+                (incident_id, digest_id),
+            )
+            return self._get(tx, int(found[0][0])) if found else None
+
     def root_of(self, incident_id: int, channel: str) -> Delivery | None:
         with self.store.transaction() as tx:
             root_id = self._root_id(tx, incident_id, channel)

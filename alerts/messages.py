@@ -287,6 +287,12 @@ def reply_message(kind: str, payload: dict[str, Any], view: IncidentView) -> Mes
     return Message(cut(text, TEXT_LIMIT), [_section(text)])
 
 
+def with_subject(message: Message, subject: str) -> Message:
+    """The same message, introduced by what it is about."""
+    blocks = [_section(f"{subject}: {message.blocks[0]['text']['text']}"), *message.blocks[1:]]
+    return Message(cut(f"{subject}: {message.text}", TEXT_LIMIT), blocks)
+
+
 def reminder_message(view: IncidentView, now: datetime) -> Message:
     opened = human_duration(now - view.opened_at) if view.opened_at else "?"
     count = "" if view.count is None else f" {view.count:,} offending rows,"

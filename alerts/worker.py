@@ -22,9 +22,11 @@ from alerts.messages import (
     IncidentView,
     Message,
     digest_message,
+    escape,
     reminder_message,
     reply_message,
     root_message,
+    with_subject,
 )
 from alerts.transport import Transport, TransportError
 from monitor.acks import ack_line
@@ -179,11 +181,18 @@ class DeliveryWorker:
             return
         root = self._root(delivery)
         if action == "update_root":
+            if root.action == "post_digest" and delivery.incident_id is not None:
+                # In a digest, the incident's own message (with its buttons) is the detail
+                # post in the thread; it is what changes, and the digest's summary too.
+                detail = self.ledger.detail_of(delivery.incident_id, root.id)
+                if detail is not None and detail.slack_ts:
+                    own = root_message(self.views.incident(delivery.incident_id), now)
+                    self.transport.update(root.channel, detail.slack_ts, own.text, own.blocks)
             message = self._root_content(root, now)
             self.transport.update(root.channel, str(root.slack_ts), message.text, message.blocks)
             self.ledger.sent(delivery, self.clock())
         elif action in ("post_reply", "post_detail"):
-            message = self._reply_content(delivery, now)
+            message = self._reply_content(delivery, now, in_digest=root.action == "post_digest")
             posted = self.transport.post(
                 root.channel,
                 message.text,
@@ -340,12 +349,18 @@ class DeliveryWorker:
         assert root.incident_id is not None
         return root_message(self.views.incident(root.incident_id), now)
 
-    def _reply_content(self, delivery: Delivery, now: datetime) -> Message:
+    def _reply_content(self, delivery: Delivery, now: datetime, in_digest: bool) -> Message:
         assert delivery.incident_id is not None
         view = self.views.incident(delivery.incident_id)
         kind = str(delivery.payload.get("kind"))
         if delivery.action == "post_detail":
             return root_message(view, now)
-        if kind == "reminder":
-            return reminder_message(view, now)
-        return reply_message(kind, delivery.payload, view)
+        message = (
+            reminder_message(view, now)
+            if kind == "reminder"
+            else reply_message(kind, delivery.payload, view)
+        )
+        if not in_digest:
+            return message
+        # A digest thread holds several incidents: say which one this is about.
+        return with_subject(message, f"*{escape(view.invariant)}* (incident #{view.incident_id})")

@@ -5,6 +5,7 @@ seeded faults and simulated crashes."""
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import threading
 import time
@@ -18,6 +19,7 @@ from scenario import INVARIANT, FakeClock, World, assert_one_clean_incident, scr
 
 from alerts.slack import SlackTransport
 from alerts.transport import TransportError
+from monitor.acks import Action
 from monitor.config import Config, HttpConfig
 from monitor.daemon import Daemon
 from monitor.state import StateStore
@@ -150,17 +152,26 @@ def test_a_burst_of_openings_goes_out_as_one_digest(world: World) -> None:
             f"-- description: burst {n}\n-- key: [id]\nSELECT id FROM items WHERE id <= {n + 1}\n"
         )
     with FakeSlack(clock=world.clock) as fake:
-        daemon = world.daemon(fake, digest_threshold=5)
+        daemon = world.daemon(fake, digest_threshold=5, signing_secret="s")
         for name in sorted(daemon.invariants):
             daemon.evaluate(name)
         settle(daemon, world.clock, "digest")
+        [digest] = fake.roots()
+        assert digest.blocks[0]["text"]["text"] == "🚨 6 incidents opened at once"
+        thread = fake.thread(digest)
+        details = [m for m in thread if not m.files]
+        assert len(details) == 6
+        assert len([m for m in thread if m.files]) == 6
+        # Acking one incident updates its own message in the thread (where its buttons are).
+        burst_0 = next(i for i in world.store.open_incidents() if i["invariant"] == "burst_0")
+        outcome = daemon.alerter.act(burst_0["id"], Action("ack", "U1", "ana"), "test")
+        assert outcome.changed
+        settle(daemon, world.clock, "ack in a digest")
         daemon.runner.close()
-    [digest] = fake.roots()
-    assert digest.blocks[0]["text"]["text"] == "🚨 6 incidents opened at once"
-    thread = fake.thread(digest)
-    details = [m for m in thread if not m.files]
-    assert len(details) == 6
-    assert len([m for m in thread if m.files]) == 6
+    detail = next(m for m in details if "burst_0" in m.text)
+    assert detail.updates == 1
+    assert "👀 Acknowledged by @ana" in json.dumps(detail.blocks, ensure_ascii=False)
+    assert [m.updates for m in details if m is not detail] == [0] * 5
 
 
 def test_reminders_go_in_the_thread_once_per_interval(world: World) -> None:
