@@ -268,3 +268,23 @@ def test_explain_reports_cost_and_the_cost_gate_trips_on_an_expensive_query(
     assert "Over budget: scan." in done.stdout
     within = invmon("explain", "--dsn", database, "--invariants", str(tmp_path), "cheap")
     assert within.returncode == 0
+
+
+def test_lint_with_a_schema_accepts_valid_postgres_it_cannot_fully_resolve(tmp_path: Path) -> None:
+    from monitor.schema_check import check_against_schema, load_schema
+
+    tables = load_schema(
+        SCHEMA.read_text()
+        + '\nCREATE TABLE "Orders" ("OrderId" int, "Status" text);\n'
+        + "CREATE TABLE tagged (id int, tags int[]);\n"
+    )
+    valid = [
+        "WITH Bad AS (SELECT refund_id FROM refunds) SELECT refund_id FROM bad",
+        'SELECT "OrderId" FROM "Orders" WHERE "Status" IS NULL',
+        "SELECT i.id FROM tagged i, unnest(i.tags) AS t WHERE t < 0",
+        "SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction'",
+    ]
+    for sql_text in valid:
+        assert [p.level for p in check_against_schema(sql_text, tables)] in ([], ["warning"]), (
+            sql_text
+        )
