@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 import urllib.parse
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -78,8 +77,6 @@ class Interactions:
             else None
         )
         self.verifier = SignatureVerifier(config.signing_secret) if config.signing_secret else None
-        self._seen: OrderedDict[str, float] = OrderedDict()  # signature -> when
-        self._seen_lock = threading.Lock()
         self._groups: dict[str, tuple[float, set[str]]] = {}
 
     # --- what a click does ---------------------------------------------------------------
@@ -165,11 +162,8 @@ class Interactions:
         return 200, ""
 
     def _replayed(self, signature: str) -> bool:
-        now = time.monotonic()
-        with self._seen_lock:
-            while self._seen and next(iter(self._seen.values())) < now - REPLAY_WINDOW:
-                self._seen.popitem(last=False)
-            if signature in self._seen:
-                return True
-            self._seen[signature] = now
-            return False
+        # Remembered in the state store, so a restart does not reopen the window. Slack
+        # refuses requests older than 5 minutes; twice that is kept to be safe.
+        now = self.alerter.clock()
+        forget = now - timedelta(seconds=2 * REPLAY_WINDOW)
+        return not self.alerter.store.first_sighting(signature, now, forget)

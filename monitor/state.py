@@ -159,6 +159,13 @@ def _migrations(pk: str, bigint: str, real: str) -> list[str]:
             at TEXT NOT NULL
         );
         """,
+        # Signed Slack requests already seen: replays are refused across restarts too.
+        """
+        CREATE TABLE slack_requests (
+            signature TEXT PRIMARY KEY,
+            seen_at TEXT NOT NULL
+        );
+        """,
     ]
 
 
@@ -429,6 +436,18 @@ class StateStore:
             if then is not None:
                 then(tx, int(action_id))
             return outcome
+
+    def first_sighting(self, signature: str, at: datetime, forget_before: datetime) -> bool:
+        """True the first time a request signature is seen; old ones are forgotten."""
+        with self._db.transaction() as tx:
+            tx.run("DELETE FROM slack_requests WHERE seen_at < ?", (ts(forget_before),))
+            return bool(
+                tx.rows(
+                    "INSERT INTO slack_requests (signature, seen_at) VALUES (?, ?)"
+                    " ON CONFLICT (signature) DO NOTHING RETURNING signature",
+                    (signature, ts(at)),
+                )
+            )
 
     def retire(self, invariant: str, at: datetime) -> list[StoredEvent]:
         """The invariant's file was removed: close what it had open, with a reason, so no

@@ -20,7 +20,7 @@ from fake_socket_mode import FakeSocketMode
 from helpers import invmon, wait_for
 from scenario import World, script, settle
 
-from alerts.interactions import parse_clicks
+from alerts.interactions import Interactions, parse_clicks
 from monitor.acks import Action, decide_action
 from monitor.daemon import Daemon
 from monitor.http import Listener
@@ -156,6 +156,9 @@ def test_a_replayed_request_is_refused(setup: Setup) -> None:
     body, headers = signed(click_payload("invmon_snooze_1h", incident))
     assert post(setup.url, body, headers) == 200
     assert post(setup.url, body, headers) == 401
+    # A restarted daemon remembers it too (the state store keeps seen signatures).
+    restarted = Interactions(setup.daemon.alerter, setup.daemon.config.slack)
+    assert restarted.http(body, headers) == (401, "replayed request")
     with setup.world.store.transaction() as tx:
         assert tx.rows("SELECT count(*) FROM incident_actions") == [(1,)]
 
