@@ -56,7 +56,7 @@ class InvariantHeader(BaseModel):
     @field_validator("runbook")
     @classmethod
     def _runbook_is_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://\S+$", value):
+        if value is not None and not re.match(r"^https?://[^\s|<>]+$", value):
             raise ValueError(f"must be an http(s) URL, got {value!r}")
         return value
 
