@@ -214,3 +214,13 @@ def test_a_restart_after_sigkill_repeats_no_event_and_loses_none(
         assert store.open_incidents() == [], f"seed {seed}"
     finally:
         store.close()
+
+
+def test_a_storm_of_signals_never_wedges_the_daemon(start: Callable[[], DaemonProcess]) -> None:
+    """Signals land at arbitrary points of the main loop; none may deadlock it."""
+    daemon = start()
+    daemon.url()  # up and running
+    for _ in range(300):
+        daemon.process.send_signal(signal.SIGHUP)
+    assert daemon.stop() == 0
+    assert [line["msg"] for line in daemon.lines()][-1] == "stopped"
