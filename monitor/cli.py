@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import logging
 import sys
@@ -97,7 +98,9 @@ def require_database(config: Config, purpose: str) -> str:
 
 def selected_invariants(config: Config, names: Sequence[str]) -> list[Invariant]:
     """The named invariants (all when none), refusing to go on past an invalid file."""
-    loaded = load_directory(config.invariants, config.invariant_defaults())
+    loaded = load_directory(
+        config.invariants, config.invariant_defaults(), config.policy(with_database=True)
+    )
     if loaded.errors:
         click.echo(problems_text(loaded.errors), err=True)
         fail("fix the invalid invariant files first (see `invmon lint`)")
@@ -118,12 +121,19 @@ def main() -> None:
 @config_options
 @click.option("--only", multiple=True, metavar="NAME", help="Evaluate only this invariant.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table")
+@click.option(
+    "--counts-only",
+    is_flag=True,
+    help="Statuses and counts only: no row values and no database error text (which can "
+    "quote data). For previews whose reader may not read the data.",
+)
 def check(
     config_path: Path | None,
     dsn: str | None,
     invariants_dir: Path | None,
     only: tuple[str, ...],
     fmt: str,
+    counts_only: bool,
 ) -> None:
     """Evaluate every invariant once and exit 0 (all hold), 1 (violated) or 2 (error)."""
     config = resolve_config(config_path, dsn, invariants_dir)
@@ -132,6 +142,8 @@ def check(
         outcome = run_check(config, database, config.invariants, only)
     except UnknownInvariant as exc:
         fail(str(exc))
+    if counts_only:
+        outcome = outcome.counts_only()
     if fmt == "json":
         document = results_document(outcome.results, outcome.invariants, outcome.problems)
         click.echo(to_json(document))
@@ -307,7 +319,14 @@ def explain(
     database = require_database(config, "explain against")
     selected = selected_invariants(config, names)
     try:
-        results = explain_all(database, selected, config.max_cost, analyze)
+        results = explain_all(
+            database,
+            selected,
+            config.max_cost,
+            analyze,
+            config.fence.allowances(),
+            config.database.lock_timeout,
+        )
     except Exception as exc:  # a refused connection: one sentence, not a traceback
         fail(f"cannot explain: {redact(str(exc))}")
     text, code = explain_text(results)
@@ -349,7 +368,12 @@ def test_command(
     if schema is not None and not schema.is_file():
         fail(f"schema file {str(schema)!r} not found")
     text, code = report_text(
-        run_fixtures(selected, schema.read_text(encoding="utf-8") if schema else None, admin_dsn),
+        run_fixtures(
+            selected,
+            schema.read_text(encoding="utf-8") if schema else None,
+            admin_dsn,
+            config.fence.allowances(),
+        ),
         strict,
     )
     click.echo(text)
@@ -375,14 +399,24 @@ def lint(directory: Path | None, config_path: Path | None, schema_file: Path | N
     config = resolve_config(config_path, None, directory)
     if not config.invariants.is_dir():
         fail(f"invariants folder {str(config.invariants)!r} not found")
-    loaded = load_directory(config.invariants, config.invariant_defaults())
     schema = schema_file or config.schema_path
+    schema_sql = None
     if schema is not None:
-        from monitor.schema_check import check_against_schema, load_schema
-
         if not schema.is_file():
             fail(f"schema file {str(schema)!r} not found")
-        tables = load_schema(schema.read_text(encoding="utf-8"))
+        schema_sql = schema.read_text(encoding="utf-8")
+    policy = config.policy(with_database=False)
+    if schema_sql is not None:
+        from monitor.pgcatalog import builtin_catalog
+        from monitor.schema_functions import SchemaCatalog
+
+        # The schema's own functions are judged by the volatility they declare there.
+        policy = dataclasses.replace(policy, catalog=SchemaCatalog(builtin_catalog(), schema_sql))
+    loaded = load_directory(config.invariants, config.invariant_defaults(), policy)
+    if schema_sql is not None:
+        from monitor.schema_check import check_against_schema, load_schema
+
+        tables = load_schema(schema_sql)
         for inv in loaded.invariants:
             offset = inv.sql_first_line - 1
             loaded.problems += [

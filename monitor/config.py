@@ -26,6 +26,7 @@ from pydantic import (
 
 from monitor.acks import ACK_MODES, AckMode
 from monitor.durations import parse_duration, parse_schedule
+from monitor.fence import Allowances, FencePolicy
 from monitor.header import Severity
 from monitor.loader import Defaults
 
@@ -194,6 +195,25 @@ class SlackConfig(_Model):
     )(_duration)
 
 
+class FenceConfig(_Model):
+    """Names trusted past the read-only fence (see SECURITY.md). A VOLATILE function listed
+    here runs with the READ ONLY transaction and the database role as its only fences."""
+
+    allow_functions: list[str] = Field(default_factory=list)  # `fn` or `schema.fn`
+    allow_operators: list[str] = Field(default_factory=list)  # operators unknown offline
+
+    def allowances(self) -> Allowances:
+        return Allowances(
+            functions=frozenset(name.lower() for name in self.allow_functions),
+            operators=frozenset(name.lower() for name in self.allow_operators),
+        )
+
+    def policy(self, with_database: bool) -> FencePolicy:
+        """How files are judged when loaded: `with_database` when a database's own catalog
+        will judge every query again before it runs (check, test, explain, run)."""
+        return FencePolicy(self.allowances(), unknown_is_error=not with_database)
+
+
 class Config(_Model):
     dsn: str | None = None
     invariants: Path = Path("invariants")
@@ -209,8 +229,12 @@ class Config(_Model):
     http: HttpConfig = HttpConfig()
     log: LogConfig = LogConfig()
     slack: SlackConfig = SlackConfig()
+    fence: FenceConfig = FenceConfig()
 
     _d = field_validator("dsn")(check_dsn)
+
+    def policy(self, with_database: bool) -> FencePolicy:
+        return self.fence.policy(with_database)
 
     def invariant_defaults(self) -> Defaults:
         return Defaults(

@@ -90,7 +90,11 @@ class Daemon:
         self.store = store
         self.clock = clock
         self.runner = Runner(
-            dsn, config.concurrency, config.database, track_keys=config.daemon.track_keys
+            dsn,
+            config.concurrency,
+            config.database,
+            track_keys=config.daemon.track_keys,
+            allow=config.fence.allowances(),
         )
         self.runner.open()
         self.metrics = Metrics(store.counts)
@@ -140,8 +144,17 @@ class Daemon:
                 len(self.invariants),
             )
             return Reload(kept_previous=sorted(self.invariants))
-        loaded = load_directory(directory, self.config.invariant_defaults())
-        return self._apply(loaded, self._names_of_problems(loaded))
+        loaded = load_directory(
+            directory, self.config.invariant_defaults(), self.config.policy(with_database=True)
+        )
+        invalid = self._names_of_problems(loaded)
+        # The fence again, against the monitored database's own catalog: what lint could
+        # not know (user-defined and extension functions, views) is decided here.
+        refused = self.runner.vet(loaded.invariants)
+        for name, problems in refused.items():
+            invalid.setdefault(name, []).extend(problems)
+        loaded.invariants = [i for i in loaded.invariants if i.name not in refused]
+        return self._apply(loaded, invalid)
 
     def _names_of_problems(self, loaded: LoadResult) -> dict[str, list[Problem]]:
         by_name: dict[str, list[Problem]] = {}

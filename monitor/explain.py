@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 
+from monitor.execute import LiveFence, Refused, begin_read_only
+from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.loader import Invariant
 from monitor.runner import describe_error
 
@@ -78,21 +81,31 @@ class Explained:
 
 
 def explain_all(
-    dsn: str, invariants: Sequence[Invariant], default_max_cost: float | None, analyze: bool
+    dsn: str,
+    invariants: Sequence[Invariant],
+    default_max_cost: float | None,
+    analyze: bool,
+    allow: Allowances = TRUST_NOTHING,
+    lock_timeout: timedelta = timedelta(seconds=5),
 ) -> list[Explained]:
+    """EXPLAIN each invariant, judged by the fence first: ANALYZE runs the query."""
     out = []
     options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
+    live_fence = LiveFence(allow)
     with psycopg.connect(dsn, autocommit=False) as conn:
         conn.read_only = True
         for inv in invariants:
             limit = inv.header.max_cost if inv.header.max_cost is not None else default_max_cost
             try:
                 with conn.transaction():
-                    conn.execute(
-                        "SELECT set_config('statement_timeout', %s, true)",
-                        (str(int(inv.timeout.total_seconds() * 1000)),),
-                    )
-                    row = conn.execute(f"EXPLAIN ({options}) {inv.sql}".encode()).fetchone()
+                    begin_read_only(conn, inv, lock_timeout)
+                    live_fence.refuse_unless_allowed(conn, inv.sql, inv)
+                    row = conn.execute(f"EXPLAIN ({options})\n{inv.sql}".encode()).fetchone()
+            except Refused as exc:
+                out.append(
+                    Explained(inv.name, None, limit, f"refused by the read-only fence: {exc}")
+                )
+                continue
             except psycopg.Error as exc:
                 out.append(Explained(inv.name, None, limit, describe_error(exc)))
                 continue

@@ -26,13 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlglot
 import yaml
-from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
 
 from monitor.problems import Problem
-from monitor.validate import validate_sql
+from monitor.validate import check_sql
 
 SUFFIX = ".test.yaml"
 
@@ -72,19 +69,22 @@ def _sql(loader: yaml.SafeLoader, node: yaml.Node) -> SqlExpression:
 
 def sql_expression_problem(text: str) -> str | None:
     """A `!sql` value must be one side-effect-free expression, not a statement."""
-    try:
-        parsed = sqlglot.parse(f"SELECT {text}", read="postgres")
-    except (ParseError, TokenError):
-        return "not a valid SQL expression"
-    statements = [p for p in parsed if p is not None]
+    analysis, problems = check_sql(f"SELECT {text}")
+    statement = analysis.statement
+    if analysis.problems and statement is None:
+        message = analysis.problems[0].message
+        return "not a valid SQL expression" if "cannot parse" in message else message
     if (
-        len(statements) != 1
-        or not isinstance(statements[0], exp.Select)
-        or len(statements[0].selects) != 1
+        statement is None
+        or len(statement.get("targetList") or []) != 1
+        or any(
+            statement.get(clause)
+            for clause in ("fromClause", "whereClause", "groupClause", "havingClause", "withClause")
+        )
     ):
         return "must be a single expression such as now() - interval '1 hour'"
-    problems = validate_sql(f"SELECT {text}")
-    return problems[0].message if problems else None
+    errors = [p for p in problems if p.level == "error"]
+    return errors[0].message if errors else None
 
 
 _Loader.add_constructor("!sql", _sql)

@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from monitor.durations import Schedule, parse_schedule
+from monitor.fence import OFFLINE, FencePolicy
 from monitor.header import (
     HeaderError,
     InvariantHeader,
@@ -21,7 +22,7 @@ from monitor.header import (
     split_file,
 )
 from monitor.problems import Problem
-from monitor.validate import output_columns, validate_sql
+from monitor.validate import check_sql, columns_of
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,8 @@ class Defaults:
 class Invariant:
     name: str
     path: Path
-    sql: str
-    sql_first_line: int
+    sql: str  # exactly the statement PostgreSQL's parser found, without `;` or what follows
+    sql_first_line: int  # the file's line where `sql` starts
     header: InvariantHeader
     severity: Severity
     schedule: Schedule
@@ -76,7 +77,9 @@ def name_for(path: Path, directory: Path) -> str:
     return path.relative_to(directory).with_suffix("").as_posix()
 
 
-def load_file(path: Path, name: str, defaults: Defaults) -> tuple[Invariant | None, list[Problem]]:
+def load_file(
+    path: Path, name: str, defaults: Defaults, policy: FencePolicy = OFFLINE
+) -> tuple[Invariant | None, list[Problem]]:
     """The invariant (None when an error stops it) and every problem found, warnings too."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -90,10 +93,10 @@ def load_file(path: Path, name: str, defaults: Defaults) -> tuple[Invariant | No
     except HeaderError as exc:
         problems.extend(Problem(path, line, message) for line, message in exc.problems)
     offset = split.sql_first_line - 1
-    sql_problems = validate_sql(split.sql)
+    analysis, sql_problems = check_sql(split.sql, policy)
     problems.extend(Problem(path, p.line + offset, p.message, p.level) for p in sql_problems)
     if header is not None and header.key and not any(p.level == "error" for p in sql_problems):
-        columns = output_columns(split.sql)
+        columns = columns_of(analysis.statement)
         missing = [k for k in header.key if columns is not None and k not in columns]
         if missing:
             line = line_of_key(split, "key") or 1
@@ -111,8 +114,8 @@ def load_file(path: Path, name: str, defaults: Defaults) -> tuple[Invariant | No
     return Invariant(
         name=name,
         path=path,
-        sql=split.sql.strip().rstrip(";").rstrip(),
-        sql_first_line=split.sql_first_line,
+        sql=analysis.text,
+        sql_first_line=offset + analysis.text_first_line,
         header=header,
         severity=header.severity or defaults.severity,
         schedule=header.parsed_schedule or parse_schedule(defaults.schedule),
@@ -121,7 +124,9 @@ def load_file(path: Path, name: str, defaults: Defaults) -> tuple[Invariant | No
     ), problems
 
 
-def load_directory(directory: Path, defaults: Defaults | None = None) -> LoadResult:
+def load_directory(
+    directory: Path, defaults: Defaults | None = None, policy: FencePolicy = OFFLINE
+) -> LoadResult:
     defaults = defaults or Defaults()
     result = LoadResult()
     if not directory.is_dir():
@@ -129,13 +134,15 @@ def load_directory(directory: Path, defaults: Defaults | None = None) -> LoadRes
             Problem(directory, 0, "invariants folder not found; pass --invariants DIR")
         )
         return result
-    return load_paths(discover(directory), directory, defaults)
+    return load_paths(discover(directory), directory, defaults, policy)
 
 
-def load_paths(paths: Iterable[Path], directory: Path, defaults: Defaults) -> LoadResult:
+def load_paths(
+    paths: Iterable[Path], directory: Path, defaults: Defaults, policy: FencePolicy = OFFLINE
+) -> LoadResult:
     result = LoadResult()
     for path in paths:
-        invariant, problems = load_file(path, name_for(path, directory), defaults)
+        invariant, problems = load_file(path, name_for(path, directory), defaults, policy)
         if invariant is not None:
             result.invariants.append(invariant)
         result.problems.extend(problems)

@@ -1,9 +1,20 @@
-"""A problem found in a user's file, reported as `path:line: message`."""
+"""Problems found in a user's file: `SqlProblem` at a line of a query, `Problem` at a line
+of a file, reported as `path:line: message`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SqlProblem:
+    line: int  # 1-based, relative to the SQL text given
+    message: str
+    level: str = "error"  # a "warning" does not stop the invariant from running
+    # "unknown": a name the offline catalog does not know, which a database may (the
+    # commands that run against one leave it to that database's own catalog).
+    rule: str = ""
 
 
 @dataclass(frozen=True, order=True)
@@ -16,11 +27,3 @@ class Problem:
     def __str__(self) -> str:
         prefix = "" if self.level == "error" else f"{self.level}: "
         return f"{self.path}:{self.line}: {prefix}{self.message}"
-
-
-class ProblemsFound(Exception):
-    """Raised where a caller needs a single exception for a list of problems."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))

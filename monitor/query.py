@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlglot import exp
-
 TOTAL_COLUMN = "invmon_total_count"
+USER_SQL_LINE = 3  # the line of sampled_query's text where the invariant's SQL starts
 SUBQUERY_ALIAS = "invmon_offending"
 
 
 def quote_identifier(name: str) -> str:
-    return str(exp.to_identifier(name, quoted=True).sql(dialect="postgres"))
+    """A name PostgreSQL reads back exactly as given (case, spaces and quotes kept)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def sampled_query(sql: str, key: Sequence[str], sample: int) -> str:

@@ -204,6 +204,12 @@ def _md_cell(value: Any) -> str:
     return _cell(value).replace("|", "\\|")
 
 
+def _md_code(text: str, limit: int = 500) -> str:
+    """A message in inline code, whole up to `limit`: a refusal must be readable in a PR."""
+    flat = " ".join(text.replace("`", "'").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def results_markdown(results: Sequence[RunResult], problems: Sequence[Problem]) -> str:
     """A summary to paste into a pull request: counts, then a few rows of each violation."""
     held = sum(r.status == "ok" for r in results)
@@ -223,7 +229,8 @@ def results_markdown(results: Sequence[RunResult], problems: Sequence[Problem]) 
         )
     for r in results:
         if r.status == "error":
-            lines += ["", f"**`{r.invariant}`** could not be evaluated: `{_md_cell(r.error)}`"]
+            reason = _md_code(r.error or "")
+            lines += ["", f"**`{r.invariant}`** could not be evaluated: `{reason}`"]
         elif r.status == "violated" and r.rows:
             shown = r.rows[:3]
             lines += [

@@ -13,21 +13,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from monitor.config import DatabaseConfig
+from monitor.execute import Evaluation, LiveFence, Refused, execute, register_loaders
+from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.loader import Invariant
-from monitor.query import sampled_query
+from monitor.problems import Problem
 from monitor.replica import ReplicaStatus, read_replica_status
 from monitor.results import RunResult
-from monitor.rows import json_safe, offending_key, unique_column_names
+from monitor.rows import offending_key
 
 # A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
 # about the invariant, so the run is tried again a bounded number of times.
@@ -45,40 +46,11 @@ def describe_error(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _ms(delta: timedelta) -> str:
-    return str(max(1, int(delta.total_seconds() * 1000)))
-
-
-class _TextWhenOutOfRange:
-    """Dates psycopg cannot hold in Python ('infinity', year 10000+) are kept as the text
-    PostgreSQL sent, so a violation with such a row is still counted, not an error."""
-
-    def load(self, data: Any) -> Any:
-        try:
-            return super().load(data)  # type: ignore[misc]
-        except psycopg.DataError:
-            return bytes(data).decode()
-
-
-class _Date(_TextWhenOutOfRange, DateLoader):
-    pass
-
-
-class _Timestamp(_TextWhenOutOfRange, TimestampLoader):
-    pass
-
-
-class _Timestamptz(_TextWhenOutOfRange, TimestamptzLoader):
-    pass
-
-
 def _configure(conn: psycopg.Connection) -> None:
     # BEGIN READ ONLY for every transaction on this connection: the second fence after lint.
     conn.read_only = True
     conn.autocommit = False
-    conn.adapters.register_loader("date", _Date)
-    conn.adapters.register_loader("timestamp", _Timestamp)
-    conn.adapters.register_loader("timestamptz", _Timestamptz)
+    register_loaders(conn)
 
 
 def _reset(conn: psycopg.Connection) -> None:
@@ -99,6 +71,7 @@ class Runner:
         database: DatabaseConfig | None = None,
         sleep: Callable[[float], None] = time.sleep,
         track_keys: int = 0,
+        allow: Allowances = TRUST_NOTHING,
     ) -> None:
         self.dsn = dsn
         self.concurrency = concurrency
@@ -106,6 +79,7 @@ class Runner:
         self._sleep = sleep
         # How many offending keys to bring back for incident tracking, beyond the sample.
         self.track_keys = track_keys
+        self.fence = LiveFence(allow)
         self._active: set[psycopg.Connection[Any]] = set()
         self._active_lock = threading.Lock()
         connect_timeout = max(1, int(self.database.connect_timeout.total_seconds()))
@@ -188,7 +162,9 @@ class Runner:
         while True:
             attempts += 1
             try:
-                count, columns, rows, keys, complete = self._evaluate(invariant)
+                evaluation = self._evaluate(invariant)
+            except Refused as exc:
+                error = f"refused by the read-only fence: {exc}"
             except _RETRYABLE as exc:
                 if attempts <= self.database.recovery_conflict_retries:
                     backoff = self.database.retry_backoff.total_seconds() * 2 ** (attempts - 1)
@@ -201,16 +177,21 @@ class Runner:
             except psycopg.Error as exc:
                 error = describe_error(exc)
             else:
+                keys = (
+                    {offending_key(row, invariant.key): row for row in evaluation.rows}
+                    if self.track_keys
+                    else {}
+                )
                 return RunResult.counted(
                     invariant.name,
-                    count,
-                    columns,
-                    rows,
+                    evaluation.count,
+                    evaluation.columns,
+                    evaluation.rows[: invariant.sample],
                     started_at=started,
                     duration_ms=(time.monotonic() - clock) * 1000,
                     attempts=attempts,
                     keys=keys,
-                    keys_complete=complete,
+                    keys_complete=evaluation.complete,
                 )
             return RunResult.failed(
                 invariant.name,
@@ -230,43 +211,28 @@ class Runner:
             with self._active_lock:
                 self._active.discard(conn)
 
-    def _evaluate(
-        self, invariant: Invariant
-    ) -> tuple[int, list[str], list[dict[str, Any]], dict[str, Any], bool]:
-        limit = max(invariant.sample, self.track_keys)
-        query = sampled_query(invariant.sql, invariant.key, limit)
-        with (
-            self._pool.connection() as conn,
-            self._in_flight(conn),
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            cur.execute(
-                "SELECT set_config('statement_timeout', %s, true),"
-                " set_config('lock_timeout', %s, true),"
-                " set_config('idle_in_transaction_session_timeout', %s, true),"
-                " set_config('application_name', %s, true)",
-                (
-                    _ms(invariant.timeout),
-                    _ms(self.database.lock_timeout),
-                    _ms(invariant.timeout + timedelta(seconds=30)),
-                    f"invmon:{invariant.name}"[:63],
-                ),
+    def _evaluate(self, invariant: Invariant) -> Evaluation:
+        with self._pool.connection() as conn, self._in_flight(conn):
+            return execute(
+                conn,
+                invariant,
+                limit=max(invariant.sample, self.track_keys),
+                lock_timeout=self.database.lock_timeout,
+                live_fence=self.fence,
             )
-            cur.execute(query.encode(), prepare=False)
-            fetched = cur.fetchall()  # at most `limit` rows: the LIMIT is in the query
-            description = cur.description or []
-        names = unique_column_names([c.name for c in description[:-1]])
-        if not fetched:
-            return 0, names, [], {}, True
-        total = int(fetched[0][-1])
-        rows: list[dict[str, Any]] = []
-        keys: dict[str, Any] = {}
-        for index, raw in enumerate(fetched):
-            row = {name: json_safe(value) for name, value in zip(names, raw[:-1], strict=True)}
-            if index < invariant.sample:
-                rows.append(row)
-            if self.track_keys:
-                # Whole rows: they become the incident's record and the alert's CSV.
-                keys[offending_key(row, invariant.key)] = row
-        return total, names, rows, keys, len(fetched) >= total
+
+    def vet(self, invariants: Sequence[Invariant]) -> dict[str, list[Problem]]:
+        """The fence's word on each invariant against this database, before it is scheduled:
+        {name: problems} for those refused. Empty when the database cannot be reached (each
+        run is judged again anyway)."""
+        refused: dict[str, list[Problem]] = {}
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                for inv in invariants:
+                    try:
+                        self.fence.refuse_unless_allowed(conn, inv.sql, inv)
+                    except Refused as exc:
+                        refused[inv.name] = exc.problems
+        except (psycopg.Error, PoolTimeout):
+            return {}
+        return refused

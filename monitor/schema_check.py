@@ -15,7 +15,7 @@ from sqlglot.errors import ErrorLevel, OptimizeError, ParseError, TokenError
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
-from monitor.validate import SqlProblem, parse_statements
+from monitor.problems import SqlProblem
 
 Tables = dict[str, dict[str, str]]
 
@@ -43,6 +43,15 @@ def load_schema(text: str) -> Tables:
             names = getattr(query, "named_selects", []) if query is not None else []
             tables[target.name] = {name: "text" for name in names if name != "*"}
     return tables
+
+
+def parse_statements(sql: str) -> list[exp.Expr]:
+    # A trailing "; -- comment" parses as a separate Semicolon node; it is not a statement.
+    return [
+        s
+        for s in sqlglot.parse(sql, read="postgres")
+        if s is not None and not isinstance(s, exp.Semicolon)
+    ]
 
 
 def _line(sql: str, name: str, default: int) -> int:

@@ -12,12 +12,15 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from monitor.execute import LiveFence, Refused, execute, register_loaders
+from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.fixtures import (
     Case,
     CaseResult,
@@ -30,11 +33,11 @@ from monitor.fixtures import (
 from monitor.loader import Invariant
 from monitor.pgtemp import apply_sql, scratch_database, temporary_server
 from monitor.problems import Problem
-from monitor.query import sampled_query
-from monitor.rows import json_safe, offending_key, unique_column_names
+from monitor.rows import offending_key
 from monitor.runner import describe_error
 
 KEY_LIMIT = 10_000  # rows a case may produce; fixtures are small by nature
+LOCK_TIMEOUT = timedelta(seconds=5)
 
 
 @dataclass
@@ -94,44 +97,36 @@ def _clear(conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"TRUNCATE {row[0]} RESTART IDENTITY CASCADE".encode())
 
 
-def run_case(conn: psycopg.Connection[Any], invariant: Invariant, case: Case) -> CaseResult:
-    """Insert the case's rows, then run the invariant in its own READ ONLY transaction with
-    its timeout, exactly as the daemon would (a query that writes fails here too)."""
-    conn.autocommit = False
+def run_case(
+    conn: psycopg.Connection[Any], invariant: Invariant, case: Case, live_fence: LiveFence
+) -> CaseResult:
+    """Insert the case's rows, then evaluate the invariant exactly as the daemon does (the
+    same executor: READ ONLY, its timeout, the fence against this database)."""
     try:
         with conn.transaction():
             for table, rows in case.rows.items():
                 for row in rows:
                     _insert(conn, table, row)
-        conn.read_only = True
-        with conn.transaction():
-            conn.execute(
-                "SELECT set_config('statement_timeout', %s, true)",
-                (str(int(invariant.timeout.total_seconds() * 1000)),),
-            )
-            cursor = conn.execute(sampled_query(invariant.sql, invariant.key, KEY_LIMIT).encode())
-            fetched = cursor.fetchall()
-            names = unique_column_names([c.name for c in (cursor.description or [])[:-1]])
+        evaluation = execute(
+            conn, invariant, limit=KEY_LIMIT, lock_timeout=LOCK_TIMEOUT, live_fence=live_fence
+        )
+    except Refused as exc:
+        return CaseResult(case, False, error=f"refused by the read-only fence: {exc}")
     except psycopg.Error as exc:
         return CaseResult(case, False, error=describe_error(exc))
     finally:
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.rollback()
-        conn.read_only = False
-        conn.autocommit = True
         _clear(conn)
-    count = int(fetched[0][-1]) if fetched else 0
-    keys = [
-        offending_key(
-            dict(zip(names, (json_safe(v) for v in raw[:-1]), strict=True)), invariant.key
-        )
-        for raw in fetched
-    ]
-    return compare(case, keys, count)
+    keys = [offending_key(row, invariant.key) for row in evaluation.rows]
+    return compare(case, keys, evaluation.count)
 
 
 def run_fixtures(
-    invariants: Sequence[Invariant], schema_sql: str | None, admin_dsn: str | None = None
+    invariants: Sequence[Invariant],
+    schema_sql: str | None,
+    admin_dsn: str | None = None,
+    allow: Allowances = TRUST_NOTHING,
 ) -> list[InvariantReport]:
     reports = []
     fixtures = {
@@ -143,12 +138,14 @@ def run_fixtures(
     with test_server(admin_dsn) as server, scratch_database(server, "invmon_fixtures") as dsn:
         if schema_sql:
             apply_sql(dsn, schema_sql)
-        with psycopg.connect(dsn) as conn:
+        live_fence = LiveFence(allow)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            register_loaders(conn)
             for inv in invariants:
                 fixture = fixtures[inv.name]
                 report = InvariantReport(inv, fixture)
                 for case in fixture.cases if fixture else []:
-                    report.results.append(run_case(conn, inv, case))
+                    report.results.append(run_case(conn, inv, case, live_fence))
                 reports.append(report)
     return reports
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import invmon
+from helpers import invmon, sql
 
 
 def write(folder: Path, name: str, text: str) -> None:
@@ -152,7 +152,8 @@ def test_lint_reports_every_problem_in_every_file_then_fails(tmp_path: Path) -> 
         f"{tmp_path}/b.sql:2: FOR UPDATE takes row locks on the replica; not allowed",
         f"{tmp_path}/c.sql:3: unknown header key 'colour'; known keys are channel, description, "
         "for, key, max_cost, owner, runbook, sample, schedule, severity, tags, timeout",
-        f"{tmp_path}/c.sql:4: function nextval() advances a sequence; not allowed",
+        f"{tmp_path}/c.sql:4: function nextval() is VOLATILE: PostgreSQL's catalog says it may "
+        "change the database or act outside the query; not allowed",
     ]
     assert "1 invariant valid, 2 with errors" in done.stderr
 
@@ -288,3 +289,40 @@ def test_lint_with_a_schema_accepts_valid_postgres_it_cannot_fully_resolve(tmp_p
         assert [p.level for p in check_against_schema(sql_text, tables)] in ([], ["warning"]), (
             sql_text
         )
+
+
+def test_a_counts_only_preview_shows_no_value_from_the_database(
+    database: str, tmp_path: Path
+) -> None:
+    """The PR preview: a row value, or a value quoted by an error message, never reaches it."""
+    sql(database, "CREATE TABLE users (id int, password text)")
+    sql(database, "INSERT INTO users VALUES (1, 'hunter2')")
+    write(tmp_path, "leaky.sql", "-- description: rows\nSELECT id, password FROM users\n")
+    write(
+        tmp_path,
+        "by_error.sql",
+        "-- description: an error that quotes data\n"
+        "SELECT (SELECT password FROM users)::int AS n\n",
+    )
+    write(tmp_path, "refused.sql", "-- description: refused\nSELECT pg_sleep(1) AS x\n")
+    done = invmon(
+        "check",
+        "--dsn",
+        database,
+        "--invariants",
+        str(tmp_path),
+        "--format",
+        "markdown",
+        "--counts-only",
+    )
+    assert done.returncode == 2, done.stderr
+    assert "hunter2" not in done.stdout + done.stderr
+    assert "| `leaky` | ❌ violated | 1 |" in done.stdout
+    assert (
+        "`by_error`** could not be evaluated: `could not be evaluated (the database's message"
+        in (done.stdout)
+    )
+    unredacted = invmon(
+        "check", "--dsn", database, "--invariants", str(tmp_path), "--format", "markdown"
+    )
+    assert "hunter2" in unredacted.stdout  # the same run without the flag does show it

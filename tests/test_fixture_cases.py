@@ -113,7 +113,7 @@ def test_fixture_files_that_would_make_a_case_vacuous_are_refused(tmp_path: Path
         "side_effect.yaml": (
             'cases:\n  - name: a\n    rows:\n      t: [{x: !sql "pg_sleep(1)"}]\n'
             "    expect: {count: 0}\n",
-            "function pg_sleep() sleeps on the server",
+            "function pg_sleep() is VOLATILE",
         ),
     }
     for name, (text, fragment) in cases.items():
@@ -138,9 +138,10 @@ def test_a_case_runs_the_invariant_read_only_as_the_daemon_does(
 ) -> None:
     schema = tmp_path / "schema.sql"
     schema.write_text(
-        SCHEMA.read_text()
-        + "\nCREATE FUNCTION log_and_return() RETURNS SETOF bigint LANGUAGE sql AS "
+        SCHEMA.read_text() + "\nCREATE FUNCTION insert_job() RETURNS SETOF bigint LANGUAGE sql AS "
         "'INSERT INTO jobs (job_id, kind, state) VALUES (99, ''x'', ''done'') RETURNING job_id';\n"
+        "CREATE FUNCTION log_and_return() RETURNS SETOF bigint LANGUAGE sql STABLE AS "
+        "'SELECT insert_job()';\n"
     )
     (folder / "duplicate_settled_refunds.sql").write_text(
         "-- description: writes\n-- key: [id]\nSELECT id FROM log_and_return() AS id\n"

@@ -82,7 +82,7 @@ def test_unset_header_keys_take_the_configured_defaults(tmp_path: Path) -> None:
         ("-- description: x\n-- sample: -1\nSELECT 1\n", 2, "header key 'sample'"),
         ("-- description: x\n-- for: 0\nSELECT 1\n", 2, "header key 'for'"),
         ("-- description: [unclosed\nSELECT 1\n", 1, "not valid YAML"),
-        ("-- description: x\nSELECT 1;\nSELECT 2\n", 2, "exactly one statement"),
+        ("-- description: x\nSELECT 1;\nSELECT 2\n", 3, "exactly one statement"),
         ("-- description: x\n\nDELETE FROM t\n", 3, "DELETE statement is not allowed"),
         (
             "-- description: x\n-- key: [DisputeId]\nSELECT dispute_id, DisputeId FROM t\n",

@@ -117,13 +117,17 @@ def test_one_failing_invariant_does_not_stop_the_others(database: str, runner: R
     ]
 
 
-def test_a_write_that_slipped_past_lint_is_refused_by_the_read_only_transaction(
+def test_a_function_that_lies_about_writing_is_stopped_by_the_read_only_transaction(
     database: str, runner: Runner
 ) -> None:
+    # Declared STABLE, so the catalog lets it pass the fence; it calls a VOLATILE writer
+    # (PostgreSQL refuses an INSERT written in a STABLE function itself). READ ONLY stops it.
     sql(
         database,
-        "CREATE TABLE t (id int); CREATE FUNCTION sneaky() RETURNS int LANGUAGE sql "
-        "AS 'INSERT INTO t VALUES (1) RETURNING id'",
+        "CREATE TABLE t (id int);"
+        " CREATE FUNCTION writer() RETURNS int LANGUAGE sql"
+        " AS 'INSERT INTO t VALUES (1) RETURNING id';"
+        " CREATE FUNCTION sneaky() RETURNS int LANGUAGE sql STABLE AS 'SELECT writer()'",
     )
     result = runner.run_one(invariant("sneaky", "SELECT sneaky() AS id"))
     assert result.status == "error"
@@ -154,12 +158,14 @@ def test_a_table_locked_by_someone_else_fails_fast_on_the_lock_timeout(database:
 
 
 RECOVERY_CONFLICT = """
-CREATE OR REPLACE FUNCTION replica_rows() RETURNS SETOF int LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION replica_rows() RETURNS SETOF int LANGUAGE plpgsql STABLE AS $$
 BEGIN
   RAISE EXCEPTION 'canceling statement due to conflict with recovery'
     USING ERRCODE = 'serialization_failure';
 END $$"""
-RECOVERED = "CREATE OR REPLACE FUNCTION replica_rows() RETURNS SETOF int LANGUAGE sql AS 'SELECT 1'"
+RECOVERED = (
+    "CREATE OR REPLACE FUNCTION replica_rows() RETURNS SETOF int LANGUAGE sql STABLE AS 'SELECT 1'"
+)
 
 
 def test_a_recovery_conflict_is_retried_with_backoff_then_reported(database: str) -> None:
@@ -219,13 +225,19 @@ def test_database_values_become_json_safe_values(runner: Runner) -> None:
 
 def test_runs_share_a_bounded_pool(database: str) -> None:
     """Six slow runs with concurrency 2: each counts the invmon queries active beside it."""
-    sql = (
+    # pg_sleep is VOLATILE, so the fence refuses it in an invariant; a STABLE wrapper (a
+    # function that understates what it does) stands in for a slow query.
+    sql(
+        database,
+        "CREATE FUNCTION slow() RETURNS int LANGUAGE sql STABLE AS $$SELECT 1 FROM pg_sleep(0.3)$$",
+    )
+    query = (
         "SELECT (SELECT count(*) FROM pg_stat_activity"
         " WHERE application_name LIKE 'invmon:%' AND state = 'active') AS running"
-        " FROM pg_sleep(0.3)"
+        " FROM slow()"
     )
     with Runner(database, concurrency=2) as runner:
-        results = runner.run_all([invariant(f"inv{i}", sql) for i in range(6)])
+        results = runner.run_all([invariant(f"inv{i}", query) for i in range(6)])
     assert [r.invariant for r in results] == [f"inv{i}" for i in range(6)]
     assert max(r.rows[0]["running"] for r in results) == 2
 
@@ -241,10 +253,15 @@ def test_rows_with_infinite_or_far_future_dates_are_still_counted(runner: Runner
 
 
 def test_one_invariant_cannot_change_the_session_another_one_gets(database: str) -> None:
+    # set_config is VOLATILE and refused by the fence; a function that lies (STABLE) gets
+    # past it, and the pool's reset must still undo what it did to the session.
+    sql(
+        database,
+        "CREATE FUNCTION poison() RETURNS text LANGUAGE sql STABLE "
+        "AS $$SELECT set_config('search_path', 'decoy', false)$$",
+    )
     with Runner(database, concurrency=1) as runner:
-        poison = runner.run_one(
-            invariant("poison", "SELECT set_config('search_path', 'decoy', false) AS s")
-        )
+        poison = runner.run_one(invariant("poison", "SELECT poison() AS s"))
         after = runner.run_one(invariant("after", "SELECT current_setting('search_path') AS p"))
     assert poison.status == "violated"
     assert after.rows == [{"p": '"$user", public'}]

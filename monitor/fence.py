@@ -1,0 +1,598 @@
+"""The read-only fence: is this SQL one query that cannot change anything?
+
+Invariant files come from pull requests and run against production replicas, so "read-only"
+must be something the code can show, not a list of names it hopes is complete. Three
+judges, all PostgreSQL's own:
+
+1. **Its parser.** The text is parsed by libpg_query (through pglast), the parser of the
+   server itself, so names are decoded exactly as the server will decode them: `U&"\\0070g_…"`,
+   quoted and schema-qualified names, dollar quotes, comments and `E''` strings cannot hide
+   a call. Statement kinds, data-modifying CTEs, `SELECT INTO` and locking clauses are read
+   off that tree.
+2. **Its catalog.** Every function the query names (and every operator, explicit cast and
+   `row.fn` attribute call it makes) must be one the catalog declares IMMUTABLE or STABLE,
+   and not PARALLEL UNSAFE (STABLE functions that assign state, such as a transaction id).
+   A short, documented list of harmless VOLATILE functions is allowed (`HARMLESS_VOLATILE`);
+   anything unknown is refused. With a database, its own catalog judges (user-defined and
+   extension functions by what they declare, views by what they run); without one, a table
+   generated from the built-in catalogs (pgcatalog.py).
+3. At run time the query runs in a READ ONLY transaction, under a role without EXECUTE on
+   effectful functions (deploy/readonly-role.sql): what a function lies about is stopped there.
+
+This module is pure: `analyze` reads the text, `judge` asks a `Catalog`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pglast import parser as pg_parser
+
+from monitor.pgcatalog import SYSTEM_SCHEMAS, VOLATILITY_WORDS, Catalog, Name, Routine
+from monitor.problems import SqlProblem
+
+# VOLATILE only because their answer changes between calls; none of them writes, signals,
+# locks or reaches outside the server. Monitoring queries use them. Judged in pg_catalog
+# only: a user function of the same name elsewhere is judged on its own.
+HARMLESS_VOLATILE = frozenset(
+    {
+        "clock_timestamp",
+        "timeofday",
+        "random",
+        "random_normal",
+        "gen_random_uuid",
+        "uuidv4",
+        "uuidv7",
+        "pg_relation_size",
+        "pg_table_size",
+        "pg_indexes_size",
+        "pg_total_relation_size",
+        "pg_database_size",
+        "pg_tablespace_size",
+        "pg_is_in_recovery",
+        "pg_last_wal_receive_lsn",
+        "pg_last_wal_replay_lsn",
+        "pg_last_xact_replay_timestamp",
+        "pg_current_wal_lsn",
+        "pg_current_wal_insert_lsn",
+        "pg_current_wal_flush_lsn",
+        "pg_is_wal_replay_paused",
+        "pg_get_wal_replay_pause_state",
+        "pg_blocking_pids",
+        "pg_safe_snapshot_blocking_pids",
+        "pg_lock_status",
+        "pg_xact_commit_timestamp",
+        "pg_last_committed_xact",
+        "pg_xact_status",
+        "txid_status",
+        "pg_partition_tree",
+        "pg_partition_ancestors",
+        "pg_jit_available",
+        "pg_notification_queue_usage",
+        "pg_sequence_last_value",
+        "pg_prepared_xact",
+        "pg_show_replication_origin_status",
+        "pg_stat_get_recovery_prefetch",
+        "pg_stat_get_xact_numscans",
+        "pg_stat_get_xact_tuples_returned",
+        "pg_stat_get_xact_tuples_fetched",
+        "pg_stat_get_xact_tuples_inserted",
+        "pg_stat_get_xact_tuples_updated",
+        "pg_stat_get_xact_tuples_deleted",
+        "pg_stat_get_xact_tuples_hot_updated",
+        "pg_stat_get_xact_tuples_newpage_updated",
+        "pg_stat_get_io",
+        "pg_stat_get_xact_blocks_fetched",
+        "pg_stat_get_xact_blocks_hit",
+        "pg_stat_get_xact_function_calls",
+        "pg_stat_get_xact_function_total_time",
+        "pg_stat_get_xact_function_self_time",
+        "pg_get_backend_memory_contexts",
+        "pg_get_shmem_allocations",
+        "array_shuffle",
+        "array_sample",
+    }
+)
+# PARALLEL UNSAFE but STABLE, and assigning nothing: they only read the session's state.
+STATE_FREE_PARALLEL_UNSAFE = frozenset(
+    {
+        "current_schema",
+        "current_schemas",
+        "txid_current_if_assigned",
+        "pg_current_xact_id_if_assigned",
+    }
+)
+BUILTIN_TABLESAMPLE = frozenset({"bernoulli", "system", "system_rows", "system_time"})
+MAX_VIEW_DEPTH = 8  # views over views; PostgreSQL itself has no limit, a fence needs one
+
+RefKind = Literal["function", "operator", "cast", "attribute", "relation", "tablesample"]
+_BETWEEN_OPERATORS: tuple[Name, ...] = ((">=",), ("<=",))
+_DML = {
+    "InsertStmt": "INSERT",
+    "UpdateStmt": "UPDATE",
+    "DeleteStmt": "DELETE",
+    "MergeStmt": "MERGE",
+}
+_LOCK_WORDS = {
+    "LCS_FORUPDATE": "FOR UPDATE",
+    "LCS_FORNOKEYUPDATE": "FOR NO KEY UPDATE",
+    "LCS_FORSHARE": "FOR SHARE",
+    "LCS_FORKEYSHARE": "FOR KEY SHARE",
+}
+
+
+@dataclass(frozen=True)
+class Allowances:
+    """Names an operator chose to trust (config `fence.allow_functions` / `allow_operators`):
+    an entry `fn` trusts that name in any schema, `schema.fn` only there."""
+
+    functions: frozenset[str] = frozenset()
+    operators: frozenset[str] = frozenset()
+
+    @staticmethod
+    def _trusted(entries: frozenset[str], routine: Routine) -> bool:
+        return routine.name.lower() in entries or (
+            f"{routine.schema}.{routine.name}".lower() in entries
+        )
+
+    def function(self, routine: Routine) -> bool:
+        return self._trusted(self.functions, routine)
+
+    def named(self, name: Name) -> bool:
+        """A function name, as written, that is trusted."""
+        return ".".join(name).lower() in self.functions or name[-1].lower() in self.functions
+
+    def operator(self, name: Name) -> bool:
+        return ".".join(name).lower() in self.operators or name[-1] in self.operators
+
+
+TRUST_NOTHING = Allowances()
+
+
+@dataclass(frozen=True)
+class FencePolicy:
+    """How lint judges a query with no database at hand."""
+
+    allow: Allowances = TRUST_NOTHING
+    # What the offline judge looks names up in; None is the built-in table (pgcatalog.py).
+    catalog: Catalog | None = None
+    # False for commands that run against a database: a name the offline table does not
+    # know is left to that database's own catalog, which judges it before every run.
+    unknown_is_error: bool = True
+
+
+OFFLINE = FencePolicy()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Something the query asks PostgreSQL to run or read, where it is written."""
+
+    kind: RefKind
+    name: Name
+    line: int
+
+
+@dataclass
+class Analysis:
+    """What the parser saw: structural problems, and what the query calls and reads."""
+
+    problems: list[SqlProblem] = field(default_factory=list)
+    references: list[Reference] = field(default_factory=list)
+    statement: dict[str, Any] | None = None  # the one SelectStmt, as libpg_query's JSON
+    text: str = ""  # exactly the statement, without a trailing `;` or what follows it
+    text_first_line: int = 1  # the line of the given SQL where `text` starts
+
+    def named(self, kind: RefKind) -> list[Reference]:
+        return [r for r in self.references if r.kind == kind]
+
+
+class _Lines:
+    """Line numbers from libpg_query's byte offsets and the scanner's character offsets."""
+
+    def __init__(self, sql: str) -> None:
+        self.sql = sql
+        self.encoded = sql.encode("utf-8")
+
+    def of_byte(self, offset: int | None) -> int:
+        return self.encoded.count(b"\n", 0, max(0, offset or 0)) + 1
+
+    def of_char(self, offset: int | None) -> int:
+        return self.sql.count("\n", 0, max(0, offset or 0)) + 1
+
+
+def node_items(tree: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every node of libpg_query's JSON tree as (type, fields), depth first.
+
+    A node is a one-key object whose key is its type (`{"FuncCall": {...}}`); fields whose
+    type is fixed by the grammar are inlined without that wrapper and are walked too."""
+    stack = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            if len(item) == 1:
+                (key, value), *_ = item.items()
+                if key[:1].isupper() and isinstance(value, dict):
+                    yield key, value
+                    stack.append(value)
+                    continue
+            stack.extend(reversed(list(item.values())))
+
+
+def _names(items: list[Any] | None) -> Name:
+    """A qualified name from a list of String nodes (other nodes, e.g. `*`, are skipped)."""
+    return tuple(
+        str(part["String"]["sval"])
+        for part in items or []
+        if isinstance(part, dict) and "String" in part
+    )
+
+
+def parse(sql: str) -> dict[str, Any]:
+    """libpg_query's tree of `sql`; raises pglast's ParseError."""
+    return dict(json.loads(pg_parser.parse_sql_json(sql)))
+
+
+def analyze(sql: str) -> Analysis:
+    """Read the text as PostgreSQL would: one SELECT, and what it calls."""
+    lines = _Lines(sql)
+    try:
+        tree = parse(sql)
+    except pg_parser.ParseError as exc:
+        message, *where = exc.args
+        line = lines.of_char(where[0]) if where and isinstance(where[0], int) else 1
+        return Analysis([SqlProblem(line, f"cannot parse the query: {message}")])
+    statements = tree.get("stmts") or []
+    if not statements:
+        first = lines.of_char(len(sql) - len(sql.lstrip()))
+        return Analysis(
+            [SqlProblem(first, "the file has no query; write a SELECT of the offending rows")]
+        )
+    tokens = pg_parser.scan(sql)
+    if len(statements) > 1:
+        second = statements[1].get("stmt_location", 0)
+        return Analysis(
+            [
+                SqlProblem(
+                    lines.of_byte(second),
+                    f"expected exactly one statement, found {len(statements)}; an invariant "
+                    "is one query returning the offending rows",
+                )
+            ]
+        )
+    raw = statements[0]
+    start = int(raw.get("stmt_location", 0))
+    length = int(raw.get("stmt_len", 0)) or len(lines.encoded) - start
+    text = lines.encoded[start : start + length].decode("utf-8")
+    analysis = Analysis(text=text, text_first_line=lines.of_byte(start))
+    (kind, body), *_ = raw["stmt"].items()
+    if kind != "SelectStmt":
+        word = next((t for t in tokens if _char_to_byte(sql, t.start) >= start), None)
+        keyword = sql[word.start : word.end + 1].upper() if word else kind
+        keyword = _DML.get(kind, keyword)  # WITH ... INSERT is an INSERT
+        analysis.problems.append(
+            SqlProblem(
+                lines.of_byte(start),
+                f"{keyword} statement is not allowed; an invariant must be one read-only "
+                "query (SELECT, WITH ... SELECT, VALUES)",
+            )
+        )
+        return analysis
+    analysis.statement = body
+    _collect(raw["stmt"], analysis, lines, tokens)
+    return analysis
+
+
+def _char_to_byte(sql: str, offset: int) -> int:
+    return len(sql[:offset].encode("utf-8"))
+
+
+def _collect(tree: Any, analysis: Analysis, lines: _Lines, tokens: list[Any]) -> None:
+    refs = analysis.references
+    ctes = {str(body["ctename"]) for kind, body in node_items(tree) if kind == "CommonTableExpr"}
+    lock_tokens = [
+        t
+        for i, t in enumerate(tokens)
+        if t.name == "FOR"
+        and i + 1 < len(tokens)
+        and tokens[i + 1].name in ("UPDATE", "SHARE", "NO", "KEY")
+    ]
+    for kind, body in node_items(tree):
+        line = lines.of_byte(body.get("location"))
+        if kind == "FuncCall":
+            refs.append(Reference("function", _names(body["funcname"]), line))
+        elif kind == "A_Expr":
+            expr_kind = body.get("kind", "AEXPR_OP")
+            if expr_kind.startswith(("AEXPR_BETWEEN", "AEXPR_NOT_BETWEEN")):
+                refs += [Reference("operator", op, line) for op in _BETWEEN_OPERATORS]
+            else:
+                refs.append(Reference("operator", _names(body.get("name")), line))
+        elif kind == "SubLink" and body.get("operName"):
+            refs.append(Reference("operator", _names(body["operName"]), line))
+        elif kind == "SortBy" and body.get("useOp"):
+            refs.append(Reference("operator", _names(body["useOp"]), line))
+        elif kind == "CaseExpr" and body.get("arg"):
+            refs.append(Reference("operator", ("=",), line))
+        elif kind == "TypeCast":
+            type_name = body.get("typeName") or {}
+            refs.append(
+                Reference(
+                    "cast", _names(type_name.get("names")), lines.of_byte(type_name.get("location"))
+                )
+            )
+        elif kind == "ColumnRef":
+            # `t.fn` is also a call of fn(t) when fn takes one composite argument.
+            fields = _names(body.get("fields"))
+            refs += [Reference("attribute", (name,), line) for name in fields[1:]]
+        elif kind == "A_Indirection":
+            fields = _names(body.get("indirection"))
+            line = lines.of_byte(_first_location(body.get("arg")))
+            refs += [Reference("attribute", (name,), line) for name in fields]
+        elif kind == "RangeVar":
+            name = _relation_name(body)
+            if len(name) > 1 or name[0] not in ctes:
+                refs.append(Reference("relation", name, line))
+        elif kind == "RangeTableSample":
+            refs.append(Reference("tablesample", _names(body.get("method")), line))
+            relation = body.get("relation") or {}
+            if "relname" in relation:
+                refs.append(
+                    Reference(
+                        "relation",
+                        _relation_name(relation),
+                        lines.of_byte(relation.get("location")),
+                    )
+                )
+        elif kind in _DML:
+            relation = body.get("relation") or {}
+            analysis.problems.append(
+                SqlProblem(
+                    lines.of_byte(relation.get("location")),
+                    f"data-modifying {_DML[kind]} inside the query is not allowed",
+                )
+            )
+    # INTO and locking clauses can sit on a SELECT that the tree inlines (a UNION's arms).
+    for select in _dicts_with(tree, ("intoClause", "lockingClause")):
+        into = select.get("intoClause")
+        if into:
+            analysis.problems.append(
+                SqlProblem(
+                    lines.of_byte((into.get("rel") or {}).get("location")),
+                    "SELECT ... INTO creates a table; not allowed",
+                )
+            )
+        for clause in select.get("lockingClause") or []:
+            strength = clause.get("LockingClause", {}).get("strength", "")
+            words = _LOCK_WORDS.get(strength, "FOR UPDATE/SHARE")
+            where = lock_tokens.pop(0).start if lock_tokens else None
+            analysis.problems.append(
+                SqlProblem(
+                    lines.of_char(where), f"{words} takes row locks on the replica; not allowed"
+                )
+            )
+
+
+def _dicts_with(tree: Any, keys: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+    stack = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            if any(key in item for key in keys):
+                yield item
+            stack.extend(reversed(list(item.values())))
+
+
+def _relation_name(body: dict[str, Any]) -> Name:
+    parts = [body.get("schemaname"), body.get("relname")]
+    return tuple(str(p) for p in parts if p)
+
+
+def _first_location(tree: Any) -> int | None:
+    for _, body in node_items(tree):
+        if "location" in body:
+            return int(body["location"])
+    return None
+
+
+# --- the judgement --------------------------------------------------------------------------
+
+
+def _display(name: Name) -> str:
+    return ".".join(name)
+
+
+def _routine_problem(routine: Routine, allow: Allowances) -> tuple[str, str] | None:
+    """(level, what is wrong with it) when this candidate may not run; None when harmless."""
+    if routine.kind == "p":
+        return "error", "is a procedure"
+    if routine.security_definer and routine.schema not in SYSTEM_SCHEMAS:
+        reason = "is SECURITY DEFINER: it runs with its owner's rights, past the role's fence"
+        if allow.function(routine):
+            return "warning", f"{reason}; trusted by fence.allow_functions"
+        return "error", reason
+    if routine.volatility == "v":
+        if routine.schema == "pg_catalog" and routine.name in HARMLESS_VOLATILE:
+            return None
+        reason = (
+            "is VOLATILE: PostgreSQL's catalog says it may change the database or act "
+            "outside the query"
+        )
+        if routine.kind == "a":
+            reason = "is an aggregate with a VOLATILE support function"
+        if allow.function(routine):
+            return "warning", (
+                f"{reason}; trusted by fence.allow_functions, so the READ ONLY transaction "
+                "and the database role are the only fences left for it"
+            )
+        return "error", reason
+    # PARALLEL UNSAFE is informative for built-ins (it marks those that assign state); it
+    # is also the default of CREATE FUNCTION, so for user functions it says nothing.
+    if (
+        routine.parallel_unsafe
+        and routine.schema == "pg_catalog"
+        and routine.name not in STATE_FREE_PARALLEL_UNSAFE
+    ):
+        word = VOLATILITY_WORDS[routine.volatility]
+        return "error", f"is {word} but PARALLEL UNSAFE: it assigns state (a transaction id)"
+    return None
+
+
+def _judge_routines(
+    ref: Reference, routines: list[Routine], allow: Allowances
+) -> SqlProblem | None:
+    verdicts = [(r, v) for r in routines if (v := _routine_problem(r, allow))]
+    if not verdicts:
+        return None
+    errors = [(r, v) for r, v in verdicts if v[0] == "error"]
+    routine, (level, reason) = (errors or verdicts)[0]
+    # The catalog's own signature says which overload (or which function behind an operator
+    # or a cast) is meant when it is not simply the name that was written.
+    written = f"{_display(ref.name)}()"
+    resolved = (
+        f" ({routine.signature})"
+        if routine.signature not in (written, "") and "(" in routine.signature
+        else ""
+    )
+    if ref.kind == "function":
+        what = f"function {_display(ref.name)}(){resolved}"
+    elif ref.kind == "attribute":
+        what = f"`.{ref.name[-1]}` calls {routine.signature} on the row (attribute notation); it"
+    elif ref.kind == "cast":
+        what = f"a cast to {_display(ref.name)} runs {routine.signature}, which"
+    else:
+        what = f"operator {_display(ref.name)}{resolved}"
+    suffix = "; not allowed" if level == "error" else ""
+    return SqlProblem(ref.line, f"{what} {reason}{suffix}", level)
+
+
+def judge(
+    analysis: Analysis, catalog: Catalog, allow: Allowances = TRUST_NOTHING, depth: int = 0
+) -> list[SqlProblem]:
+    """Every reason the catalog gives to refuse what the query calls; one per name."""
+    problems: list[SqlProblem] = []
+    seen: set[tuple[RefKind, Name]] = set()
+
+    def first(kind: RefKind) -> list[Reference]:
+        unique = []
+        for ref in analysis.named(kind):
+            if (kind, ref.name) not in seen:
+                seen.add((kind, ref.name))
+                unique.append(ref)
+        return unique
+
+    functions = first("function")
+    found = catalog.functions(r.name for r in functions)
+    for ref in functions:
+        if ref.name not in found:
+            if allow.named(ref.name):
+                continue
+            problems.append(
+                SqlProblem(
+                    ref.line,
+                    f"function {_display(ref.name)}() is unknown to {catalog.source}; an "
+                    "unknown function is refused (give lint the schema that defines it with "
+                    "--schema, or trust it by name in fence.allow_functions)",
+                    rule="unknown",
+                )
+            )
+        elif problem := _judge_routines(ref, found[ref.name], allow):
+            problems.append(problem)
+
+    attributes = first("attribute")
+    callable_ = catalog.functions(r.name for r in attributes)
+    for ref in attributes:
+        one_arg = [r for r in callable_.get(ref.name, []) if r.one_arg]
+        if one_arg and (problem := _judge_routines(ref, one_arg, allow)):
+            problems.append(problem)
+
+    operators = [r for r in first("operator") if r.name]
+    found_ops = catalog.operators(r.name for r in operators)
+    for ref in operators:
+        if ref.name not in found_ops:
+            if not allow.operator(ref.name):
+                problems.append(
+                    SqlProblem(
+                        ref.line,
+                        f"operator {_display(ref.name)} is unknown to {catalog.source}; "
+                        "trust it by name in fence.allow_operators if your database has it",
+                        rule="unknown",
+                    )
+                )
+        elif not allow.operator(ref.name) and (
+            problem := _judge_routines(ref, found_ops[ref.name], allow)
+        ):
+            problems.append(problem)
+
+    casts = [r for r in first("cast") if r.name and r.name[0] != "pg_catalog"]
+    found_casts = catalog.casts(r.name for r in casts)
+    for ref in casts:
+        if problem := _judge_routines(ref, found_casts.get(ref.name, []), allow):
+            problems.append(problem)
+
+    for ref in first("tablesample"):
+        if ref.name[-1:] and ref.name[-1] not in BUILTIN_TABLESAMPLE:
+            problems.append(
+                SqlProblem(ref.line, f"TABLESAMPLE {_display(ref.name)} is not a built-in method")
+            )
+
+    relations = first("relation")
+    # A system view is judged by the functions it calls (the built-in table lists those
+    # worth a look); a user-defined view by its whole definition, read from the database.
+    system_views = catalog.system_view_calls(r.name for r in relations)
+    implied = [(ref, (fn,)) for ref in relations for fn in system_views.get(ref.name, [])]
+    found_implied = catalog.functions(fn for _, fn in implied)
+    for ref, fn in implied:
+        call = Reference("function", fn, ref.line)
+        problem = _judge_routines(call, found_implied.get(fn, []), allow)
+        if problem and problem.level == "error":
+            problems.append(
+                SqlProblem(
+                    ref.line,
+                    f"reading view {_display(ref.name)} runs {problem.message}",
+                    problem.level,
+                )
+            )
+    views = catalog.view_definitions(r.name for r in relations)
+    for ref in relations:
+        if ref.name not in views:
+            continue
+        if depth >= MAX_VIEW_DEPTH:
+            problems.append(
+                SqlProblem(ref.line, f"view {_display(ref.name)} nests views too deeply to judge")
+            )
+            continue
+        inner = fence(views[ref.name], catalog, allow, depth + 1)
+        refused = [p for p in inner if p.level == "error"]
+        if refused:
+            problems.append(
+                SqlProblem(
+                    ref.line,
+                    f"view {_display(ref.name)} runs what is not allowed: {refused[0].message}",
+                )
+            )
+    return sorted(problems, key=lambda p: p.line)
+
+
+def fence(
+    sql: str, catalog: Catalog, allow: Allowances = TRUST_NOTHING, depth: int = 0
+) -> list[SqlProblem]:
+    """The whole judgement of one text: its structure, then what it calls."""
+    analysis = analyze(sql)
+    if analysis.statement is None:
+        return analysis.problems
+    return sorted(
+        [*analysis.problems, *judge(analysis, catalog, allow, depth)], key=lambda p: p.line
+    )
+
+
+def called_functions(sql: str) -> list[Name]:
+    """The functions the query calls, in order, as PostgreSQL's parser names them."""
+    analysis = analyze(sql)
+    return [r.name for r in analysis.references if r.kind == "function"]

@@ -1,0 +1,444 @@
+"""What PostgreSQL's catalog says a function, operator or cast may do.
+
+The fence (fence.py) refuses a query that calls anything able to change the database or
+the world outside it. It does not keep its own list of dangerous names: it asks
+PostgreSQL's catalog, where every function declares its volatility (`pg_proc.provolatile`:
+IMMUTABLE, STABLE or VOLATILE) and whether it may run in a parallel worker
+(`proparallel = 'u'` marks the STABLE functions that assign state, such as a transaction
+id). Two catalogs answer the same questions:
+
+- `LiveCatalog`: the monitored database's own `pg_proc`, `pg_operator` and `pg_cast`, read
+  on the connection that will run the query, so user-defined and extension functions are
+  judged by what they declare.
+- `BuiltinCatalog`: a table generated from the built-in catalogs of the PostgreSQL
+  versions we support, shipped in the package, for `invmon lint` with no database. Regenerate
+  it with `python -m monitor.pgcatalog --dsn DSN [--dsn DSN ...] > monitor/pg_builtins.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Protocol
+
+# A name as written in the query: ("fn",) or ("schema", "fn"), already decoded and case-folded
+# by PostgreSQL's own parser.
+Name = tuple[str, ...]
+
+VOLATILITY_ORDER = "isv"  # immutable < stable < volatile
+VOLATILITY_WORDS = {"i": "IMMUTABLE", "s": "STABLE", "v": "VOLATILE"}
+SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+
+
+@dataclass(frozen=True)
+class Routine:
+    """A function (or the function behind an operator or a cast) as the fence sees it."""
+
+    schema: str
+    name: str
+    signature: str  # for messages, e.g. "pg_catalog.lo_create(oid)"
+    kind: str  # pg_proc.prokind: f function, a aggregate, w window, p procedure
+    volatility: str  # i, s or v; for an aggregate, the worst of its support functions
+    parallel_unsafe: bool  # proparallel = 'u'
+    one_arg: bool  # callable with one argument, hence also as `row.name`
+    security_definer: bool = False  # runs with its owner's rights, past the role's fence
+
+
+def worst(volatilities: Iterable[str]) -> str:
+    return max(volatilities, key=VOLATILITY_ORDER.index, default="i")
+
+
+class Catalog(Protocol):
+    """Where the fence looks names up. A name missing from an answer is unknown."""
+
+    @property
+    def source(self) -> str: ...
+
+    def functions(self, names: Iterable[Name]) -> dict[Name, list[Routine]]: ...
+
+    def operators(self, names: Iterable[Name]) -> dict[Name, list[Routine]]: ...
+
+    def casts(self, types: Iterable[Name]) -> dict[Name, list[Routine]]:
+        """The functions a cast to each type may run; a type missing is not judged."""
+        ...
+
+    def view_definitions(self, relations: Iterable[Name]) -> dict[Name, str]:
+        """The SQL of each relation that is a user-defined view; others are absent."""
+        ...
+
+    def system_view_calls(self, relations: Iterable[Name]) -> dict[Name, list[str]]:
+        """For each relation that is a system view calling a VOLATILE or PARALLEL UNSAFE
+        built-in function, those functions' names."""
+        ...
+
+
+# --- offline: the shipped table --------------------------------------------------------------
+
+
+class BuiltinCatalog:
+    """The built-in functions and operators of the supported PostgreSQL versions."""
+
+    def __init__(self, table: dict[str, Any]) -> None:
+        self._functions: dict[str, list[Any]] = table["functions"]
+        self._operators: dict[str, str] = table["operators"]
+        self._views: dict[str, list[str]] = table["views"]
+        self.versions: list[str] = table["versions"]
+
+    @property
+    def source(self) -> str:
+        return f"the built-in catalog of PostgreSQL {', '.join(self.versions)}"
+
+    @staticmethod
+    def _key(name: Name) -> str | None:
+        if len(name) == 1:
+            return name[0]
+        if len(name) == 2 and name[0] == "pg_catalog":
+            return name[1]
+        if len(name) == 2 and name[0] in SYSTEM_SCHEMAS:
+            return ".".join(name)
+        return None  # another schema (or a database name): only the database can tell
+
+    def functions(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
+        found: dict[Name, list[Routine]] = {}
+        for name in names:
+            key = self._key(name)
+            entry = self._functions.get(key) if key else None
+            if entry is None:
+                continue
+            volatility, unsafe, kinds, one_arg = entry
+            schema, _, bare = key.rpartition(".") if key and "." in key else ("", "", key)
+            schema = schema or "pg_catalog"
+            found[name] = [
+                Routine(
+                    schema,
+                    str(bare),
+                    f"{schema}.{bare}",
+                    kind,
+                    volatility,
+                    bool(unsafe),
+                    bool(one_arg),
+                )
+                for kind in kinds
+            ]
+        return found
+
+    def operators(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
+        found: dict[Name, list[Routine]] = {}
+        for name in names:
+            key = self._key(name)
+            volatility = self._operators.get(key) if key else None
+            if volatility is not None:
+                found[name] = [
+                    Routine(
+                        "pg_catalog", str(key), f"operator {key}", "f", volatility, False, False
+                    )
+                ]
+        return found
+
+    def casts(self, types: Iterable[Name]) -> dict[Name, list[Routine]]:
+        # The built-in casts and type input functions are all IMMUTABLE or STABLE (checked
+        # when the table is generated); a user-defined type is judged at run time.
+        return {}
+
+    def view_definitions(self, relations: Iterable[Name]) -> dict[Name, str]:
+        return {}
+
+    def system_view_calls(self, relations: Iterable[Name]) -> dict[Name, list[str]]:
+        found = {}
+        for name in relations:
+            key = self._key(name)
+            if key is not None and key in self._views:
+                found[name] = self._views[key]
+        return found
+
+
+@cache
+def builtin_catalog() -> BuiltinCatalog:
+    text = resources.files("monitor").joinpath("pg_builtins.json").read_text(encoding="utf-8")
+    return BuiltinCatalog(json.loads(text))
+
+
+# --- with a database: its own catalog --------------------------------------------------------
+
+# Every candidate a name may resolve to: an unqualified name is looked up in every schema of
+# the session's search path (PostgreSQL picks among them by argument types, which only the
+# planner knows, so all of them are judged); a qualified one in its schema only.
+_FUNCTIONS_SQL = """
+WITH wanted(ord, schema, name) AS (
+    SELECT * FROM unnest(%(ord)s::int[], %(schemas)s::text[], %(names)s::text[])
+)
+SELECT w.ord, n.nspname, p.proname, p.oid::regprocedure::text, p.prokind,
+       CASE WHEN p.prokind = 'a' THEN (
+           SELECT max(s.provolatile::text COLLATE "C")
+           FROM pg_aggregate a
+           JOIN pg_proc s ON s.oid IN (a.aggfnoid, a.aggtransfn, a.aggfinalfn, a.aggcombinefn,
+                                       a.aggserialfn, a.aggdeserialfn, a.aggmtransfn,
+                                       a.aggminvtransfn, a.aggmfinalfn)
+           WHERE a.aggfnoid = p.oid)
+       ELSE p.provolatile::text END,
+       p.proparallel = 'u',
+       p.pronargs - p.pronargdefaults <= 1 AND p.pronargs >= 1 AND EXISTS (
+           SELECT FROM pg_type t WHERE t.oid = p.proargtypes[0] AND t.typtype IN ('c', 'p')),
+       p.prosecdef
+FROM wanted w
+JOIN pg_proc p ON p.proname = w.name
+JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE (w.schema = '' AND n.nspname = ANY (current_schemas(true))) OR n.nspname = w.schema
+"""
+
+_OPERATORS_SQL = """
+WITH wanted(ord, schema, name) AS (
+    SELECT * FROM unnest(%(ord)s::int[], %(schemas)s::text[], %(names)s::text[])
+)
+SELECT w.ord, n.nspname, f.proname, f.oid::regprocedure::text, f.prokind,
+       f.provolatile::text, f.proparallel = 'u', false, f.prosecdef
+FROM wanted w
+JOIN pg_operator o ON o.oprname = w.name
+JOIN pg_namespace n ON n.oid = o.oprnamespace
+JOIN pg_proc f ON f.oid = o.oprcode
+WHERE (w.schema = '' AND n.nspname = ANY (current_schemas(true))) OR n.nspname = w.schema
+"""
+
+# The functions a cast to a type may run: a cast function into it, its input functions, and
+# for a domain the functions its constraints call (PostgreSQL records those in pg_depend).
+_CASTS_SQL = """
+WITH wanted(ord, typ) AS (
+    SELECT w.ord, to_regtype(w.name)
+    FROM unnest(%(ord)s::int[], %(names)s::text[]) AS w(ord, name)
+), funcs(ord, fn) AS (
+    SELECT w.ord, c.castfunc FROM wanted w JOIN pg_cast c ON c.casttarget = w.typ
+    WHERE c.castfunc <> 0
+    UNION ALL
+    SELECT w.ord, f FROM wanted w JOIN pg_type t ON t.oid IN (w.typ, (
+        SELECT typbasetype FROM pg_type WHERE oid = w.typ))
+    CROSS JOIN LATERAL unnest(ARRAY[t.typinput, t.typreceive, t.typmodin]::oid[]) AS f
+    WHERE f <> 0
+    UNION ALL
+    SELECT w.ord, d.refobjid FROM wanted w
+    JOIN pg_constraint k ON k.contypid = w.typ
+    JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid
+         AND d.refclassid = 'pg_proc'::regclass
+)
+SELECT f.ord, n.nspname, p.proname, p.oid::regprocedure::text, p.prokind,
+       p.provolatile::text, p.proparallel = 'u', false, p.prosecdef
+FROM funcs f JOIN pg_proc p ON p.oid = f.fn JOIN pg_namespace n ON n.oid = p.pronamespace
+"""
+
+_VIEWS_SQL = """
+SELECT w.ord, pg_get_viewdef(c.oid)
+FROM unnest(%(ord)s::int[], %(names)s::text[]) AS w(ord, name)
+JOIN pg_class c ON c.oid = to_regclass(w.name)
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind = 'v' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+"""
+
+
+def qualified_text(name: Name) -> str:
+    """A name as PostgreSQL reads it back (to_regtype, to_regclass): each part quoted."""
+    return ".".join('"' + part.replace('"', '""') + '"' for part in name)
+
+
+class LiveCatalog:
+    """The catalog of the database a connection is on (any psycopg connection)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    @property
+    def source(self) -> str:
+        return "this database's catalog"
+
+    def _lookup(self, query: str, names: Sequence[Name]) -> dict[Name, list[Routine]]:
+        if not names:
+            return {}
+        params = {
+            "ord": list(range(len(names))),
+            "schemas": [n[-2] if len(n) >= 2 else "" for n in names],
+            "names": [n[-1] for n in names],
+        }
+        found: dict[Name, list[Routine]] = {}
+        for ord_, *fields in self._conn.execute(query, params).fetchall():
+            found.setdefault(names[ord_], []).append(Routine(*fields))
+        return found
+
+    def functions(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
+        return self._lookup(_FUNCTIONS_SQL, sorted(set(names)))
+
+    def operators(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
+        return self._lookup(_OPERATORS_SQL, sorted(set(names)))
+
+    def casts(self, types: Iterable[Name]) -> dict[Name, list[Routine]]:
+        wanted = sorted(set(types))
+        if not wanted:
+            return {}
+        params = {"ord": list(range(len(wanted))), "names": [qualified_text(t) for t in wanted]}
+        found: dict[Name, list[Routine]] = {}
+        for ord_, *fields in self._conn.execute(_CASTS_SQL, params).fetchall():
+            found.setdefault(wanted[ord_], []).append(Routine(*fields))
+        return found
+
+    def view_definitions(self, relations: Iterable[Name]) -> dict[Name, str]:
+        wanted = sorted(set(relations))
+        if not wanted:
+            return {}
+        params = {"ord": list(range(len(wanted))), "names": [qualified_text(r) for r in wanted]}
+        rows = self._conn.execute(_VIEWS_SQL, params).fetchall()
+        return {wanted[ord_]: str(text) for ord_, text in rows}
+
+    def system_view_calls(self, relations: Iterable[Name]) -> dict[Name, list[str]]:
+        # System views are the same on every server of a version: the shipped table knows.
+        return builtin_catalog().system_view_calls(relations)
+
+
+# --- generating the shipped table ------------------------------------------------------------
+
+_ALL_FUNCTIONS_SQL = """
+SELECT n.nspname, p.proname, p.prokind,
+       CASE WHEN p.prokind = 'a' THEN (
+           SELECT max(s.provolatile::text COLLATE "C")
+           FROM pg_aggregate a
+           JOIN pg_proc s ON s.oid IN (a.aggfnoid, a.aggtransfn, a.aggfinalfn, a.aggcombinefn,
+                                       a.aggserialfn, a.aggdeserialfn, a.aggmtransfn,
+                                       a.aggminvtransfn, a.aggmfinalfn)
+           WHERE a.aggfnoid = p.oid)
+       ELSE p.provolatile::text END,
+       p.proparallel = 'u',
+       p.pronargs - p.pronargdefaults <= 1 AND p.pronargs >= 1 AND EXISTS (
+           SELECT FROM pg_type t WHERE t.oid = p.proargtypes[0] AND t.typtype IN ('c', 'p'))
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname IN ('pg_catalog', 'information_schema')
+"""
+
+_ALL_OPERATORS_SQL = """
+SELECT o.oprname, f.provolatile::text
+FROM pg_operator o JOIN pg_proc f ON f.oid = o.oprcode
+WHERE o.oprnamespace = 'pg_catalog'::regnamespace
+"""
+
+_SYSTEM_VIEWS_SQL = """
+SELECT n.nspname, c.relname, pg_get_viewdef(c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname IN ('pg_catalog', 'information_schema') AND c.relkind = 'v'
+"""
+
+# Casts and type input functions between built-in types: the offline table assumes they are
+# all safe, so generation fails if a PostgreSQL release ever ships one that is VOLATILE.
+_UNSAFE_BUILTIN_CASTS_SQL = """
+SELECT p.oid::regprocedure::text FROM pg_cast c JOIN pg_proc p ON p.oid = c.castfunc
+WHERE p.provolatile = 'v'
+UNION ALL
+SELECT p.oid::regprocedure::text FROM pg_type t JOIN pg_proc p ON p.oid = t.typinput
+WHERE p.provolatile = 'v' AND t.typnamespace = 'pg_catalog'::regnamespace
+"""
+
+
+def read_builtins(conn: Any) -> dict[str, Any]:
+    """One server's built-in functions and operators, in the shipped table's shape."""
+    unsafe_casts = [row[0] for row in conn.execute(_UNSAFE_BUILTIN_CASTS_SQL).fetchall()]
+    if unsafe_casts:
+        raise SystemExit(f"VOLATILE built-in casts: {unsafe_casts}; the fence must judge casts")
+    functions: dict[str, list[Any]] = {}
+    for schema, name, kind, volatility, unsafe, one_arg in conn.execute(_ALL_FUNCTIONS_SQL):
+        key = name if schema == "pg_catalog" else f"{schema}.{name}"
+        _merge_function(functions, key, [volatility, unsafe, [kind], one_arg])
+    operators: dict[str, str] = {}
+    for name, volatility in conn.execute(_ALL_OPERATORS_SQL):
+        operators[name] = worst([operators.get(name, "i"), volatility])
+    version = conn.execute("SHOW server_version").fetchone()[0].split()[0]
+    table = {"versions": [version], "functions": functions, "operators": operators, "views": {}}
+    table["views"] = _system_views(conn, BuiltinCatalog(table))
+    return table
+
+
+def _system_views(conn: Any, catalog: BuiltinCatalog) -> dict[str, list[str]]:
+    """Each system view that calls a VOLATILE or PARALLEL UNSAFE built-in, with those
+    functions, read from its definition by the fence's own parser."""
+    from monitor.fence import analyze  # the parser lives there; only generation needs it
+
+    views: dict[str, list[str]] = {}
+    for schema, name, definition in conn.execute(_SYSTEM_VIEWS_SQL):
+        calls = {r.name for r in analyze(definition).references if r.kind == "function"}
+        found = catalog.functions(calls)
+        worth_a_look = sorted(
+            {
+                routine.name
+                for call in calls
+                for routine in found.get(call, [])
+                if routine.volatility == "v" or routine.parallel_unsafe
+            }
+        )
+        if worth_a_look:
+            views[name if schema == "pg_catalog" else f"{schema}.{name}"] = worth_a_look
+    return views
+
+
+def _merge_function(table: dict[str, list[Any]], key: str, entry: list[Any]) -> None:
+    """Keep the worst of every overload (and every version) under one name."""
+    old = table.get(key)
+    if old is None:
+        table[key] = entry
+        return
+    table[key] = [
+        worst([old[0], entry[0]]),
+        old[1] or entry[1],
+        sorted(set(old[2]) | set(entry[2])),
+        old[3] or entry[3],
+    ]
+
+
+def merge_tables(tables: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {"versions": [], "functions": {}, "operators": {}, "views": {}}
+    for table in tables:
+        merged["versions"] += table["versions"]
+        for key, entry in table["functions"].items():
+            _merge_function(merged["functions"], key, entry)
+        for name, volatility in table["operators"].items():
+            merged["operators"][name] = worst([merged["operators"].get(name, "i"), volatility])
+        for name, calls in table["views"].items():
+            merged["views"][name] = sorted(set(merged["views"].get(name, [])) | set(calls))
+    merged["versions"] = sorted(
+        set(merged["versions"]), key=lambda v: [int(p) for p in v.split(".")]
+    )
+    merged["functions"] = dict(sorted(merged["functions"].items()))
+    merged["operators"] = dict(sorted(merged["operators"].items()))
+    merged["views"] = dict(sorted(merged["views"].items()))
+    return merged
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import psycopg
+
+    parser = argparse.ArgumentParser(
+        prog="python -m monitor.pgcatalog",
+        description="Print the built-in catalog table that `invmon lint` judges functions by.",
+    )
+    parser.add_argument("--dsn", action="append", required=True, help="one per server version")
+    args = parser.parse_args(argv)
+    tables = []
+    for dsn in args.dsn:
+        with psycopg.connect(dsn) as conn:
+            tables.append(read_builtins(conn))
+    sys.stdout.write(dump_table(merge_tables(tables)))
+    return 0
+
+
+def dump_table(table: dict[str, Any]) -> str:
+    """JSON with one function or operator per line, so a regeneration diffs readably."""
+    lines = ["{", f'"versions": {json.dumps(table["versions"])},']
+    for section in ("functions", "operators", "views"):
+        entries = [
+            f"{json.dumps(key)}: {json.dumps(value, separators=(',', ':'))}"
+            for key, value in table[section].items()
+        ]
+        closing = "}" if section == "views" else "},"
+        lines += [f'"{section}": {{', ",\n".join(entries), closing]
+    return "\n".join(lines) + "\n}\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

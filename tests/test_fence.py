@@ -1,0 +1,281 @@
+"""The read-only fence: hostile queries refused at their line, offline and against a
+database's own catalog; analytical queries accepted; and the parser's reading of names
+equal to what the generator wrote, whatever the quoting.
+
+The corpora are YAML files in tests/fence/, one parametrized test each (as sqlfluff runs
+its rule cases), so adding a case never means editing Python.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+from helpers import invmon
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pglast import keywords
+
+from monitor.fence import HARMLESS_VOLATILE, STATE_FREE_PARALLEL_UNSAFE, called_functions, fence
+from monitor.pgcatalog import LiveCatalog
+from monitor.pgtemp import apply_sql, scratch_database
+from monitor.validate import validate_sql
+
+CORPUS = Path(__file__).parent / "fence"
+ROOT = Path(__file__).resolve().parent.parent
+HOSTILE: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "hostile.yaml").read_text())
+LIVE: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "hostile_live.yaml").read_text())
+ACCEPTED: dict[str, str] = yaml.safe_load((CORPUS / "accepted.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def fence_database(admin_dsn: str) -> Iterator[str]:
+    """The corpora's tables, read by every test here; a case that needs more creates it in
+    a transaction it rolls back."""
+    with scratch_database(admin_dsn, prefix="invmon_fence") as dsn:
+        apply_sql(dsn, (ROOT / "deploy" / "demo" / "schema.sql").read_text())
+        apply_sql(dsn, (CORPUS / "schema.sql").read_text())
+        yield dsn
+
+
+def errors(problems: list[Any]) -> list[Any]:
+    return [p for p in problems if p.level == "error"]
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_lint_refuses_each_hostile_query_at_its_line(name: str) -> None:
+    case = HOSTILE[name]
+    refused = errors(validate_sql(case["sql"]))
+    assert refused, f"{name}: accepted"
+    first = refused[0]
+    assert (first.line, case["says"] in first.message) == (case["line"], True), first
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPTED))
+def test_lint_accepts_each_analytical_query(name: str) -> None:
+    assert validate_sql(ACCEPTED[name]) == []
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def test_lint_reports_every_hostile_file_at_its_path_and_line(tmp_path: Path) -> None:
+    """The same corpus through the real command: one file per query after a two-line
+    header and a blank line (so a query that starts with a comment stays a query)."""
+    expected = {}
+    for name, case in HOSTILE.items():
+        path = tmp_path / f"{_slug(name)}.sql"
+        path.write_text(f"-- description: {_slug(name)}\n-- owner: '@fence'\n\n{case['sql']}\n")
+        expected[str(path)] = (case["line"] + 3, case["says"])
+    done = invmon("lint", str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    first: dict[str, tuple[int, str]] = {}
+    for line in done.stdout.splitlines():
+        path, number, message = line.split(":", 2)
+        if not message.startswith(" warning:"):
+            first.setdefault(path, (int(number), message))
+    assert set(first) == set(expected)
+    for path, (line, says) in expected.items():
+        assert first[path][0] == line and says in first[path][1], (path, first[path])
+    assert f"0 invariants valid, {len(HOSTILE)} with errors" in done.stderr
+
+
+# --- against a database's own catalog -------------------------------------------------------
+
+
+def _has_extension(conn: psycopg.Connection[Any], name: str) -> bool:
+    row = conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = %s", (name,))
+    return row.fetchone() is not None
+
+
+@pytest.mark.parametrize("name", sorted(LIVE))
+def test_the_database_catalog_refuses_each_hostile_query_at_its_line(
+    name: str, fence_database: str
+) -> None:
+    case = LIVE[name]
+    with psycopg.connect(fence_database) as conn:
+        if case.get("extension") and not _has_extension(conn, case["extension"]):
+            pytest.skip(f"extension {case['extension']} is not available on this server")
+        conn.execute(case["setup"].encode())
+        refused = errors(fence(case["sql"], LiveCatalog(conn)))
+        conn.rollback()
+    assert refused, f"{name}: accepted by the database's catalog"
+    first = refused[0]
+    assert (first.line, case["says"] in first.message) == (case["line"], True), first
+    offline = errors(validate_sql(case["sql"]))
+    assert ("refused" if offline else "accepted") == case["lint"], offline
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPTED))
+def test_the_database_catalog_accepts_each_analytical_query(name: str, fence_database: str) -> None:
+    with psycopg.connect(fence_database) as conn:
+        assert fence(ACCEPTED[name], LiveCatalog(conn)) == []
+
+
+def test_invmon_check_refuses_what_the_database_says_may_act_and_names_the_line(
+    fence_database: str, tmp_path: Path
+) -> None:
+    """A function lint cannot know passes lint's deferral, then the runner's own judgement
+    against the database refuses it before it runs, naming the file and line."""
+    with psycopg.connect(fence_database, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION public.count_visit() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+        conn.execute("CREATE TABLE visits (n int)")
+    try:
+        (tmp_path / "visits.sql").write_text(
+            "-- description: visits\n\nSELECT n\nFROM visits\nWHERE n < count_visit()\n"
+        )
+        done = invmon("check", "--dsn", fence_database, "--invariants", str(tmp_path))
+    finally:
+        with psycopg.connect(fence_database, autocommit=True) as conn:
+            conn.execute("DROP TABLE visits; DROP FUNCTION public.count_visit()")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        f"refused by the read-only fence: {tmp_path / 'visits.sql'}:5: function count_visit() "
+        "is VOLATILE" in done.stdout
+    )
+
+
+def test_the_harmless_lists_of_the_fence_and_the_role_scripts_are_the_same() -> None:
+    quoted = re.compile(r"'([a-z_0-9]+)'")
+
+    def listed(path: Path, start: str, end: str) -> set[str]:
+        text = path.read_text()
+        block = text[text.index(start) : text.index(end, text.index(start))]
+        return set(quoted.findall(block))
+
+    role = listed(ROOT / "deploy" / "readonly-role.sql", "harmless text[]", "];")
+    verify = listed(ROOT / "deploy" / "verify-readonly-role.sql", "p.proname NOT IN (", ")\n")
+    python = set(HARMLESS_VOLATILE) | set(STATE_FREE_PARALLEL_UNSAFE)
+    assert role == python
+    assert verify == set(HARMLESS_VOLATILE)
+
+
+# --- the parser decodes names as the server does ----------------------------------------------
+
+_NAME_CHARS = "abcdefghijklmnopqrstuvwxyz_"
+# Only unreserved keywords can name a function unquoted; the others are grammar (COALESCE,
+# EXTRACT, LEFT...) and parse as something else, as they do on the server.
+_GRAMMAR = (
+    set(keywords.RESERVED_KEYWORDS)
+    | set(keywords.COL_NAME_KEYWORDS)
+    | set(keywords.TYPE_FUNC_NAME_KEYWORDS)
+)
+_DANGEROUS = ["pg_sleep", "pg_terminate_backend", "lo_from_bytea", "pg_notify", "set_config"]
+_LITERALS = st.sampled_from(
+    [
+        "'it''s'",
+        "E'\\''",
+        "E'\\\\'",
+        "$$'$$",
+        "$$--$$",
+        "$$/*$$",
+        "$$*/$$",
+        "$tag$ ' -- /* $tag$",
+        "U&'\\0041'",
+        "'U&\"x'",
+        "'/* not a comment */'",
+        "'-- not a comment'",
+        '"quoted""col"',
+        "1",
+        "NULL",
+    ]
+)
+_COMMENTS = st.sampled_from(
+    ["", " ", "\n", " -- a comment\n", " /* c */ ", " /* a /* nested */ one */ "]
+)
+
+
+@st.composite
+def _function_name(draw: st.DrawFn) -> tuple[str, str]:
+    """(how it is written, how PostgreSQL names it)."""
+    bare = draw(
+        st.one_of(
+            st.sampled_from(_DANGEROUS),
+            st.text(_NAME_CHARS, min_size=1, max_size=12).filter(lambda s: s[0] != "_"),
+        )
+    )
+    style = draw(st.sampled_from(["plain", "upper", "quoted", "unicode", "uescape"]))
+    if bare in _GRAMMAR and style in ("plain", "upper"):
+        style = "quoted"
+    if style == "plain":
+        written, real = bare, bare
+    elif style == "upper":
+        written, real = bare.upper(), bare
+    elif style == "quoted":
+        real = draw(st.sampled_from([bare, bare.upper(), bare + " x", bare + "'", bare + '"']))
+        written = '"' + real.replace('"', '""') + '"'
+    else:
+        real = bare
+        escape = "\\" if style == "unicode" else "!"
+        escaped = "".join(f"{escape}{ord(c):04x}" if draw(st.booleans()) else c for c in bare)
+        written = f'U&"{escaped}"' + (" UESCAPE '!'" if style == "uescape" else "")
+    if draw(st.booleans()):
+        written, real = f"pg_catalog.{written}", f"pg_catalog.{real}"
+    return written, real
+
+
+@st.composite
+def _query(draw: st.DrawFn) -> tuple[str, list[str]]:
+    items: list[str] = []
+    calls: list[str] = []
+    for _ in range(draw(st.integers(1, 6))):
+        if draw(st.booleans()):
+            items.append(draw(_LITERALS))
+            continue
+        written, real = draw(_function_name())
+        argument = draw(_LITERALS)
+        items.append(f"{written}({argument})")
+        calls.append(real)
+    pieces = []
+    for item in items:
+        pieces.append(draw(_COMMENTS) + item + draw(_COMMENTS))
+    return "SELECT " + ",".join(pieces), calls
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_query())
+def test_the_functions_the_fence_sees_are_the_ones_written(
+    generated: tuple[str, list[str]],
+) -> None:
+    sql, calls = generated
+    seen = [".".join(name) for name in called_functions(sql)]
+    assert sorted(seen) == sorted(calls), sql
+    dangerous = {c.split(".")[-1] for c in calls} & set(_DANGEROUS)
+    refused = " ".join(p.message for p in errors(validate_sql(sql)))
+    for name in dangerous:
+        assert f"{name}()" in refused, (sql, refused)
+
+
+def test_several_problems_in_one_query_are_all_reported_in_line_order() -> None:
+    sql = "SELECT pg_sleep(1),\n  nextval('s')\nFROM t\nFOR UPDATE"
+    assert [(p.line, p.message.split(" ")[1]) for p in validate_sql(sql)] == [
+        (1, "pg_sleep()"),
+        (2, "nextval()"),
+        (4, "UPDATE"),
+    ]
+
+
+def test_a_trusted_function_is_accepted_with_a_warning_that_names_the_remaining_fences(
+    fence_database: str,
+) -> None:
+    from monitor.fence import Allowances
+
+    with psycopg.connect(fence_database) as conn:
+        conn.execute(
+            "CREATE FUNCTION public.st_fake_distance(int) RETURNS int LANGUAGE sql AS 'SELECT 1'"
+        )
+        problems = fence(
+            "SELECT st_fake_distance(1)",
+            LiveCatalog(conn),
+            Allowances(functions=frozenset({"st_fake_distance"})),
+        )
+        conn.rollback()
+    assert [
+        (p.level, "READ ONLY transaction and the database role" in p.message) for p in problems
+    ] == [("warning", True)]
