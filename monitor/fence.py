@@ -24,6 +24,7 @@ This module is pure: `analyze` reads the text, `judge` asks a `Catalog`.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -196,12 +197,15 @@ class _Lines:
     def __init__(self, sql: str) -> None:
         self.sql = sql
         self.encoded = sql.encode("utf-8")
+        # Where each line starts, so a big query's many nodes cost a bisect each.
+        self._bytes = [i for i, b in enumerate(self.encoded) if b == 0x0A]
+        self._chars = [i for i, c in enumerate(sql) if c == "\n"]
 
     def of_byte(self, offset: int | None) -> int:
-        return self.encoded.count(b"\n", 0, max(0, offset or 0)) + 1
+        return bisect.bisect_left(self._bytes, max(0, offset or 0)) + 1
 
     def of_char(self, offset: int | None) -> int:
-        return self.sql.count("\n", 0, max(0, offset or 0)) + 1
+        return bisect.bisect_left(self._chars, max(0, offset or 0)) + 1
 
 
 def node_items(tree: Any) -> Iterator[tuple[str, dict[str, Any]]]:

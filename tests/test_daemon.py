@@ -347,3 +347,25 @@ def test_a_missing_or_empty_folder_on_reload_keeps_every_invariant_running(
     folder.rmdir()
     assert daemon.reload().kept_previous == ["bad_rows"]
     assert sorted(daemon.invariants) == ["bad_rows"]
+
+
+def test_a_file_the_database_catalog_refuses_is_invalid_at_reload_and_never_runs(
+    daemon: Daemon, monitored: tuple[str, Path], store: StateStore
+) -> None:
+    """Lint cannot know a function of the database; the daemon asks the database's own
+    catalog when it loads the folder, and refuses it like any invalid file, at its line."""
+    dsn, folder = monitored
+    sql(dsn, "CREATE FUNCTION public.count_visit() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+    (folder / "visits.sql").write_text(
+        "-- description: visits\n-- key: [id]\n\nSELECT id FROM items\nWHERE id < count_visit()\n"
+    )
+    change = daemon.reload()
+    assert [str(p) for p in change.invalid["visits"]] == [
+        f"{folder}/visits.sql:5: function count_visit() is VOLATILE: PostgreSQL's catalog says "
+        "it may change the database or act outside the query; not allowed"
+    ]
+    assert "visits" not in daemon.invariants
+    assert daemon.evaluate("visits") is None
+    assert [(i["invariant"], i["kind"]) for i in store.open_incidents()] == [
+        ("visits", "invalid_file")
+    ]

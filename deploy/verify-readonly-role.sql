@@ -1,0 +1,136 @@
+-- Checks, against a live server, that the role invmon uses cannot change anything.
+-- Run it AS that role, on each monitored database (the primary shows the most; on a hot
+-- standby many effects fail by nature):
+--
+--     psql -v ON_ERROR_STOP=1 "postgresql://invmon@db/app" -f deploy/verify-readonly-role.sql
+--
+-- Each effect is tried for real, inside one transaction that is rolled back, and must be
+-- refused; then the catalog is asked which VOLATILE functions the role may still execute.
+-- It ends with an ERROR listing what the role could do (psql exits 3), or a NOTICE
+-- "verified: ...". The effects tried are harmless when they succeed (pg_terminate_backend
+-- of no backend, a zero-second sleep, a lock released at disconnect).
+
+DO $verify$
+DECLARE
+    effects text[][] := ARRAY[
+        ['write a table', 'CREATE TABLE invmon_verify_probe (a int)'],
+        ['create a temporary table', 'CREATE TEMP TABLE invmon_verify_probe (a int)'],
+        ['create a large object', 'SELECT lo_from_bytea(0, ''\x00''::bytea)'],
+        ['create an empty large object', 'SELECT lo_create(0)'],
+        ['send a notification', 'SELECT pg_notify(''invmon_verify'', ''probe'')'],
+        ['assign a transaction id', 'SELECT txid_current()'],
+        ['assign a transaction id (xid8)', 'SELECT pg_current_xact_id()'],
+        ['take an advisory lock', 'SELECT pg_advisory_lock(8675309)'],
+        ['try an advisory lock', 'SELECT pg_try_advisory_lock(8675309)'],
+        ['take a transaction advisory lock', 'SELECT pg_advisory_xact_lock(8675309)'],
+        ['change a setting for the session', 'SELECT set_config(''work_mem'', ''2GB'', false)'],
+        ['terminate a backend', 'SELECT pg_terminate_backend(0)'],
+        ['cancel a query', 'SELECT pg_cancel_backend(0)'],
+        ['sleep on the server', 'SELECT pg_sleep(0)'],
+        ['read a server file', 'SELECT pg_read_file(''/etc/hostname'')'],
+        ['list a server directory', 'SELECT pg_ls_dir(''.'')'],
+        ['write a WAL record', 'SELECT pg_logical_emit_message(false, ''invmon'', ''probe'')'],
+        ['export a snapshot', 'SELECT pg_export_snapshot()'],
+        ['pause WAL replay', 'SELECT pg_wal_replay_pause()'],
+        ['force a WAL switch', 'SELECT pg_switch_wal()'],
+        ['allocate an OID', 'SELECT pg_nextoid(''pg_class''::regclass, ''oid'', ''pg_class_oid_index''::regclass)'],
+        ['reach another server (dblink)', 'SELECT dblink_exec(''dbname=postgres'', ''SELECT 1'')'],
+        ['write a server file (adminpack)', 'SELECT pg_file_write(''invmon_probe'', ''x'', false)']
+    ];
+    refused_states text[] := ARRAY[
+        '42501',  -- insufficient_privilege: the role layer
+        '25006',  -- read_only_sql_transaction: the READ ONLY layer
+        '55000',  -- object_not_in_prerequisite_state: e.g. "recovery is not in progress"
+        '0A000'   -- feature_not_supported: e.g. "cannot ... during recovery"
+    ];
+    i int;
+    done text[] := '{}';
+    tried int := 0;
+    skipped text[] := '{}';
+    fn text;
+BEGIN
+    IF current_setting('transaction_read_only') <> 'on' THEN
+        done := array_append(done, 'open a read-write transaction (default_transaction_read_only is off)');
+    END IF;
+    IF current_setting('statement_timeout') IN ('0', '') THEN
+        done := array_append(done, 'run without a statement timeout');
+    END IF;
+    IF current_setting('idle_in_transaction_session_timeout') IN ('0', '') THEN
+        done := array_append(done, 'stay idle in a transaction forever');
+    END IF;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = current_user
+               AND (rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls))
+    THEN
+        done := array_append(done, 'act as superuser, create roles or databases, replicate or bypass RLS');
+    END IF;
+    IF has_database_privilege(current_database(), 'CREATE') THEN
+        done := array_append(done, 'create schemas in this database');
+    END IF;
+
+    FOR i IN 1 .. array_length(effects, 1) LOOP
+        BEGIN
+            EXECUTE effects[i][2];
+            done := array_append(done, effects[i][1]);
+        EXCEPTION
+            WHEN undefined_function THEN
+                skipped := array_append(skipped, effects[i][1]);
+            WHEN OTHERS THEN
+                IF SQLSTATE = ANY (refused_states) THEN
+                    tried := tried + 1;
+                    RAISE NOTICE 'refused: % (%)', effects[i][1], SQLERRM;
+                ELSE
+                    done := array_append(done, format('%s (failed, but only with %s: %s)',
+                                           effects[i][1], SQLSTATE, SQLERRM));
+                END IF;
+        END;
+    END LOOP;
+
+    -- The catalog's word: VOLATILE functions with effects this role may still execute.
+    FOR fn IN
+        SELECT p.oid::regprocedure::text
+        FROM pg_proc p
+        WHERE p.provolatile = 'v' AND p.prokind IN ('f', 'a', 'w')
+          AND has_function_privilege(p.oid, 'EXECUTE')
+          AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype,
+                'internal'::regtype, 'language_handler'::regtype, 'fdw_handler'::regtype,
+                'index_am_handler'::regtype, 'table_am_handler'::regtype,
+                'tsm_handler'::regtype)
+          AND (p.pronamespace = 'pg_catalog'::regnamespace OR EXISTS (
+                SELECT FROM pg_depend d
+                WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'))
+          AND p.proname NOT IN (
+            'clock_timestamp', 'timeofday', 'random', 'random_normal', 'gen_random_uuid',
+            'uuidv4', 'uuidv7', 'pg_relation_size', 'pg_table_size', 'pg_indexes_size',
+            'pg_total_relation_size', 'pg_database_size', 'pg_tablespace_size',
+            'pg_is_in_recovery', 'pg_last_wal_receive_lsn', 'pg_last_wal_replay_lsn',
+            'pg_last_xact_replay_timestamp', 'pg_current_wal_lsn', 'pg_current_wal_insert_lsn',
+            'pg_current_wal_flush_lsn', 'pg_is_wal_replay_paused',
+            'pg_get_wal_replay_pause_state', 'pg_blocking_pids',
+            'pg_safe_snapshot_blocking_pids', 'pg_lock_status', 'pg_xact_commit_timestamp',
+            'pg_last_committed_xact', 'pg_xact_status', 'txid_status', 'pg_partition_tree',
+            'pg_partition_ancestors', 'pg_jit_available', 'pg_notification_queue_usage',
+            'pg_sequence_last_value', 'pg_prepared_xact', 'pg_show_replication_origin_status',
+            'pg_stat_get_recovery_prefetch', 'pg_stat_get_xact_numscans',
+            'pg_stat_get_xact_tuples_returned', 'pg_stat_get_xact_tuples_fetched',
+            'pg_stat_get_xact_tuples_inserted', 'pg_stat_get_xact_tuples_updated',
+            'pg_stat_get_xact_tuples_deleted', 'pg_stat_get_xact_tuples_hot_updated',
+            'pg_stat_get_xact_tuples_newpage_updated', 'pg_stat_get_io',
+            'pg_stat_get_xact_blocks_fetched', 'pg_stat_get_xact_blocks_hit',
+            'pg_stat_get_xact_function_calls', 'pg_stat_get_xact_function_total_time',
+            'pg_stat_get_xact_function_self_time', 'pg_get_backend_memory_contexts',
+            'pg_get_shmem_allocations', 'array_shuffle', 'array_sample')
+        ORDER BY 1
+    LOOP
+        done := array_append(done, format('execute %s', fn));
+    END LOOP;
+
+    IF array_length(done, 1) > 0 THEN
+        RAISE EXCEPTION 'role % is not read-only: it can %', current_user,
+            array_to_string(done, '; ');
+    END IF;
+    RAISE NOTICE 'verified: role % cannot change anything here (% effects refused%)',
+        current_user, tried,
+        CASE WHEN array_length(skipped, 1) > 0
+             THEN format('; not installed: %s', array_to_string(skipped, ', ')) ELSE '' END;
+END
+$verify$;

@@ -1,0 +1,414 @@
+"""The least-privilege role (deploy/readonly-role.sql) against a real server, and what no
+layer of the fence may let through: every accepted query of the corpus run as that role
+changes nothing; every hostile one forced past the parser still changes nothing; functions
+that lie about their volatility are stopped by READ ONLY or by the role.
+
+"Changes nothing" is observed, not assumed: no WAL record beyond the server's own
+housekeeping (pg_walinspect, where the server has it), no new large object, no notification
+(a listener and a sentinel per channel), the victim backend alive, no advisory lock held, no
+file written.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+from helpers import wait_for
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from monitor.durations import parse_schedule
+from monitor.execute import LiveFence, Refused, execute, register_loaders
+from monitor.fence import analyze
+from monitor.header import InvariantHeader
+from monitor.loader import Invariant, load_directory
+from monitor.pgtemp import apply_sql, scratch_database
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(__file__).parent / "fence"
+ROLE_SCRIPT = (ROOT / "deploy" / "readonly-role.sql").read_text()
+VERIFY_SCRIPT = (ROOT / "deploy" / "verify-readonly-role.sql").read_text()
+HOSTILE: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "hostile.yaml").read_text())
+ACCEPTED: dict[str, str] = yaml.safe_load((CORPUS / "accepted.yaml").read_text())
+CHANNELS = ("c", "invmon_channel", "invmon_verify")
+OWNED_FILE = Path("/tmp/invmon-fence-owned")
+# The server's own housekeeping, which goes on whatever a session does.
+HOUSEKEEPING = {("Standby", "RUNNING_XACTS"), ("XLOG", "CHECKPOINT_ONLINE")}
+# Statements only the parser stops: PostgreSQL runs them in a READ ONLY transaction and no
+# privilege governs them (SECURITY.md). On a hot standby NOTIFY fails by nature.
+FENCE_ONLY = {"notify"}
+# Sent as is, COPY TO STDOUT would put the session in the COPY protocol; it only reads.
+NOT_SENT = {"copy"}
+
+
+@dataclass(frozen=True)
+class Role:
+    admin_dsn: str  # a superuser, on the monitored database
+    dsn: str  # the monitoring role, on the same database
+    name: str
+    group: str
+
+
+def _as(dsn: str, user: str, **extra: str) -> str:
+    params = conninfo_to_dict(dsn)
+    params.pop("password", None)
+    return make_conninfo(**{**params, "user": user, **extra})  # type: ignore[arg-type]
+
+
+def _create_role(admin_dsn: str, name: str, group: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET invmon.role = {}").format(sql.Literal(name)))
+        conn.execute(sql.SQL("SET invmon.effects_group = {}").format(sql.Literal(group)))
+        conn.execute(ROLE_SCRIPT.encode())
+
+
+def _drop_roles(admin_dsn: str, server_dsn: str, *names: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        for name in names:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        for name in names:
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="module")
+def role(admin_dsn: str) -> Iterator[Role]:
+    """A database with the corpora's tables and every extension the server offers that an
+    attacker would want, and the least-privilege role made by the shipped script."""
+    suffix = uuid.uuid4().hex[:8]
+    name, group = f"invmon_ro_{suffix}", f"invmon_fx_{suffix}"
+    with scratch_database(admin_dsn, prefix="invmon_role") as dsn:
+        apply_sql(dsn, (ROOT / "deploy" / "demo" / "schema.sql").read_text())
+        apply_sql(dsn, (CORPUS / "schema.sql").read_text())
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            available = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT name FROM pg_available_extensions"
+                    " WHERE name IN ('dblink', 'adminpack', 'pg_walinspect')"
+                )
+            }
+            for extension in sorted(available):
+                conn.execute(sql.SQL("CREATE EXTENSION {}").format(sql.Identifier(extension)))
+            conn.execute("ANALYZE")
+            for (table,) in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            ):
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = off)").format(
+                        sql.Identifier(table)
+                    )
+                )
+        _create_role(dsn, name, group)
+        try:
+            yield Role(dsn, _as(dsn, name), name, group)
+        finally:
+            _drop_roles(dsn, admin_dsn, name, group)
+
+
+class Effects:
+    """Watches everything a query could change, from outside the session that runs it."""
+
+    def __init__(self, role: Role) -> None:
+        self.admin = psycopg.connect(role.admin_dsn, autocommit=True)
+        self.listener = psycopg.connect(role.admin_dsn, autocommit=True)
+        for channel in CHANNELS:
+            self.listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        # A backend of the same role: the one pg_terminate_backend could reach.
+        self.victim = psycopg.connect(role.dsn, autocommit=True)
+        self.victim_pid = self.victim.info.backend_pid
+        # Nothing left for a read to prune or hint (catalogs included: the role script and
+        # earlier tests rewrote rows of pg_proc): any WAL from now on is somebody's write.
+        self.admin.execute("VACUUM (FREEZE)")
+        self.large_objects = self._one("SELECT count(*) FROM pg_largeobject_metadata")
+        self.lsn = self._flushed()
+        self.walinspect = bool(
+            self._one("SELECT count(*) FROM pg_extension WHERE extname = 'pg_walinspect'")
+        )
+
+    def _flushed(self) -> Any:
+        """The WAL position now, once everything before it is flushed (pg_walinspect reads
+        only flushed WAL)."""
+        end = self._one("SELECT pg_current_wal_insert_lsn()")
+        wait_for(
+            lambda: self._one(f"SELECT pg_current_wal_flush_lsn() >= '{end}'::pg_lsn"),
+            10,
+            "the WAL written so far to be flushed",
+        )
+        return end
+
+    def _one(self, query: str) -> Any:
+        row = self.admin.execute(query.encode()).fetchone()
+        assert row is not None
+        return row[0]
+
+    def observed(self) -> list[str]:
+        seen = []
+        if self.walinspect:
+            end = self._flushed()
+            records = []
+            if end > self.lsn:
+                records = self.admin.execute(
+                    "SELECT resource_manager, record_type FROM pg_get_wal_records_info(%s, %s)",
+                    (self.lsn, end),
+                ).fetchall()
+            seen += [f"WAL record {r}" for r in records if tuple(r) not in HOUSEKEEPING]
+        if self._one("SELECT count(*) FROM pg_largeobject_metadata") != self.large_objects:
+            seen.append("a large object was created")
+        for channel in CHANNELS:
+            self.admin.execute(sql.SQL("NOTIFY {}, 'sentinel'").format(sql.Identifier(channel)))
+        sentinels = 0
+        notes = self.listener.notifies(timeout=10)
+        try:
+            for note in notes:
+                if note.payload == "sentinel":
+                    sentinels += 1
+                    if sentinels == len(CHANNELS):
+                        break
+                else:
+                    seen.append(f"notification on {note.channel}: {note.payload}")
+        finally:
+            notes.close()
+        assert sentinels == len(CHANNELS), "the listener never heard the sentinels"
+        try:
+            self.victim.execute("SELECT 1")
+        except psycopg.OperationalError:
+            seen.append("the victim backend was terminated")
+        if self._one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"):
+            seen.append("an advisory lock is held")
+        if OWNED_FILE.exists():
+            seen.append(f"{OWNED_FILE} was written")
+        written = self._one("SELECT pg_stat_file('invmon_probe', true) IS NOT NULL")
+        if written:
+            seen.append("a file was written in the data directory")
+        return seen
+
+    def close(self) -> None:
+        for conn in (self.admin, self.listener, self.victim):
+            conn.close()
+
+
+@pytest.fixture
+def effects(role: Role) -> Iterator[Effects]:
+    watcher = Effects(role)
+    yield watcher
+    watcher.close()
+
+
+def _invariant(name: str, query: str) -> Invariant:
+    return Invariant(
+        name=name,
+        path=Path(f"{name}.sql"),
+        sql=query,
+        sql_first_line=1,
+        header=InvariantHeader(description=name),
+        severity="warning",
+        schedule=parse_schedule("every 15m"),
+        timeout=timedelta(seconds=10),
+        sample=5,
+    )
+
+
+def _server_has_xml(conn: psycopg.Connection[Any]) -> bool:
+    try:
+        with conn.transaction():
+            conn.execute("SELECT '<a/>'::xml")
+    except psycopg.errors.FeatureNotSupported:
+        return False
+    return True
+
+
+def test_the_role_script_makes_a_role_the_verify_script_accepts(role: Role) -> None:
+    with psycopg.connect(role.dsn, autocommit=True) as conn:
+        notices: list[str] = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        conn.execute(VERIFY_SCRIPT.encode())
+    verdict = notices[-1]
+    assert verdict.startswith(f"verified: role {role.name} cannot change anything here"), notices
+    refused = [n for n in notices if n.startswith("refused: ")]
+    assert len(refused) >= 21, refused
+
+
+def test_a_role_with_only_select_and_read_only_fails_the_verify_script(
+    database: str, admin_dsn: str
+) -> None:
+    """The old deploy script's role, in a database the new script never touched: the check
+    must be able to fail."""
+    name = f"invmon_old_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}").format(
+                sql.Identifier(name)
+            )
+        )
+        conn.execute(
+            sql.SQL("ALTER ROLE {} SET default_transaction_read_only = on").format(
+                sql.Identifier(name)
+            )
+        )
+    try:
+        with (
+            psycopg.connect(_as(database, name), autocommit=True) as conn,
+            pytest.raises(psycopg.errors.RaiseException) as refused,
+        ):
+            conn.execute(VERIFY_SCRIPT.encode())
+    finally:
+        _drop_roles(database, admin_dsn, name)
+    message = str(refused.value.diag.message_primary)
+    # (A large object fails on READ ONLY alone from PostgreSQL 16: not listed here.)
+    for effect in (
+        "send a notification",
+        "assign a transaction id",
+        "take an advisory lock",
+        "change a setting for the session",
+    ):
+        assert effect in message, message
+
+
+def test_applications_keep_the_effects_the_monitor_loses(role: Role, admin_dsn: str) -> None:
+    """An application role that existed when the script ran still takes its advisory locks."""
+    name = f"invmon_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(role.admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    try:
+        _create_role(role.admin_dsn, role.name, role.group)  # idempotent: run it again
+        with psycopg.connect(_as(role.admin_dsn, name), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(42), set_config('work_mem', '8MB', false)"
+            ).fetchone()
+            conn.execute("SELECT pg_advisory_unlock_all()")
+        with (
+            psycopg.connect(role.dsn, autocommit=True) as monitor,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            monitor.execute("SELECT pg_try_advisory_lock(42)")
+    finally:
+        _drop_roles(role.admin_dsn, admin_dsn, name)
+    assert row == (True, "8MB")
+
+
+def test_every_accepted_query_runs_as_the_role_and_changes_nothing(
+    role: Role, effects: Effects
+) -> None:
+    shipped = load_directory(ROOT / "invariants").invariants
+    live_fence = LiveFence()
+    ran = []
+    with psycopg.connect(role.dsn, autocommit=True) as conn:
+        register_loaders(conn)
+        xml = _server_has_xml(conn)
+        corpus = [_invariant(f"case_{i}", analyze(q).text) for i, q in enumerate(ACCEPTED.values())]
+        for inv in [*corpus, *shipped]:
+            if not xml and "xml" in inv.sql:
+                continue
+            execute(conn, inv, limit=5, lock_timeout=timedelta(seconds=2), live_fence=live_fence)
+            ran.append(inv.name)
+    assert len(ran) >= len(ACCEPTED) - 3 + len(shipped)
+    assert effects.observed() == []
+
+
+def test_hostile_queries_forced_past_the_parser_are_stopped_by_the_role_and_read_only(
+    role: Role, effects: Effects
+) -> None:
+    """Each hostile query sent as is (no fence), in READ ONLY as the role, committed when it
+    does not fail: what the parser would have refused must still change nothing."""
+    outcomes = {}
+    with psycopg.connect(role.dsn, autocommit=True) as conn:
+        for name, case in HOSTILE.items():
+            if name in FENCE_ONLY | NOT_SENT:
+                continue
+            try:
+                with conn.transaction():
+                    conn.execute("SET LOCAL statement_timeout = '3s'")
+                    conn.execute(case["sql"].encode())
+                outcomes[name] = "ran"
+            except psycopg.Error as exc:
+                outcomes[name] = exc.sqlstate or "error"
+    assert effects.observed() == []
+    # The effectful ones failed on privileges or READ ONLY, not by luck.
+    for name in (
+        "set_config at session level",
+        "pg_nextoid allocates an OID",
+        "pg_export_snapshot",
+    ):
+        assert outcomes[name] == "42501", (name, outcomes[name])
+    assert outcomes["data-modifying CTE"] == "25006"
+
+
+LIARS = {
+    "writes through a VOLATILE helper": (
+        "CREATE FUNCTION public.liar_write() RETURNS int LANGUAGE sql STABLE"
+        " AS 'SELECT public.writer()'",
+        "25006",
+    ),
+    "sends a notification": (
+        "CREATE FUNCTION public.liar_notify() RETURNS int LANGUAGE sql STABLE"
+        " AS $$SELECT 1 FROM pg_notify('c', 'lie')$$",
+        "42501",
+    ),
+    "creates a large object": (
+        "CREATE FUNCTION public.liar_lo() RETURNS oid LANGUAGE sql STABLE AS 'SELECT lo_create(0)'",
+        "42501",
+    ),
+    "takes an advisory lock": (
+        "CREATE FUNCTION public.liar_lock() RETURNS int LANGUAGE sql STABLE"
+        " AS 'SELECT 1 FROM pg_advisory_lock(7)'",
+        "42501",
+    ),
+    "terminates backends": (
+        "CREATE FUNCTION public.liar_kill() RETURNS bigint LANGUAGE sql STABLE"
+        " AS 'SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity'",
+        "42501",
+    ),
+}
+
+
+def test_functions_that_lie_about_their_volatility_pass_the_catalog_and_are_stopped(
+    role: Role,
+) -> None:
+    with psycopg.connect(role.admin_dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION public.writer() RETURNS int LANGUAGE sql"
+            " AS 'INSERT INTO t (id) VALUES (1000) RETURNING id'"
+        )
+        for create, _ in LIARS.values():
+            conn.execute(create.encode())
+    effects = Effects(role)  # watching from here: the functions above are the setup
+    outcomes = {}
+    try:
+        with psycopg.connect(role.dsn, autocommit=True) as conn:
+            register_loaders(conn)
+            for what, (create, _) in LIARS.items():
+                function = create.split("public.")[1].split("(")[0]
+                inv = _invariant(function, f"SELECT public.{function}() AS x")
+                try:
+                    execute(
+                        conn,
+                        inv,
+                        limit=5,
+                        lock_timeout=timedelta(seconds=2),
+                        live_fence=LiveFence(),
+                    )
+                    outcomes[what] = "ran"
+                except Refused as exc:
+                    outcomes[what] = f"refused by the fence: {exc}"
+                except psycopg.Error as exc:
+                    outcomes[what] = exc.sqlstate or "error"
+    finally:
+        observed = effects.observed()
+        effects.close()
+        with psycopg.connect(role.admin_dsn, autocommit=True) as conn:
+            for create, _ in LIARS.values():
+                function = create.split("public.")[1].split("(")[0]
+                conn.execute(f"DROP FUNCTION public.{function}()".encode())
+            conn.execute("DROP FUNCTION public.writer()")
+    assert outcomes == {what: state for what, (_, state) in LIARS.items()}
+    assert observed == []
