@@ -5,11 +5,8 @@ and stored by state.py.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +33,7 @@ from monitor.http import Listener, Probe, Routes
 from monitor.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.metrics import Metrics
 from monitor.problems import Problem
+from monitor.process import SignalLoop
 from monitor.replica import is_stale
 from monitor.results import RunResult
 from monitor.runner import Runner, describe_error
@@ -122,9 +120,8 @@ class Daemon:
         self._in_flight: set[str] = set()
         self._in_flight_changed = threading.Condition()
         self._heartbeat = time.monotonic()
-        self._wake_write: int | None = None  # the self-pipe of serve(), while it runs
         self._stop_requested = False
-        self._reload_requested = False
+        self.signals = SignalLoop(self._reload_on_signal)
 
     # --- loading -------------------------------------------------------------------------
 
@@ -250,7 +247,7 @@ class Daemon:
         """Evaluate one invariant now, store the outcome, dispatch what it caused."""
         with self._definitions:
             inv = self.invariants.get(name)
-        if inv is None or self._stop_requested:
+        if inv is None or self._stop_requested or self.signals.stopping:
             return None
         with self._in_flight_changed:
             self._in_flight.add(name)
@@ -453,46 +450,22 @@ class Daemon:
 
     def serve(self, install_signals: bool = True) -> int:
         """Run until SIGTERM/SIGINT; SIGHUP reloads. Returns the exit code."""
-        # A self-pipe, not a threading.Event: a signal handler that took the Event's lock
-        # while the main thread held it (inside wait) would deadlock the process, which the
-        # SIGKILL soak caught once in 200 runs. os.write takes no lock.
-        wake_read, self._wake_write = os.pipe()
-        os.set_blocking(self._wake_write, False)
-        try:
-            if install_signals:
-                self.install_signal_handlers()
-            self.start()
-            while not self._stop_requested:
-                os.read(wake_read, 64)
-                if self._reload_requested:
-                    self._reload_requested = False
-                    log.info("SIGHUP: reloading invariants")
-                    self.reload()
-            self.shutdown()
-        finally:
-            os.close(wake_read)
-            os.close(self._wake_write)
-            self._wake_write = None
+        self.start()
+        self.signals.run(install_signals)
+        self.shutdown()
         return 0
 
-    def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
-        signal.signal(signal.SIGINT, lambda *_: self.request_stop())
-        signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
-
     def request_stop(self) -> None:
-        """Safe from a signal handler and from any thread: sets a flag, writes one byte."""
+        """Safe from a signal handler and from any thread."""
         self._stop_requested = True
-        self._poke()
+        self.signals.request_stop()
 
     def request_reload(self) -> None:
-        self._reload_requested = True
-        self._poke()
+        self.signals.request_reload()
 
-    def _poke(self) -> None:
-        if self._wake_write is not None:
-            with contextlib.suppress(BlockingIOError, OSError):  # full: the loop is awake
-                os.write(self._wake_write, b".")
+    def _reload_on_signal(self) -> None:
+        log.info("SIGHUP: reloading invariants")
+        self.reload()
 
     def shutdown(self) -> None:
         grace = self.config.daemon.shutdown_grace.total_seconds()

@@ -1,7 +1,8 @@
 """Structured logs, as text for people or JSON for collectors, with secrets masked.
 
 Secrets can reach a log line by accident (a DSN inside a driver error, a token in an HTTP
-error), so masking happens in the formatter, on every line, after formatting.
+error), so the formatter masks every string that goes into a line (the message, each field,
+the exception text) before it is assembled: a JSON line stays JSON.
 """
 
 from __future__ import annotations
@@ -13,9 +14,19 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+_SECRET_NAMES = r"password|passwd|pwd|secret|token|api[_-]?key"
 _SECRETS = [
-    (re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.I), r"\1***"),
-    (re.compile(r"(://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),
+    # key=value and key: value, bare or quoted (libpq quotes with '…' and backslashes;
+    # JSON and YAML with "…"): password='a\'b c', "password": "x", password: x
+    (
+        re.compile(
+            rf"""(\b(?:{_SECRET_NAMES})["']?\s*[:=]\s*)('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\s,;}}]+)""",
+            re.I,
+        ),
+        r"\1***",
+    ),
+    # The password of a URL, even with no user: postgresql://:pw@host
+    (re.compile(r"(://[^:/@\s]*:)[^@\s]+@"), r"\1***@"),
     (re.compile(r"\b(xox[abposr]|xapp)-[A-Za-z0-9-]+"), r"\1-***"),
 ]
 
@@ -26,21 +37,34 @@ def redact(text: str) -> str:
     return text
 
 
+def masked(value: Any) -> Any:
+    """The value with every string in it redacted, keeping its structure."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {str(k): masked(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [masked(v) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return redact(str(value))
+
+
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
     fields = getattr(record, "fields", None)
-    return dict(fields) if isinstance(fields, dict) else {}
+    return {str(k): masked(v) for k, v in fields.items()} if isinstance(fields, dict) else {}
 
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         extra = " ".join(f"{k}={_scalar(v)}" for k, v in _fields(record).items())
-        line = f"{stamp} {record.levelname:<7} {record.getMessage()}"
+        line = f"{stamp} {record.levelname:<7} {redact(record.getMessage())}"
         if extra:
             line += f"  {extra}"
         if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return redact(line)
+            line += "\n" + redact(self.formatException(record.exc_info))
+        return line
 
 
 class JsonFormatter(logging.Formatter):
@@ -49,12 +73,12 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redact(record.getMessage()),
             **_fields(record),
         }
         if record.exc_info:
-            document["exception"] = self.formatException(record.exc_info)
-        return redact(json.dumps(document, default=str, ensure_ascii=False))
+            document["exception"] = redact(self.formatException(record.exc_info))
+        return json.dumps(document, ensure_ascii=False)
 
 
 def _scalar(value: Any) -> str:

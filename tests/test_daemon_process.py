@@ -224,3 +224,68 @@ def test_a_storm_of_signals_never_wedges_the_daemon(start: Callable[[], DaemonPr
         daemon.process.send_signal(signal.SIGHUP)
     assert daemon.stop() == 0
     assert [line["msg"] for line in daemon.lines()][-1] == "stopped"
+
+
+SIGNAL_ON_ANOTHER_THREAD = """
+import signal, sys, threading, time
+from pathlib import Path
+from monitor.config import Config, HttpConfig, StateConfig
+from monitor.daemon import Daemon
+from monitor.state import StateStore
+
+folder, state, dsn, which = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+config = Config(invariants=folder, http=HttpConfig(listen=None), state=StateConfig(path=state))
+store = StateStore.open(path=state)
+daemon = Daemon(config, dsn, store)
+
+def send_from_this_thread():
+    # The kernel may deliver a process signal to any thread; this makes it this one, which
+    # is not the main thread, every time.
+    deadline = time.monotonic() + 20
+    while daemon.health_problem() is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if which == "hup":
+        signal.pthread_kill(threading.get_ident(), signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while "new" not in daemon.invariants and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("reloaded" if "new" in daemon.invariants else "not reloaded", flush=True)
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+threading.Thread(target=send_from_this_thread, daemon=True).start()
+(folder / "new.sql").write_text("-- description: new\\nSELECT 1 AS one WHERE false\\n")
+sys.exit(daemon.serve())
+"""
+
+
+@pytest.mark.parametrize("which", ["term", "hup"])
+def test_a_signal_delivered_to_another_thread_still_wakes_the_daemon(
+    database: str, tmp_path: Path, which: str
+) -> None:
+    """CPython runs signal handlers on the main thread only, and only once it runs bytecode:
+    a signal the kernel hands to a scheduler or HTTP thread must still wake it."""
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            SIGNAL_ON_ANOTHER_THREAD,
+            str(folder),
+            str(tmp_path / "s.db"),
+            database,
+            which,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        pytest.fail(f"the daemon wedged: the {which} signal never woke it\n{err[-2000:]}")
+    assert process.returncode == 0, err[-2000:]
+    if which == "hup":
+        assert out.splitlines() == ["reloaded"]

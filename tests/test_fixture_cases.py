@@ -154,3 +154,42 @@ def test_a_case_runs_the_invariant_read_only_as_the_daemon_does(
     assert (
         "  ❌ fires: cannot execute INSERT in a read-only transaction" in done.stdout.splitlines()
     )
+
+
+def test_invmon_test_and_the_daemon_read_the_same_rows_the_same_way(
+    folder: Path, admin_dsn: str, database: str
+) -> None:
+    """A lease of 'infinity' is a row like any other: counted by the daemon's runner and by
+    invmon test alike, because both go through one executor."""
+    from monitor.loader import load_directory
+    from monitor.pgtemp import apply_sql
+    from monitor.runner import Runner
+
+    (folder / "duplicate_settled_refunds.sql").unlink()
+    (folder / "duplicate_settled_refunds.test.yaml").unlink()
+    (folder / "forever.sql").write_text(
+        "-- description: no job holds its lease forever\n-- key: [job_id]\n"
+        "SELECT job_id, lease_until::date AS until FROM jobs WHERE lease_until = 'infinity'\n"
+    )
+    (folder / "forever.test.yaml").write_text(
+        "cases:\n  - name: a lease that never ends fires\n    rows:\n      jobs:\n"
+        "        - {job_id: 1, kind: x, state: in_progress, owner: w, lease_until: infinity}\n"
+        "    expect: {keys: [[1]]}\n"
+    )
+    done = run(folder, admin_dsn, "--strict")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "  ✅ a lease that never ends fires" in done.stdout.splitlines()
+    apply_sql(database, SCHEMA.read_text())
+    apply_sql(
+        database,
+        "INSERT INTO jobs (job_id, kind, state, owner, lease_until)"
+        " VALUES (1, 'x', 'in_progress', 'w', 'infinity')",
+    )
+    [inv] = load_directory(folder).invariants
+    with Runner(database) as runner:
+        result = runner.run_one(inv)
+    assert (result.status, result.count, result.rows) == (
+        "violated",
+        1,
+        [{"job_id": 1, "until": "infinity"}],
+    )

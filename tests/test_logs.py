@@ -1,0 +1,64 @@
+"""Log lines: secrets masked wherever they appear, and a JSON line is always JSON."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import pytest
+
+from monitor.logs import JsonFormatter, TextFormatter, redact
+
+SECRET = "hunter2pass"
+LEAKS = [
+    f"cannot connect: password={SECRET} host=db",
+    f"cannot connect: password='{SECRET} x' host=db",
+    f"postgresql://invmon:{SECRET}@db:5432/app",
+    f"postgresql://:{SECRET}@db/app",
+    f"token xoxb-{SECRET}-1 refused",
+    f'{{"password": "{SECRET}"}}',
+    f"password: {SECRET}",
+]
+
+
+def record(message: str, fields: dict[str, object] | None = None, error: bool = False):  # type: ignore[no-untyped-def]
+    exc_info = None
+    if error:
+        try:
+            raise RuntimeError(message)
+        except RuntimeError:
+            exc_info = sys.exc_info()
+    rec = logging.LogRecord("invmon", logging.ERROR, __file__, 1, message, (), exc_info)
+    if fields is not None:
+        rec.fields = fields  # type: ignore[attr-defined]
+    return rec
+
+
+@pytest.mark.parametrize("leak", LEAKS)
+def test_a_secret_is_masked_in_the_message_the_fields_and_the_exception(leak: str) -> None:
+    for formatter in (TextFormatter(), JsonFormatter()):
+        for rec in (
+            record(leak),
+            record("evaluated x", {"error": leak, "nested": {"why": [leak]}}),
+            record("failed", error=True, fields={"invariant": "x"}),
+        ):
+            if rec.exc_info:
+                rec.exc_info = (RuntimeError, RuntimeError(leak), rec.exc_info[2])
+            line = formatter.format(rec)
+            assert SECRET not in line, (type(formatter).__name__, line)
+
+
+@pytest.mark.parametrize("leak", LEAKS)
+def test_every_json_line_parses_back_with_its_fields(leak: str) -> None:
+    rec = record(f"cannot connect: {leak}", {"invariant": "x", "error": leak, "count": 3})
+    document = json.loads(JsonFormatter().format(rec))
+    assert (document["invariant"], document["count"], document["level"]) == ("x", 3, "error")
+    assert SECRET not in document["error"] and SECRET not in document["msg"]
+
+
+def test_redaction_keeps_what_is_not_a_secret() -> None:
+    assert redact("evaluated balance_ledger_drift: violated count=3") == (
+        "evaluated balance_ledger_drift: violated count=3"
+    )
+    assert redact("postgresql://db:5432/app") == "postgresql://db:5432/app"
