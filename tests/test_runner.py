@@ -233,7 +233,8 @@ def test_runs_share_a_bounded_pool(database: str) -> None:
     )
     query = (
         "SELECT (SELECT count(*) FROM pg_stat_activity"
-        " WHERE application_name LIKE 'invmon:%' AND state = 'active') AS running"
+        " WHERE application_name LIKE 'invmon:%' AND state = 'active'"
+        " AND datname = current_database()) AS running"
         " FROM slow()"
     )
     with Runner(database, concurrency=2) as runner:
