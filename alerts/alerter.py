@@ -19,7 +19,9 @@ from alerts.transport import Transport
 from alerts.worker import DeliveryWorker, Describe, Views, WorkerSettings
 from monitor.acks import Action, Outcome, is_quiet
 from monitor.config import SlackConfig
-from monitor.state import StateStore, StoredEvent, Tx, parse_ts, ts
+from monitor.records import Incident, StoredEvent
+from monitor.state import StateStore
+from monitor.storage import Tx
 
 log = logging.getLogger("invmon.alerts")
 
@@ -44,7 +46,7 @@ class Alerter:
         self.config = config
         self.describe = describe
         self.clock = clock
-        self.ledger = Ledger(store)
+        self.ledger = Ledger(store.storage)
         self.transport = transport or transport_for(config)
         self.worker = DeliveryWorker(
             self.ledger,
@@ -52,8 +54,8 @@ class Alerter:
             Views(
                 store,
                 describe,
+                clock,
                 buttons=tuple(config.ack_modes) if config.interactive else (),
-                clock=clock,
             ),
             clock,
             WorkerSettings(config.lease, config.settle, config.csv_max_rows, config.max_backoff),
@@ -99,17 +101,12 @@ class Alerter:
             e.id for e in events if e.kind in ("keys_appeared", "keys_gone") and self._quiet(e, now)
         }
         planned: list[StoredEvent] = []
-        with self.store.transaction() as tx:
+        with self.store.storage.transaction() as tx:
             for channel, group in openings.items():
                 if len(group) >= self.config.digest_threshold:
                     self._digest(tx, channel, group, now)
             for event in events:
-                claimed = tx.rows(
-                    "UPDATE events SET dispatched_at = ? WHERE id = ? AND dispatched_at IS NULL"
-                    " RETURNING id",
-                    (ts(now), event.id),
-                )
-                if not claimed:
+                if not self.store.claim_event(tx, event.id, now):
                     continue  # another daemon planned it
                 planned.append(event)
                 channel = self.channel(event.invariant)
@@ -140,18 +137,15 @@ class Alerter:
 
     def _quiet(self, event: StoredEvent, now: datetime) -> bool:
         incident = self.store.incident(event.incident_id)
-        return incident is not None and is_quiet(incident, ts(now))
+        return incident is not None and is_quiet(incident, now)
 
-    def after_action(self, tx: Tx, incident_id: int, action_id: int) -> None:
+    def after_action(self, tx: Tx, incident: Incident, action_id: int) -> None:
         """Queue the root message's update after an ack, unack or snooze (same transaction)."""
         now = self.clock()
-        [(invariant,)] = tx.rows("SELECT invariant FROM incidents WHERE id = ?", (incident_id,))
-        for (channel,) in tx.rows(
-            "SELECT channel FROM alert_roots WHERE incident_id = ?", (incident_id,)
-        ):
-            key = delivery_key(incident_id, "action", action_id, channel)
+        for channel in self.ledger.root_channels(tx, incident.id):
+            key = delivery_key(incident.id, "action", action_id, channel)
             spec = Spec("update_root", key, True, {"kind": "action", "action_id": action_id})
-            self.ledger.enqueue(tx, None, str(invariant), incident_id, str(channel), [spec], now)
+            self.ledger.enqueue(tx, None, incident.invariant, incident.id, channel, [spec], now)
 
     def act(self, incident_id: int, action: Action, source: str) -> Outcome:
         """Record an ack/unack/snooze and queue the message update, atomically."""
@@ -160,7 +154,7 @@ class Alerter:
             action,
             self.clock(),
             source,
-            then=lambda tx, action_id: self.after_action(tx, incident_id, action_id),
+            then=self.after_action,
         )
 
     def remind(self) -> int:
@@ -169,20 +163,20 @@ class Alerter:
         every = self.config.repeat_interval.total_seconds()
         queued = 0
         for incident in self.store.open_incidents():
-            if incident["kind"] != "violation" or is_quiet(incident, ts(now)):
+            if incident.kind != "violation" or is_quiet(incident, now):
                 continue
-            nth = int((now - parse_ts(incident["opened_at"])).total_seconds() // every)
+            nth = int((now - incident.opened_at).total_seconds() // every)
             if nth < 1:
                 continue
-            channel = self.channel(incident["invariant"])
-            root = self.ledger.root_of(incident["id"], channel)
+            channel = self.channel(incident.invariant)
+            root = self.ledger.root_of(incident.id, channel)
             if root is None or root.state != "SENT":
                 continue
-            spec = reminder_spec(incident["invariant"], incident["id"], channel, nth)
-            with self.store.transaction() as tx:
+            spec = reminder_spec(incident.invariant, incident.id, channel, nth)
+            with self.store.storage.transaction() as tx:
                 queued += len(
                     self.ledger.enqueue(
-                        tx, None, incident["invariant"], incident["id"], channel, [spec], now
+                        tx, None, incident.invariant, incident.id, channel, [spec], now
                     )
                 )
         return queued

@@ -24,6 +24,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
 from alerts.alerter import Alerter
+from alerts.replays import SeenRequests
 from monitor.acks import ACK_MODES, Action
 from monitor.config import SlackConfig
 
@@ -77,6 +78,7 @@ class Interactions:
             else None
         )
         self.verifier = SignatureVerifier(config.signing_secret) if config.signing_secret else None
+        self.seen = SeenRequests(alerter.store.storage)
         self._groups: dict[str, tuple[float, set[str]]] = {}
 
     # --- what a click does ---------------------------------------------------------------
@@ -166,4 +168,4 @@ class Interactions:
         # refuses requests older than 5 minutes; twice that is kept to be safe.
         now = self.alerter.clock()
         forget = now - timedelta(seconds=2 * REPLAY_WINDOW)
-        return not self.alerter.store.first_sighting(signature, now, forget)
+        return not self.seen.first_sighting(signature, now, forget)

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from monitor.state import StateStore, StoredEvent, Tx, parse_ts, ts
+from monitor.clock import parse_stamp, stamp
+from monitor.records import StoredEvent
+from monitor.storage import Storage, Tx
 
 log = logging.getLogger("invmon.alerts")
 
@@ -107,12 +109,12 @@ def _delivery(row: Sequence[Any]) -> Delivery:
         state=record["state"],
         attempts=int(record["attempts"]),
         last_error=record["last_error"],
-        unknown_since=parse_ts(record["unknown_since"]) if record["unknown_since"] else None,
+        unknown_since=parse_stamp(record["unknown_since"]) if record["unknown_since"] else None,
         slack_channel=record["slack_channel"],
         slack_ts=record["slack_ts"],
         slack_file_id=record["slack_file_id"],
         payload=json.loads(record["payload_json"]),
-        created_at=parse_ts(record["created_at"]),
+        created_at=parse_stamp(record["created_at"]),
         lease_owner=record["lease_owner"],
     )
 
@@ -139,9 +141,26 @@ def reminder_spec(invariant: str, incident_id: int, channel: str, nth: int) -> S
     )
 
 
+# The one statement of when a row could be taken, leaving out time and leases: UNKNOWN
+# (to be reconciled), or PENDING with its root message sent and no earlier row of its thread
+# still pending or in doubt (a thread's messages go out in order). `claim` adds "due and
+# unleased"; `next_due` asks when the earliest such row becomes due.
+_READY = (
+    "(d.state = 'UNKNOWN' OR (d.state = 'PENDING' AND ("
+    "   d.root_id IS NULL OR EXISTS (SELECT 1 FROM deliveries r"
+    "     WHERE r.id = d.root_id AND r.state = 'SENT'))"
+    "   AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.root_id = d.root_id"
+    "     AND d.root_id IS NOT NULL AND e.id < d.id"
+    "     AND e.action IN ('post_reply', 'post_detail', 'upload_csv')"
+    "     AND e.state IN ('PENDING', 'UNKNOWN'))))"
+)
+
+
 class Ledger:
-    def __init__(self, store: StateStore) -> None:
-        self.store = store
+    """Owns the `deliveries` and `alert_roots` tables."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
 
     # --- planning ------------------------------------------------------------------------
 
@@ -191,10 +210,10 @@ class Ledger:
                     root_id,
                     "FAILED" if root_failed else "PENDING",
                     "its root message failed" if root_failed else None,
-                    ts(now),
+                    stamp(now),
                     json.dumps(spec.payload),
-                    ts(now),
-                    ts(now),
+                    stamp(now),
+                    stamp(now),
                 ),
             )
             if not inserted:
@@ -217,6 +236,11 @@ class Ledger:
             (incident_id, channel, delivery_id),
         )
 
+    def root_channels(self, tx: Tx, incident_id: int) -> list[str]:
+        """Every channel in which the incident has a root message."""
+        found = tx.rows("SELECT channel FROM alert_roots WHERE incident_id = ?", (incident_id,))
+        return [str(channel) for (channel,) in found]
+
     def _root_id(self, tx: Tx, incident_id: int, channel: str) -> int | None:
         found = tx.rows(
             "SELECT delivery_id FROM alert_roots WHERE incident_id = ? AND channel = ?",
@@ -226,7 +250,7 @@ class Ledger:
 
     def detail_of(self, incident_id: int, digest_id: int) -> Delivery | None:
         """The incident's own message inside a digest's thread."""
-        with self.store.transaction() as tx:
+        with self.storage.transaction() as tx:
             found = tx.rows(
                 "SELECT id FROM deliveries WHERE incident_id = ? AND root_id = ?"
                 " AND action = 'post_detail' AND state = 'SENT'",
@@ -235,7 +259,7 @@ class Ledger:
             return self._get(tx, int(found[0][0])) if found else None
 
     def root_of(self, incident_id: int, channel: str) -> Delivery | None:
-        with self.store.transaction() as tx:
+        with self.storage.transaction() as tx:
             root_id = self._root_id(tx, incident_id, channel)
             if root_id is None:
                 return None
@@ -245,20 +269,12 @@ class Ledger:
 
     def claim(self, owner: str, now: datetime, lease: timedelta) -> tuple[Delivery, str] | None:
         """Take one due row under a lease. Returns it with the state it had before."""
-        with self.store.transaction() as tx:
+        with self.storage.transaction() as tx:
             candidates = tx.rows(
                 "SELECT d.id, d.state FROM deliveries d"
-                " WHERE d.next_attempt_at <= ?"
-                " AND (d.lease_until IS NULL OR d.lease_until < ?)"
-                " AND (d.state = 'UNKNOWN' OR (d.state = 'PENDING' AND ("
-                "   d.root_id IS NULL OR EXISTS (SELECT 1 FROM deliveries r"
-                "     WHERE r.id = d.root_id AND r.state = 'SENT'))"
-                "   AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.root_id = d.root_id"
-                "     AND d.root_id IS NOT NULL AND e.id < d.id"
-                "     AND e.action IN ('post_reply', 'post_detail', 'upload_csv')"
-                "     AND e.state IN ('PENDING', 'UNKNOWN'))))"
-                " ORDER BY d.id LIMIT 5",
-                (ts(now), ts(now)),
+                " WHERE d.next_attempt_at <= ? AND (d.lease_until IS NULL OR d.lease_until < ?)"
+                f" AND {_READY} ORDER BY d.id LIMIT 5",
+                (stamp(now), stamp(now)),
             )
             for delivery_id, state in candidates:
                 # The conditional UPDATE is the claim: of two workers, one matches the row.
@@ -269,7 +285,15 @@ class Ledger:
                     " state = 'UNKNOWN'"
                     " WHERE id = ? AND state = ? AND (lease_until IS NULL OR lease_until < ?)"
                     " RETURNING id",
-                    (owner, ts(now + lease), ts(now), ts(now), delivery_id, state, ts(now)),
+                    (
+                        owner,
+                        stamp(now + lease),
+                        stamp(now),
+                        stamp(now),
+                        delivery_id,
+                        state,
+                        stamp(now),
+                    ),
                 )
                 if claimed:
                     return self._get(tx, delivery_id), str(state)
@@ -303,15 +327,15 @@ class Ledger:
         self._finish(delivery, now, "FAILED", error, now)
         if delivery.action in ("post_root", "post_digest"):
             # Nothing can go into a thread that does not exist; say why instead of waiting.
-            with self.store.transaction() as tx:
+            with self.storage.transaction() as tx:
                 tx.run(
                     "UPDATE deliveries SET state = 'FAILED', last_error = ?, updated_at = ?"
                     " WHERE root_id = ? AND state = 'PENDING'",
-                    (f"its root message failed: {error}", ts(now), delivery.id),
+                    (f"its root message failed: {error}", stamp(now), delivery.id),
                 )
 
     def record_file(self, delivery: Delivery, file_id: str | None) -> bool:
-        with self.store.transaction() as tx:
+        with self.storage.transaction() as tx:
             return bool(
                 tx.rows(
                     "UPDATE deliveries SET slack_file_id = ? WHERE id = ? AND lease_owner = ?"
@@ -322,12 +346,12 @@ class Ledger:
 
     def renew(self, delivery: Delivery, until: datetime) -> bool:
         """Extend the lease while its holder is still working; False when it was lost."""
-        with self.store.transaction() as tx:
+        with self.storage.transaction() as tx:
             return bool(
                 tx.rows(
                     "UPDATE deliveries SET lease_until = ? WHERE id = ? AND lease_owner = ?"
                     " RETURNING id",
-                    (ts(until), delivery.id, delivery.lease_owner),
+                    (stamp(until), delivery.id, delivery.lease_owner),
                 )
             )
 
@@ -345,7 +369,7 @@ class Ledger:
     ) -> None:
         # Fenced by the lease: a worker that lost its lease (another one took the row over)
         # must not overwrite what the new holder found or did.
-        with self.store.transaction() as tx:
+        with self.storage.transaction() as tx:
             written = tx.rows(
                 "UPDATE deliveries SET state = ?, last_error = ?, next_attempt_at = ?,"
                 " lease_owner = NULL, lease_until = NULL, updated_at = ?,"
@@ -355,12 +379,12 @@ class Ledger:
                 (
                     state,
                     error,
-                    ts(next_attempt),
-                    ts(now),
+                    stamp(next_attempt),
+                    stamp(now),
                     channel,
                     slack_ts,
                     clear_unknown,
-                    ts(unknown_since) if unknown_since else None,
+                    stamp(unknown_since) if unknown_since else None,
                     delivery.id,
                     delivery.lease_owner,
                 ),
@@ -375,7 +399,7 @@ class Ledger:
     # --- reading -------------------------------------------------------------------------
 
     def get(self, delivery_id: int) -> Delivery:
-        with self.store.transaction() as tx:
+        with self.storage.transaction() as tx:
             return self._get(tx, delivery_id)
 
     def _get(self, tx: Tx, delivery_id: int) -> Delivery:
@@ -385,22 +409,20 @@ class Ledger:
         return _delivery(row)
 
     def all(self) -> list[Delivery]:
-        with self.store.transaction() as tx:
+        with self.storage.transaction() as tx:
             rows = tx.rows(f"SELECT {', '.join(_COLUMNS)} FROM deliveries ORDER BY id")
         return [_delivery(r) for r in rows]
 
     def counts(self) -> dict[str, int]:
-        with self.store.transaction() as tx:
+        with self.storage.transaction() as tx:
             rows = tx.rows("SELECT state, count(*) FROM deliveries GROUP BY state")
         return {str(state): int(n) for state, n in rows}
 
     def next_due(self) -> datetime | None:
-        with self.store.transaction() as tx:
-            # Only rows a worker could claim: a reply whose root is not sent yet is not due.
+        """When the earliest row a worker could claim becomes due (its lease included)."""
+        with self.storage.transaction() as tx:
             rows = tx.rows(
-                "SELECT min(d.next_attempt_at) FROM deliveries d"
-                " WHERE d.state = 'UNKNOWN' OR (d.state = 'PENDING' AND (d.root_id IS NULL"
-                " OR EXISTS (SELECT 1 FROM deliveries r WHERE r.id = d.root_id"
-                " AND r.state = 'SENT')))"
+                "SELECT min(CASE WHEN d.lease_until > d.next_attempt_at THEN d.lease_until"
+                f" ELSE d.next_attempt_at END) FROM deliveries d WHERE {_READY}"
             )
-        return parse_ts(rows[0][0]) if rows and rows[0][0] else None
+        return parse_stamp(rows[0][0]) if rows and rows[0][0] else None

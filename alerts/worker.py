@@ -30,8 +30,9 @@ from alerts.messages import (
 )
 from alerts.transport import Transport, TransportError
 from monitor.acks import ack_line
+from monitor.clock import Clock
 from monitor.header import InvariantHeader
-from monitor.state import StateStore, parse_ts, ts
+from monitor.state import StateStore
 
 log = logging.getLogger("invmon.alerts")
 
@@ -58,9 +59,9 @@ class Views:
         self,
         store: StateStore,
         describe: Describe,
+        clock: Clock,
         sample: int = 20,
         buttons: tuple[str, ...] = (),
-        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.store = store
         self.describe = describe
@@ -69,40 +70,39 @@ class Views:
         self.clock = clock
 
     def incident(self, incident_id: int) -> IncidentView:
-        row = self.store.incident(incident_id)
-        if row is None:
+        incident = self.store.incident(incident_id)
+        if incident is None:
             raise LookupError(f"incident #{incident_id} is not in the state store")
-        header = self.describe(row["invariant"])
+        header = self.describe(incident.invariant)
         keys = self.store.incident_keys(incident_id)
-        open_rows = [k["row"] for k in keys.values() if k["gone_at"] is None and k["row"]]
+        open_rows = [k.row for k in keys if k.gone_at is None and k.row]
         columns = list(open_rows[0]) if open_rows else []
-        now = ts(self.clock()) if self.clock else ""
         return IncidentView(
             incident_id=incident_id,
-            invariant=row["invariant"],
-            kind=row["kind"],
+            invariant=incident.invariant,
+            kind=incident.kind,
             severity=(header.severity if header and header.severity else "warning"),
             description=header.description if header else None,
             owner=header.owner if header else None,
             runbook=header.runbook if header else None,
-            opened_at=parse_ts(row["opened_at"]),
-            resolved_at=parse_ts(row["resolved_at"]) if row["resolved_at"] else None,
-            count=row["last_count"],
-            detail=row["detail"],
+            opened_at=incident.opened_at,
+            resolved_at=incident.resolved_at,
+            count=incident.last_count,
+            detail=incident.detail,
             columns=columns,
             rows=open_rows[: self.sample],
-            acknowledged=ack_line(row, now),
-            acked=bool(row.get("acked_by")),
+            acknowledged=ack_line(incident, self.clock()),
+            acked=bool(incident.acked_by),
             buttons=self.buttons,
         )
 
     def csv_rows(self, incident_id: int) -> list[dict[str, Any]]:
         """The rows that offended when the incident opened, whenever the upload happens:
         a retried upload attaches the same file, not whatever is open by then."""
-        row = self.store.incident(incident_id)
-        opened_at = row["opened_at"] if row else None
+        incident = self.store.incident(incident_id)
+        opened_at = incident.opened_at if incident else None
         keys = self.store.incident_keys(incident_id)
-        return [k["row"] for k in keys.values() if k["first_seen_at"] == opened_at and k["row"]]
+        return [k.row for k in keys if k.first_seen_at == opened_at and k.row]
 
 
 class DeliveryWorker:

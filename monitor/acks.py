@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from monitor.records import Incident
 
 AckMode = Literal["until_resolved", "until_new_rows"]
 ActionKind = Literal["ack", "unack", "snooze"]
@@ -33,29 +36,27 @@ class Action:
 class Outcome:
     changed: bool
     message: str  # shown to the person who acted (ephemeral in Slack)
-    updates: dict[str, Any]  # incident columns to set when changed
+    updates: dict[str, Any]  # incident fields to set when changed (datetimes as datetimes)
 
 
-def _when(text: str | None) -> str:
-    return (text or "?").replace("T", " ")[:16] + " UTC"
+def _when(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "? UTC"
 
 
 def who(actor: str, name: str | None) -> str:
     return f"@{name}" if name else (f"<@{actor}>" if actor.startswith("U") else actor)
 
 
-def decide_action(incident: dict[str, Any], action: Action, now: datetime, stamp: str) -> Outcome:
-    """`incident` is the row (with ack columns); `stamp` is `now` as the store writes it."""
-    number = f"incident #{incident['id']}"
-    if incident.get("resolved_at"):
+def decide_action(incident: Incident, action: Action, now: datetime) -> Outcome:
+    number = f"incident #{incident.id}"
+    if incident.resolved_at is not None:
         return Outcome(False, f"{number} is already resolved; there is nothing to do.", {})
-    acked_by = incident.get("acked_by")
     if action.kind == "ack":
-        if acked_by:
-            by = who(acked_by, incident.get("acked_by_name"))
+        if incident.acked_by:
+            by = who(incident.acked_by, incident.acked_by_name)
             return Outcome(
                 False,
-                f"{number} was already acknowledged by {by} at {_when(incident.get('acked_at'))}.",
+                f"{number} was already acknowledged by {by} at {_when(incident.acked_at)}.",
                 {},
             )
         return Outcome(
@@ -64,12 +65,12 @@ def decide_action(incident: dict[str, Any], action: Action, now: datetime, stamp
             {
                 "acked_by": action.actor,
                 "acked_by_name": action.actor_name,
-                "acked_at": stamp,
+                "acked_at": now,
                 "ack_mode": action.mode,
             },
         )
     if action.kind == "unack":
-        if not acked_by:
+        if not incident.acked_by:
             return Outcome(False, f"{number} is not acknowledged.", {})
         return Outcome(
             True,
@@ -81,24 +82,24 @@ def decide_action(incident: dict[str, Any], action: Action, now: datetime, stamp
     return Outcome(
         True,
         f"You snoozed {number} until {until.strftime('%Y-%m-%d %H:%M')} UTC.",
-        {"snoozed_until": until.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "snoozed_by": action.actor},
+        {"snoozed_until": until, "snoozed_by": action.actor},
     )
 
 
-def is_quiet(incident: dict[str, Any], now_stamp: str) -> bool:
+def is_quiet(incident: Incident, now: datetime) -> bool:
     """Reminders and change notices are silenced: acknowledged, or snoozed until later."""
-    snoozed = incident.get("snoozed_until")
-    return bool(incident.get("acked_by")) or bool(snoozed and snoozed > now_stamp)
+    snoozed = incident.snoozed_until
+    return bool(incident.acked_by) or bool(snoozed and snoozed > now)
 
 
-def ack_line(incident: dict[str, Any], now_stamp: str) -> str | None:
+def ack_line(incident: Incident, now: datetime) -> str | None:
     """The line shown on the root message, or None."""
     parts = []
-    if incident.get("acked_by"):
-        by = who(incident["acked_by"], incident.get("acked_by_name"))
-        mode = MODE_WORDS.get(incident.get("ack_mode") or "", "")
-        parts.append(f"👀 Acknowledged by {by} at {_when(incident.get('acked_at'))} ({mode})")
-    snoozed = incident.get("snoozed_until")
-    if snoozed and snoozed > now_stamp:
+    if incident.acked_by:
+        by = who(incident.acked_by, incident.acked_by_name)
+        mode = MODE_WORDS.get(incident.ack_mode or "", "")
+        parts.append(f"👀 Acknowledged by {by} at {_when(incident.acked_at)} ({mode})")
+    snoozed = incident.snoozed_until
+    if snoozed and snoozed > now:
         parts.append(f"💤 Snoozed until {_when(snoozed)}")
     return " · ".join(parts) or None

@@ -20,6 +20,7 @@ from monitor.durations import parse_duration
 from monitor.loader import Invariant, load_directory
 from monitor.logs import redact
 from monitor.problems import Problem
+from monitor.records import as_document
 from monitor.render import (
     history_text,
     problems_text,
@@ -208,7 +209,14 @@ def status(config_path: Path | None, fmt: str) -> None:
     finally:
         store.close()
     if fmt == "json":
-        click.echo(to_json({"open_incidents": incidents, "last_runs": runs}))
+        click.echo(
+            to_json(
+                {
+                    "open_incidents": [as_document(i) for i in incidents],
+                    "last_runs": [as_document(r) for r in runs],
+                }
+            )
+        )
         return
     click.echo(status_text(incidents, runs))
 
@@ -229,7 +237,15 @@ def history(name: str, config_path: Path | None, limit: int, fmt: str) -> None:
     if not runs and not incidents:
         fail(f"no history for {name!r} in the state store; check the name with `invmon status`")
     if fmt == "json":
-        click.echo(to_json({"invariant": name, "runs": runs, "incidents": incidents}))
+        click.echo(
+            to_json(
+                {
+                    "invariant": name,
+                    "runs": [as_document(r) for r in runs],
+                    "incidents": [as_document(i) for i in incidents],
+                }
+            )
+        )
         return
     click.echo(history_text(name, runs, incidents))
 

@@ -34,10 +34,11 @@ from monitor.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.metrics import Metrics
 from monitor.problems import Problem
 from monitor.process import SignalLoop
+from monitor.records import StoredEvent
 from monitor.replica import is_stale
 from monitor.results import RunResult
 from monitor.runner import Runner, describe_error
-from monitor.state import REPLICA_SUBJECT, StateStore, StoredEvent
+from monitor.state import REPLICA_SUBJECT, StateStore
 
 log = logging.getLogger("invmon.daemon")
 
@@ -193,8 +194,8 @@ class Daemon:
             self.store.record_condition("invalid_file", name, True, now, detail)
         # Fixed or deleted files: every open invalid-file incident not reported again.
         for incident in self.store.open_incidents():
-            if incident["kind"] == "invalid_file" and incident["invariant"] not in invalid:
-                self.store.record_condition("invalid_file", incident["invariant"], False, now)
+            if incident.kind == "invalid_file" and incident.invariant not in invalid:
+                self.store.record_condition("invalid_file", incident.invariant, False, now)
         self.metrics.invalid_files.set(len(invalid))
         self._reschedule(change, previous)
         for name in change.removed:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-RunStatus = Literal["ok", "violated", "error", "stale"]
+from monitor.results import Status
+
 IncidentKind = Literal["violation", "cannot_evaluate", "replica_stale", "invalid_file"]
 EventKind = Literal[
     "opened",
@@ -53,7 +54,7 @@ CLOSE_EVENT: dict[IncidentKind, EventKind] = {
 class Observation:
     """What one run saw, as far as incidents are concerned."""
 
-    status: RunStatus
+    status: Status
     count: int | None
     keys: Mapping[str, Any] = field(default_factory=dict)  # offending key -> its row (or None)
     keys_complete: bool = True  # False when more rows offend than were tracked

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from monitor.loader import Invariant
 from monitor.problems import Problem
+from monitor.records import Incident, Run
 from monitor.results import RunResult
 
 STATUS_LABEL = {
@@ -115,31 +117,31 @@ def problems_text(problems: Sequence[Problem]) -> str:
     return "\n".join(str(p) for p in sorted(problems))
 
 
-def _when(stamp: str | None) -> str:
-    return "-" if not stamp else stamp.replace("T", " ")[:19]
+def _when(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _handled(incident: dict[str, Any]) -> str:
-    if incident.get("acked_by"):
-        return f"acked by {incident.get('acked_by_name') or incident['acked_by']}"
-    if incident.get("snoozed_until"):
-        return f"snoozed to {_when(incident['snoozed_until'])}"
+def _handled(incident: Incident) -> str:
+    if incident.acked_by:
+        return f"acked by {incident.acked_by_name or incident.acked_by}"
+    if incident.snoozed_until:
+        return f"snoozed to {_when(incident.snoozed_until)}"
     return ""
 
 
-def status_text(incidents: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]]) -> str:
+def status_text(incidents: Sequence[Incident], runs: Sequence[Run]) -> str:
     if incidents:
         open_table = text_table(
             ["incident", "invariant", "kind", "opened", "count", "handled", "detail"],
             [
                 [
-                    f"#{i['id']}",
-                    i["invariant"],
-                    i["kind"],
-                    _when(i["opened_at"]),
-                    "-" if i["last_count"] is None else i["last_count"],
+                    f"#{i.id}",
+                    i.invariant,
+                    i.kind,
+                    _when(i.opened_at),
+                    "-" if i.last_count is None else i.last_count,
                     _handled(i),
-                    i["detail"] or "",
+                    i.detail or "",
                 ]
                 for i in incidents
             ],
@@ -153,12 +155,12 @@ def status_text(incidents: Sequence[dict[str, Any]], runs: Sequence[dict[str, An
         ["invariant", "last run", "status", "count", "duration", "error"],
         [
             [
-                r["invariant"],
-                _when(r["finished_at"]),
-                STATUS_LABEL[r["status"]],
-                "-" if r["count"] is None else r["count"],
-                f"{r['duration_ms'] or 0:,.0f} ms",
-                r["error"] or "",
+                r.invariant,
+                _when(r.finished_at),
+                STATUS_LABEL[r.status],
+                "-" if r.count is None else r.count,
+                f"{r.duration_ms or 0:,.0f} ms",
+                r.error or "",
             ]
             for r in runs
         ],
@@ -166,19 +168,17 @@ def status_text(incidents: Sequence[dict[str, Any]], runs: Sequence[dict[str, An
     return f"{top}\n\nLast runs:\n{run_table}"
 
 
-def history_text(
-    name: str, runs: Sequence[dict[str, Any]], incidents: Sequence[dict[str, Any]]
-) -> str:
+def history_text(name: str, runs: Sequence[Run], incidents: Sequence[Incident]) -> str:
     run_table = text_table(
         ["run", "finished", "status", "count", "lag", "error"],
         [
             [
-                f"#{r['id']}",
-                _when(r["finished_at"]),
-                STATUS_LABEL[r["status"]],
-                "-" if r["count"] is None else r["count"],
-                "-" if r["replica_lag_seconds"] is None else f"{r['replica_lag_seconds']:.0f}s",
-                r["error"] or "",
+                f"#{r.id}",
+                _when(r.finished_at),
+                STATUS_LABEL[r.status],
+                "-" if r.count is None else r.count,
+                "-" if r.replica_lag_seconds is None else f"{r.replica_lag_seconds:.0f}s",
+                r.error or "",
             ]
             for r in runs
         ],
@@ -187,12 +187,12 @@ def history_text(
         ["incident", "kind", "opened", "resolved", "first count", "last count"],
         [
             [
-                f"#{i['id']}",
-                i["kind"],
-                _when(i["opened_at"]),
-                _when(i["resolved_at"]),
-                i["first_count"],
-                i["last_count"],
+                f"#{i.id}",
+                i.kind,
+                _when(i.opened_at),
+                _when(i.resolved_at),
+                i.first_count,
+                i.last_count,
             ]
             for i in incidents
         ],

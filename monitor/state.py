@@ -12,16 +12,13 @@ exists if and only if its transition happened (a transactional outbox).
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from monitor.acks import Action, Outcome, decide_action
+from monitor.clock import maybe_parse, parse_stamp, stamp
 from monitor.incidents import (
     CLOSE_EVENT,
     Decision,
@@ -33,296 +30,62 @@ from monitor.incidents import (
     decide,
     toggle,
 )
+from monitor.records import Incident, IncidentKey, Run, StoredEvent
 from monitor.results import RunResult
+from monitor.storage import PostgresStorage, Storage, Tx, open_storage
 
 REPLICA_SUBJECT = "(replica)"
-ACK_COLUMNS = ("acked_by", "acked_by_name", "acked_at", "ack_mode", "snoozed_until", "snoozed_by")
-
-
-def ts(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_ts(text: str) -> datetime:
-    return datetime.fromisoformat(text)
-
-
-def _migrations(pk: str, bigint: str, real: str) -> list[str]:
-    """Append-only: a released migration is never edited, a new one is added."""
-    return [
-        f"""
-        CREATE TABLE runs (
-            id {pk},
-            invariant TEXT NOT NULL,
-            started_at TEXT NOT NULL,
-            finished_at TEXT NOT NULL,
-            status TEXT NOT NULL,
-            count {bigint},
-            error TEXT,
-            replica_lag_seconds {real},
-            duration_ms {real},
-            columns_json TEXT NOT NULL DEFAULT '[]',
-            sample_json TEXT NOT NULL DEFAULT '[]'
-        );
-        CREATE INDEX runs_by_invariant ON runs (invariant, id);
-        CREATE TABLE invariant_state (
-            invariant TEXT PRIMARY KEY,
-            consecutive_violations INTEGER NOT NULL DEFAULT 0,
-            consecutive_errors INTEGER NOT NULL DEFAULT 0,
-            last_run_id {bigint},
-            updated_at TEXT NOT NULL
-        );
-        CREATE TABLE incidents (
-            id {pk},
-            invariant TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            opened_at TEXT NOT NULL,
-            resolved_at TEXT,
-            first_count {bigint},
-            last_count {bigint},
-            last_seen_at TEXT NOT NULL,
-            detail TEXT
-        );
-        CREATE UNIQUE INDEX incidents_one_open ON incidents (invariant, kind)
-            WHERE resolved_at IS NULL;
-        CREATE TABLE incident_keys (
-            incident_id {bigint} NOT NULL REFERENCES incidents (id),
-            offending_key TEXT NOT NULL,
-            row_json TEXT,
-            first_seen_at TEXT NOT NULL,
-            last_seen_at TEXT NOT NULL,
-            gone_at TEXT,
-            PRIMARY KEY (incident_id, offending_key)
-        );
-        CREATE TABLE events (
-            id {pk},
-            incident_id {bigint} NOT NULL REFERENCES incidents (id),
-            invariant TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            run_id {bigint},
-            payload_json TEXT NOT NULL,
-            dispatched_at TEXT
-        );
-        CREATE INDEX events_pending ON events (id) WHERE dispatched_at IS NULL;
-        """,
-        # The delivery ledger (alerts/ledger.py): one row per logical message or file.
-        f"""
-        CREATE TABLE deliveries (
-            id {pk},
-            idem_key TEXT NOT NULL,
-            event_id {bigint},
-            incident_id {bigint},
-            invariant TEXT NOT NULL,
-            channel TEXT NOT NULL,
-            action TEXT NOT NULL,
-            root_id {bigint},
-            state TEXT NOT NULL,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            last_error TEXT,
-            next_attempt_at TEXT NOT NULL,
-            lease_owner TEXT,
-            lease_until TEXT,
-            unknown_since TEXT,
-            slack_channel TEXT,
-            slack_ts TEXT,
-            slack_file_id TEXT,
-            payload_json TEXT NOT NULL DEFAULT '{{}}',
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL
-        );
-        CREATE UNIQUE INDEX deliveries_idem_key ON deliveries (idem_key);
-        CREATE INDEX deliveries_due ON deliveries (state, next_attempt_at);
-        CREATE TABLE alert_roots (
-            incident_id {bigint} NOT NULL,
-            channel TEXT NOT NULL,
-            delivery_id {bigint} NOT NULL REFERENCES deliveries (id),
-            PRIMARY KEY (incident_id, channel)
-        );
-        """,
-        # Acknowledgement and snooze (alerts/interactions.py and `invmon ack`).
-        f"""
-        ALTER TABLE incidents ADD COLUMN acked_by TEXT;
-        ALTER TABLE incidents ADD COLUMN acked_by_name TEXT;
-        ALTER TABLE incidents ADD COLUMN acked_at TEXT;
-        ALTER TABLE incidents ADD COLUMN ack_mode TEXT;
-        ALTER TABLE incidents ADD COLUMN snoozed_until TEXT;
-        ALTER TABLE incidents ADD COLUMN snoozed_by TEXT;
-        CREATE TABLE incident_actions (
-            id {pk},
-            incident_id {bigint} NOT NULL REFERENCES incidents (id),
-            action TEXT NOT NULL,
-            actor TEXT NOT NULL,
-            actor_name TEXT,
-            detail TEXT,
-            source TEXT NOT NULL,
-            at TEXT NOT NULL
-        );
-        """,
-        # Signed Slack requests already seen: replays are refused across restarts too.
-        """
-        CREATE TABLE slack_requests (
-            signature TEXT PRIMARY KEY,
-            seen_at TEXT NOT NULL
-        );
-        """,
-    ]
-
-
-class Tx(Protocol):
-    for_update: str
-
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
-
-    def run(self, sql: str, params: Sequence[Any] = ()) -> None: ...
-
-    def script(self, sql: str) -> None: ...
-
-
-class _SqliteTx:
-    for_update = ""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return list(self._conn.execute(sql, tuple(params)).fetchall())
-
-    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._conn.execute(sql, tuple(params))
-
-    def script(self, sql: str) -> None:
-        for statement in filter(str.strip, sql.split(";")):
-            self._conn.execute(statement)
-
-
-class _PostgresTx:
-    for_update = " FOR UPDATE"
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return list(self._conn.execute(sql.replace("?", "%s"), tuple(params)).fetchall())
-
-    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._conn.execute(sql.replace("?", "%s"), tuple(params))
-
-    def script(self, sql: str) -> None:
-        self._conn.execute(sql)
-
-
-class _Backend(Protocol):
-    migrations: list[str]
-
-    def transaction(self) -> Any: ...
-
-    def close(self) -> None: ...
-
-
-class _SqliteBackend:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=30
-        )
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        # One connection shared by the daemon's threads; sqlite3 serialises access to it,
-        # the lock makes each transaction atomic with respect to the others.
-        self._lock = threading.RLock()
-        self.migrations = _migrations("INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER", "REAL")
-
-    @contextmanager
-    def transaction(self) -> Iterator[Tx]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield _SqliteTx(self._conn)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-class _PostgresBackend:
-    def __init__(self, dsn: str) -> None:
-        from psycopg_pool import ConnectionPool
-
-        self._pool = ConnectionPool(
-            dsn,
-            min_size=1,
-            max_size=4,
-            open=True,
-            name="invmon-state",
-            kwargs={"application_name": "invmon-state"},
-        )
-        self.migrations = _migrations(
-            "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BIGINT", "DOUBLE PRECISION"
-        )
-
-    @contextmanager
-    def transaction(self) -> Iterator[Tx]:
-        with self._pool.connection() as conn, conn.transaction():
-            yield _PostgresTx(conn)
-
-    def close(self) -> None:
-        self._pool.close()
-
-
-@dataclass(frozen=True)
-class StoredEvent:
-    id: int
-    incident_id: int
-    invariant: str
-    kind: str
-    created_at: datetime
-    payload: dict[str, Any]
+_INCIDENT_COLUMNS = (
+    "id",
+    "invariant",
+    "kind",
+    "opened_at",
+    "resolved_at",
+    "first_count",
+    "last_count",
+    "last_seen_at",
+    "detail",
+    "acked_by",
+    "acked_by_name",
+    "acked_at",
+    "ack_mode",
+    "snoozed_until",
+    "snoozed_by",
+)
+_RUN_COLUMNS = (
+    "id",
+    "invariant",
+    "started_at",
+    "finished_at",
+    "status",
+    "count",
+    "error",
+    "replica_lag_seconds",
+    "duration_ms",
+    "columns_json",
+    "sample_json",
+)
 
 
 class StateStore:
-    """The daemon's memory. Open with `StateStore.open(path=..., dsn=...)`."""
+    """Runs, incidents, their keys, acknowledgements and the events outbox. Open with
+    `StateStore.open(path=..., dsn=...)`; `storage` is shared with alerting's tables."""
 
-    def __init__(self, backend: _Backend) -> None:
-        self._db = backend
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self._db = storage
 
     @classmethod
     def open(cls, path: Path | None = None, dsn: str | None = None) -> StateStore:
-        backend: _Backend = (
-            _PostgresBackend(dsn) if dsn else _SqliteBackend(path or Path("invmon-state.db"))
-        )
-        store = cls(backend)
-        store.migrate()
-        return store
+        return cls(open_storage(path, dsn))
+
+    @property
+    def shared(self) -> bool:
+        """Several daemons may use this store at once (PostgreSQL)."""
+        return isinstance(self.storage, PostgresStorage)
 
     def close(self) -> None:
-        self._db.close()
-
-    def transaction(self) -> Any:
-        """One transaction on the store, for modules that own tables of their own (alerts)."""
-        return self._db.transaction()
-
-    def migrate(self) -> None:
-        with self._db.transaction() as tx:
-            tx.script(
-                "CREATE TABLE IF NOT EXISTS invmon_schema (version INTEGER PRIMARY KEY,"
-                " applied_at TEXT NOT NULL)"
-            )
-        for version, ddl in enumerate(self._db.migrations, start=1):
-            with self._db.transaction() as tx:
-                # Re-checked inside the transaction: two daemons may start together.
-                tx.rows(f"SELECT version FROM invmon_schema{tx.for_update}")
-                if tx.rows("SELECT 1 FROM invmon_schema WHERE version = ?", (version,)):
-                    continue
-                tx.script(ddl)
-                tx.run(
-                    "INSERT INTO invmon_schema (version, applied_at) VALUES (?, ?)",
-                    (version, ts(datetime.now(UTC))),
-                )
+        self.storage.close()
 
     # --- writing -----------------------------------------------------------------------
 
@@ -342,7 +105,7 @@ class StateStore:
             keys_complete=result.keys_complete,
             error=result.error,
         )
-        now = ts(finished_at)
+        now = stamp(finished_at)
         with self._db.transaction() as tx:
             state = self._load_state(tx, invariant, now)
             run_id = self._insert_run(tx, invariant, result, finished_at)
@@ -376,7 +139,7 @@ class StateStore:
         detail: str | None = None,
     ) -> list[StoredEvent]:
         """Open or resolve an on/off incident: replica stale, or an invalid file."""
-        now = ts(at)
+        now = stamp(at)
         with self._db.transaction() as tx:
             self._lock_subject(tx, subject, now)
             current = self._open_incident(tx, subject, kind)
@@ -401,58 +164,46 @@ class StateStore:
         action: Action,
         at: datetime,
         source: str,
-        then: Callable[[Tx, int], object] | None = None,
+        then: Callable[[Tx, Incident, int], object] | None = None,
     ) -> Outcome:
         """Acknowledge, unacknowledge or snooze: recorded durably before anything is shown.
 
         The incident's subject row is locked, so of two people clicking at once one acks
-        and the other is told who did. `then(tx, action_id)` runs in the same transaction
+        and the other is told who did. `then(tx, incident, action_id)` runs in the same transaction
         when something changed (alerting uses it to queue the message update)."""
-        now = ts(at)
+        now = stamp(at)
         with self._db.transaction() as tx:
             found = tx.rows("SELECT invariant FROM incidents WHERE id = ?", (incident_id,))
             if not found:
                 return Outcome(False, f"There is no incident #{incident_id}.", {})
             self._lock_subject(tx, str(found[0][0]), now)
             [incident] = self._incidents_in(tx, "WHERE id = ?", (incident_id,))
-            outcome = decide_action(incident, action, at, now)
+            outcome = decide_action(incident, action, at)
             if not outcome.changed:
                 return outcome
-            assignments = ", ".join(f"{column} = ?" for column in outcome.updates)
+            values = {
+                column: stamp(value) if isinstance(value, datetime) else value
+                for column, value in outcome.updates.items()
+            }
+            assignments = ", ".join(f"{column} = ?" for column in values)
             tx.run(
                 f"UPDATE incidents SET {assignments} WHERE id = ?",
-                (*outcome.updates.values(), incident_id),
+                (*values.values(), incident_id),
             )
-            detail = (
-                action.mode
-                if action.kind == "ack"
-                else (str(outcome.updates.get("snoozed_until") or "") or None)
-            )
+            detail = action.mode if action.kind == "ack" else values.get("snoozed_until")
             [(action_id,)] = tx.rows(
                 "INSERT INTO incident_actions (incident_id, action, actor, actor_name, detail,"
                 " source, at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (incident_id, action.kind, action.actor, action.actor_name, detail, source, now),
             )
             if then is not None:
-                then(tx, int(action_id))
+                then(tx, incident, int(action_id))
             return outcome
-
-    def first_sighting(self, signature: str, at: datetime, forget_before: datetime) -> bool:
-        """True the first time a request signature is seen; old ones are forgotten."""
-        with self._db.transaction() as tx:
-            tx.run("DELETE FROM slack_requests WHERE seen_at < ?", (ts(forget_before),))
-            return bool(
-                tx.rows(
-                    "INSERT INTO slack_requests (signature, seen_at) VALUES (?, ?)"
-                    " ON CONFLICT (signature) DO NOTHING RETURNING signature",
-                    (signature, ts(at)),
-                )
-            )
 
     def retire(self, invariant: str, at: datetime) -> list[StoredEvent]:
         """The invariant's file was removed: close what it had open, with a reason, so no
         incident stays open forever for a check that no longer runs."""
-        now = ts(at)
+        now = stamp(at)
         events = []
         with self._db.transaction() as tx:
             self._lock_subject(tx, invariant, now)
@@ -468,13 +219,16 @@ class StateStore:
                 events.append(self._insert_event(tx, current.id, invariant, draft, now, None))
         return events
 
-    def mark_dispatched(self, event_ids: Sequence[int], at: datetime) -> None:
-        with self._db.transaction() as tx:
-            for event_id in event_ids:
-                tx.run(
-                    "UPDATE events SET dispatched_at = ? WHERE id = ? AND dispatched_at IS NULL",
-                    (ts(at), event_id),
-                )
+    def claim_event(self, tx: Tx, event_id: int, at: datetime) -> bool:
+        """Mark an event planned, once: of two daemons planning it, one gets True. Called
+        by alerting in the transaction that writes the event's deliveries."""
+        return bool(
+            tx.rows(
+                "UPDATE events SET dispatched_at = ? WHERE id = ? AND dispatched_at IS NULL"
+                " RETURNING id",
+                (stamp(at), event_id),
+            )
+        )
 
     # --- reading -----------------------------------------------------------------------
 
@@ -486,37 +240,38 @@ class StateStore:
             return self._events("ORDER BY id", ())
         return self._events("WHERE invariant = ? ORDER BY id", (invariant,))
 
-    def open_incidents(self) -> list[dict[str, Any]]:
+    def open_incidents(self) -> list[Incident]:
         return self._incidents("WHERE resolved_at IS NULL ORDER BY opened_at, id", ())
 
-    def incident(self, incident_id: int) -> dict[str, Any] | None:
+    def incident(self, incident_id: int) -> Incident | None:
         found = self._incidents("WHERE id = ?", (incident_id,))
         return found[0] if found else None
 
-    def incidents(self, invariant: str, limit: int = 20) -> list[dict[str, Any]]:
+    def incidents(self, invariant: str, limit: int = 20) -> list[Incident]:
         return self._incidents("WHERE invariant = ? ORDER BY id DESC LIMIT ?", (invariant, limit))
 
-    def incident_keys(self, incident_id: int) -> dict[str, dict[str, Any]]:
+    def incident_keys(self, incident_id: int) -> list[IncidentKey]:
         with self._db.transaction() as tx:
             found = tx.rows(
                 "SELECT offending_key, row_json, first_seen_at, last_seen_at, gone_at"
                 " FROM incident_keys WHERE incident_id = ? ORDER BY offending_key",
                 (incident_id,),
             )
-        return {
-            key: {
-                "row": json.loads(row) if row else None,
-                "first_seen_at": first,
-                "last_seen_at": last,
-                "gone_at": gone,
-            }
+        return [
+            IncidentKey(
+                key,
+                json.loads(row) if row else None,
+                parse_stamp(first),
+                parse_stamp(last),
+                maybe_parse(gone),
+            )
             for key, row, first, last, gone in found
-        }
+        ]
 
-    def latest_runs(self) -> list[dict[str, Any]]:
+    def latest_runs(self) -> list[Run]:
         return self._runs("JOIN invariant_state s ON s.last_run_id = r.id ORDER BY r.invariant", ())
 
-    def runs(self, invariant: str, limit: int = 20) -> list[dict[str, Any]]:
+    def runs(self, invariant: str, limit: int = 20) -> list[Run]:
         return self._runs("WHERE r.invariant = ? ORDER BY r.id DESC LIMIT ?", (invariant, limit))
 
     def counts(self) -> dict[str, int]:
@@ -532,12 +287,12 @@ class StateStore:
                 "SELECT count(*) FROM runs WHERE finished_at < ?"
                 " AND id NOT IN (SELECT last_run_id FROM invariant_state"
                 " WHERE last_run_id IS NOT NULL)",
-                (ts(before),),
+                (stamp(before),),
             )
             tx.run(
                 "DELETE FROM runs WHERE finished_at < ? AND id NOT IN"
                 " (SELECT last_run_id FROM invariant_state WHERE last_run_id IS NOT NULL)",
-                (ts(before),),
+                (stamp(before),),
             )
         return int(doomed[0][0])
 
@@ -594,7 +349,7 @@ class StateStore:
             (incident_id,),
         )
         return OpenIncident(
-            int(incident_id), kind, parse_ts(opened_at), frozenset(k for (k,) in keys)
+            int(incident_id), kind, parse_stamp(opened_at), frozenset(k for (k,) in keys)
         )
 
     def _insert_run(self, tx: Tx, invariant: str, result: RunResult, finished_at: datetime) -> int:
@@ -605,8 +360,8 @@ class StateStore:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 invariant,
-                ts(started),
-                ts(finished_at),
+                stamp(started),
+                stamp(finished_at),
                 result.status,
                 result.count,
                 result.error,
@@ -716,14 +471,14 @@ class StateStore:
         payload = dict(draft.payload)
         if draft.kind == CLOSE_EVENT[draft.incident]:
             [(opened_at,)] = tx.rows("SELECT opened_at FROM incidents WHERE id = ?", (incident_id,))
-            payload.update(_lasted(parse_ts(opened_at), parse_ts(now)))
+            payload.update(_lasted(parse_stamp(opened_at), parse_stamp(now)))
         [(event_id,)] = tx.rows(
             "INSERT INTO events (incident_id, invariant, kind, created_at, run_id, payload_json)"
             " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
             (incident_id, invariant, draft.kind, now, run_id, json.dumps(payload)),
         )
         return StoredEvent(
-            int(event_id), incident_id, invariant, draft.kind, parse_ts(now), payload
+            int(event_id), incident_id, invariant, draft.kind, parse_stamp(now), payload
         )
 
     def _events(self, where: str, params: Sequence[Any]) -> list[StoredEvent]:
@@ -734,54 +489,63 @@ class StateStore:
                 params,
             )
         return [
-            StoredEvent(int(i), int(inc), inv, kind, parse_ts(at), json.loads(payload))
+            StoredEvent(int(i), int(inc), inv, kind, parse_stamp(at), json.loads(payload))
             for i, inc, inv, kind, at, payload in found
         ]
 
-    def _incidents(self, where: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+    def _incidents(self, where: str, params: Sequence[Any]) -> list[Incident]:
         with self._db.transaction() as tx:
             return self._incidents_in(tx, where, params)
 
-    def _incidents_in(self, tx: Tx, where: str, params: Sequence[Any]) -> list[dict[str, Any]]:
-        columns = (
-            "id",
-            "invariant",
-            "kind",
-            "opened_at",
-            "resolved_at",
-            "first_count",
-            "last_count",
-            "last_seen_at",
-            "detail",
-            *ACK_COLUMNS,
-        )
-        found = tx.rows(f"SELECT {', '.join(columns)} FROM incidents {where}", params)
-        return [dict(zip(columns, row, strict=True)) for row in found]
+    def _incidents_in(self, tx: Tx, where: str, params: Sequence[Any]) -> list[Incident]:
+        found = tx.rows(f"SELECT {', '.join(_INCIDENT_COLUMNS)} FROM incidents {where}", params)
+        out = []
+        for row in found:
+            r = dict(zip(_INCIDENT_COLUMNS, row, strict=True))
+            out.append(
+                Incident(
+                    id=int(r["id"]),
+                    invariant=r["invariant"],
+                    kind=r["kind"],
+                    opened_at=parse_stamp(r["opened_at"]),
+                    resolved_at=maybe_parse(r["resolved_at"]),
+                    first_count=r["first_count"],
+                    last_count=r["last_count"],
+                    last_seen_at=parse_stamp(r["last_seen_at"]),
+                    detail=r["detail"],
+                    acked_by=r["acked_by"],
+                    acked_by_name=r["acked_by_name"],
+                    acked_at=maybe_parse(r["acked_at"]),
+                    ack_mode=r["ack_mode"],
+                    snoozed_until=maybe_parse(r["snoozed_until"]),
+                    snoozed_by=r["snoozed_by"],
+                )
+            )
+        return out
 
-    def _runs(self, clause: str, params: Sequence[Any]) -> list[dict[str, Any]]:
-        columns = (
-            "id",
-            "invariant",
-            "started_at",
-            "finished_at",
-            "status",
-            "count",
-            "error",
-            "replica_lag_seconds",
-            "duration_ms",
-            "columns_json",
-            "sample_json",
-        )
+    def _runs(self, clause: str, params: Sequence[Any]) -> list[Run]:
         with self._db.transaction() as tx:
             found = tx.rows(
-                f"SELECT {', '.join('r.' + c for c in columns)} FROM runs r {clause}", params
+                f"SELECT {', '.join('r.' + c for c in _RUN_COLUMNS)} FROM runs r {clause}", params
             )
         out = []
         for row in found:
-            record = dict(zip(columns, row, strict=True))
-            record["columns"] = json.loads(record.pop("columns_json"))
-            record["sample"] = json.loads(record.pop("sample_json"))
-            out.append(record)
+            r = dict(zip(_RUN_COLUMNS, row, strict=True))
+            out.append(
+                Run(
+                    id=int(r["id"]),
+                    invariant=r["invariant"],
+                    started_at=parse_stamp(r["started_at"]),
+                    finished_at=parse_stamp(r["finished_at"]),
+                    status=r["status"],
+                    count=r["count"],
+                    error=r["error"],
+                    replica_lag_seconds=r["replica_lag_seconds"],
+                    duration_ms=r["duration_ms"],
+                    columns=json.loads(r["columns_json"]),
+                    sample=json.loads(r["sample_json"]),
+                )
+            )
         return out
 
 

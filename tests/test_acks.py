@@ -3,6 +3,7 @@ Socket Mode) and from the command line: recorded once, shown in place, reminders
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -24,6 +25,7 @@ from alerts.interactions import Interactions, parse_clicks
 from monitor.acks import Action, decide_action
 from monitor.daemon import Daemon
 from monitor.http import Listener
+from monitor.records import Incident
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 
@@ -75,9 +77,9 @@ class Setup:
         script(self.world, self.daemon, 0)
         settle(self.daemon, self.world.clock, "opened")
         [incident] = self.world.store.open_incidents()
-        return int(incident["id"])
+        return incident.id
 
-    def incident(self, incident_id: int) -> dict[str, object]:
+    def incident(self, incident_id: int) -> Incident:
         found = self.world.store.incident(incident_id)
         assert found is not None
         return found
@@ -107,7 +109,7 @@ def test_a_signed_ack_click_acks_once_updates_the_message_and_stops_reminders(
     body, headers = signed(click_payload("invmon_ack_until_resolved", incident))
     assert post(setup.url, body, headers) == 200
     acked = setup.incident(incident)
-    assert (acked["acked_by"], acked["acked_by_name"], acked["ack_mode"]) == (
+    assert (acked.acked_by, acked.acked_by_name, acked.ack_mode) == (
         "U_ALICE",
         "alice",
         "until_resolved",
@@ -147,7 +149,7 @@ def test_a_forged_or_stale_request_changes_nothing(setup: Setup, case: str, stat
         body, headers = signed(payload)
         headers = {"Content-Type": headers["Content-Type"]}
     assert post(setup.url, body, headers) == status
-    assert setup.incident(incident)["acked_by"] is None
+    assert setup.incident(incident).acked_by is None
     assert setup.fake.ephemerals == []
 
 
@@ -159,7 +161,7 @@ def test_a_replayed_request_is_refused(setup: Setup) -> None:
     # A restarted daemon remembers it too (the state store keeps seen signatures).
     restarted = Interactions(setup.daemon.alerter, setup.daemon.config.slack)
     assert restarted.http(body, headers) == (401, "replayed request")
-    with setup.world.store.transaction() as tx:
+    with setup.world.store.storage.transaction() as tx:
         assert tx.rows("SELECT count(*) FROM incident_actions") == [(1,)]
 
 
@@ -179,9 +181,9 @@ def test_two_people_clicking_at_once_yield_one_ack(setup: Setup) -> None:
     for thread in threads:
         thread.join()
     assert statuses == [200, 200]
-    with setup.world.store.transaction() as tx:
+    with setup.world.store.storage.transaction() as tx:
         assert tx.rows("SELECT count(*) FROM incident_actions WHERE action = 'ack'") == [(1,)]
-    winner = setup.incident(incident)["acked_by"]
+    winner = setup.incident(incident).acked_by
     loser = "U_TWO" if winner == "U_ONE" else "U_ONE"
     wait_for(lambda: len(setup.fake.ephemerals) == 2, 5, "both answers")
     answers = dict((user, text) for _, user, text in setup.fake.ephemerals)
@@ -194,7 +196,7 @@ def test_a_click_on_a_resolved_incident_gets_an_answer_and_changes_nothing(setup
     script(setup.world, setup.daemon, 2)
     body, headers = signed(click_payload("invmon_ack_until_resolved", incident))
     assert post(setup.url, body, headers) == 200
-    assert setup.incident(incident)["acked_by"] is None
+    assert setup.incident(incident).acked_by is None
     wait_for(lambda: setup.fake.ephemerals, 5, "the answer")
     assert setup.fake.ephemerals[0][2] == (
         f"incident #{incident} is already resolved; there is nothing to do."
@@ -209,10 +211,10 @@ def test_only_the_allowlist_may_acknowledge(world: World) -> None:
             incident = setup.open_incident()
             body, headers = signed(click_payload("invmon_ack_until_resolved", incident, "U_EVE"))
             assert post(setup.url, body, headers) == 200
-            assert setup.incident(incident)["acked_by"] is None
+            assert setup.incident(incident).acked_by is None
             body, headers = signed(click_payload("invmon_ack_until_resolved", incident, "U_BOB"))
             assert post(setup.url, body, headers) == 200
-            assert setup.incident(incident)["acked_by"] == "U_BOB"
+            assert setup.incident(incident).acked_by == "U_BOB"
             wait_for(lambda: len(fake.ephemerals) == 2, 5, "both answers")
             assert sorted(fake.ephemerals) == [
                 ("C0INVARIANTS", "U_BOB", f"You acknowledged incident #{incident} until resolved."),
@@ -232,7 +234,7 @@ def test_an_ack_until_new_rows_ends_when_a_new_row_appears(setup: Setup) -> None
     assert post(setup.url, body, headers) == 200
     script(setup.world, setup.daemon, 1)  # row 3 appears, row 1 goes
     settle(setup.daemon, setup.world.clock, "new rows")
-    assert setup.incident(incident)["acked_by"] is None
+    assert setup.incident(incident).acked_by is None
     [root] = setup.fake.roots()
     replies = [m.text.split(" ")[0] for m in setup.fake.thread(root) if not m.files]
     assert replies == ["➕", "➖"]
@@ -276,18 +278,18 @@ def test_socket_mode_clicks_are_acked_by_envelope_and_survive_a_reconnect(world:
             receiver.start()
             wait_for(lambda: socket_server.connections == 1, 10, "the connection")
             first = socket_server.send_interactive(
-                click_payload("invmon_ack_until_resolved", int(incident["id"]))
+                click_payload("invmon_ack_until_resolved", incident.id)
             )
             wait_for(lambda: first in socket_server.acks, 10, "the envelope ack")
-            wait_for(lambda: world.store.incident(int(incident["id"]))["acked_by"], 10, "the ack")
+            wait_for(
+                lambda: getattr(world.store.incident(incident.id), "acked_by", None), 10, "the ack"
+            )
             socket_server.disconnect()
             wait_for(lambda: socket_server.connections == 2, 20, "the reconnect")
-            second = socket_server.send_interactive(
-                click_payload("invmon_unack", int(incident["id"]))
-            )
+            second = socket_server.send_interactive(click_payload("invmon_unack", incident.id))
             wait_for(lambda: second in socket_server.acks, 10, "the second ack")
             wait_for(
-                lambda: world.store.incident(int(incident["id"]))["acked_by"] is None,
+                lambda: getattr(world.store.incident(incident.id), "acked_by", None) is None,
                 10,
                 "the unack",
             )
@@ -321,7 +323,8 @@ def test_clicks_parse_into_actions_and_decisions_are_pure() -> None:
     from datetime import UTC, datetime
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    incident = {"id": 3, "resolved_at": None, "acked_by": None}
-    outcome = decide_action(incident, Action("ack", "U1", "ana"), now, "2026-01-01T00:00:00Z")
+    incident = Incident(3, "x", "violation", now, None, 1, 1, now)
+    outcome = decide_action(incident, Action("ack", "U1", "ana"), now)
     assert outcome.changed and outcome.updates["acked_by"] == "U1"
-    assert not decide_action({**incident, "acked_by": "U2"}, Action("ack", "U1"), now, "").changed
+    taken = dataclasses.replace(incident, acked_by="U2")
+    assert not decide_action(taken, Action("ack", "U1"), now).changed

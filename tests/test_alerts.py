@@ -163,8 +163,8 @@ def test_a_burst_of_openings_goes_out_as_one_digest(world: World) -> None:
         assert len(details) == 6
         assert len([m for m in thread if m.files]) == 6
         # Acking one incident updates its own message in the thread (where its buttons are).
-        burst_0 = next(i for i in world.store.open_incidents() if i["invariant"] == "burst_0")
-        outcome = daemon.alerter.act(burst_0["id"], Action("ack", "U1", "ana"), "test")
+        burst_0 = next(i for i in world.store.open_incidents() if i.invariant == "burst_0")
+        outcome = daemon.alerter.act(burst_0.id, Action("ack", "U1", "ana"), "test")
         assert outcome.changed
         settle(daemon, world.clock, "ack in a digest")
         daemon.runner.close()
@@ -217,7 +217,7 @@ def crash(daemon: Daemon, fake: FakeSlack, rng: random.Random) -> None:
         with contextlib.suppress(TransportError):
             daemon.alerter.worker._perform(delivery)  # the effect lands...
         # ...and the worker dies before recording it: the claim stays as it was.
-        with daemon.store.transaction() as tx:
+        with daemon.store.storage.transaction() as tx:
             tx.run(
                 "UPDATE deliveries SET state = 'UNKNOWN', lease_owner = 'doomed-worker',"
                 " lease_until = ? WHERE id = ?",

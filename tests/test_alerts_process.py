@@ -82,7 +82,7 @@ def launcher(
 def store_state(path: Path) -> tuple[int, int, dict[str, int]]:
     store = StateStore.open(path=path)
     try:
-        with store.transaction() as tx:
+        with store.storage.transaction() as tx:
             rows = tx.rows("SELECT state, count(*) FROM deliveries GROUP BY state")
         return len(store.events("bad_items")), len(store.pending_events()), dict(rows)
     finally:

@@ -102,15 +102,15 @@ def test_an_incident_opens_gains_and_loses_keys_and_resolves(
     resolved = store.events("bad_rows")[-1]
     assert resolved.payload["lasted_seconds"] == 180.0
     [incident] = store.incidents("bad_rows")
-    assert (incident["kind"], incident["first_count"], incident["last_count"]) == (
+    assert (incident.kind, incident.first_count, incident.last_count) == (
         "violation",
         2,
         0,
     )
-    keys = store.incident_keys(incident["id"])
+    keys = {k.key: k for k in store.incident_keys(incident.id)}
     assert set(keys) == {"[1]", "[2]", "[3]"}
-    assert keys["[3]"]["row"] == {"id": 3, "note": "item 3"}
-    assert all(k["gone_at"] is not None for k in keys.values())
+    assert keys["[3]"].row == {"id": 3, "note": "item 3"}
+    assert all(k.gone_at is not None for k in keys.values())
     assert store.open_incidents() == []
     assert len(store.runs("bad_rows", limit=100)) == 6
 
@@ -138,7 +138,7 @@ def test_errors_do_not_resolve_and_open_a_cannot_evaluate_incident_after_the_thr
     sql(dsn, "ALTER TABLE items RENAME TO items_moved")
     errors = [daemon.evaluate("bad_rows") for _ in range(3)]
     assert [r.status for r in errors if r] == ["error", "error", "error"]
-    assert [i["kind"] for i in store.open_incidents()] == ["violation", "cannot_evaluate"]
+    assert [i.kind for i in store.open_incidents()] == ["violation", "cannot_evaluate"]
     sql(dsn, "ALTER TABLE items_moved RENAME TO items")
     assert daemon.evaluate("bad_rows").status == "violated"  # type: ignore[union-attr]
     assert [e.kind for e in store.events("bad_rows")] == ["opened", "cannot_evaluate", "recovered"]
@@ -147,7 +147,7 @@ def test_errors_do_not_resolve_and_open_a_cannot_evaluate_incident_after_the_thr
         "error": 'relation "items" does not exist',
         "consecutive_errors": 2,
     }
-    assert [i["kind"] for i in store.open_incidents()] == ["violation"]
+    assert [i.kind for i in store.open_incidents()] == ["violation"]
 
 
 def test_every_event_is_planned_once_after_a_quiet_window(
@@ -185,7 +185,7 @@ def test_a_broken_file_keeps_the_previous_version_running_until_fixed(
     ]
     assert daemon.invariants["bad_rows"] is good
     assert daemon.evaluate("bad_rows").status == "ok"  # type: ignore[union-attr]
-    assert sorted((i["invariant"], i["kind"]) for i in store.open_incidents()) == [
+    assert sorted((i.invariant, i.kind) for i in store.open_incidents()) == [
         ("bad_rows", "invalid_file"),
         ("typo", "invalid_file"),
     ]
@@ -242,11 +242,11 @@ def test_scheduled_runs_fire_and_a_slow_run_never_overlaps_itself(
             daemon.request_stop()
             daemon.shutdown()
         holder.rollback()
-    runs = sorted(store.runs("bad_rows", limit=100), key=lambda r: r["started_at"])
-    assert all(r["status"] == "error" for r in runs)
-    assert all(r["error"] == "canceling statement due to lock timeout" for r in runs)
+    runs = sorted(store.runs("bad_rows", limit=100), key=lambda r: r.started_at)
+    assert all(r.status == "error" for r in runs)
+    assert all(r.error == "canceling statement due to lock timeout" for r in runs)
     for earlier, later in itertools.pairwise(runs):
-        assert earlier["finished_at"] <= later["started_at"], (earlier, later)
+        assert earlier.finished_at <= later.started_at, (earlier, later)
 
 
 def test_a_new_file_starts_running_after_reload_without_a_restart(
@@ -301,7 +301,7 @@ def test_shutdown_cancels_queries_still_running_after_the_grace_period(
         daemon.shutdown()
         holder.rollback()
     [run] = store.runs("bad_rows")
-    assert (run["status"], run["error"]) == ("error", "canceling statement due to user request")
+    assert (run.status, run.error) == ("error", "canceling statement due to user request")
 
 
 def test_concurrent_runs_share_one_replica_incident_and_lose_no_run(
@@ -366,6 +366,4 @@ def test_a_file_the_database_catalog_refuses_is_invalid_at_reload_and_never_runs
     ]
     assert "visits" not in daemon.invariants
     assert daemon.evaluate("visits") is None
-    assert [(i["invariant"], i["kind"]) for i in store.open_incidents()] == [
-        ("visits", "invalid_file")
-    ]
+    assert [(i.invariant, i.kind) for i in store.open_incidents()] == [("visits", "invalid_file")]

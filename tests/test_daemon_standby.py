@@ -60,7 +60,7 @@ def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident
         again = daemon.evaluate("bad")
         assert again is not None and again.status == "stale"
         # Stale runs neither resolved the violation nor opened a second replica incident.
-        assert sorted((i["invariant"], i["kind"]) for i in store.open_incidents()) == [
+        assert sorted((i.invariant, i.kind) for i in store.open_incidents()) == [
             (REPLICA_SUBJECT, "replica_stale"),
             ("bad", "violation"),
         ]
@@ -86,7 +86,7 @@ def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident
         assert [e.kind for e in store.events("bad")] == ["opened", "resolved"]
         assert store.open_incidents() == []
         # Violated (fresh enough) until the lag passed 3s, then stale until replay resumed.
-        statuses = [r["status"] for r in reversed(store.runs("bad", limit=1000))]
+        statuses = [r.status for r in reversed(store.runs("bad", limit=1000))]
         phases = [s for i, s in enumerate(statuses) if i == 0 or statuses[i - 1] != s]
         assert phases == ["violated", "stale", "ok"]
         assert statuses.count("stale") >= 2

@@ -1,0 +1,127 @@
+"""The state store's schema, as append-only migrations: a released migration is never
+edited, a new one is added. Written in the SQL both SQLite and PostgreSQL understand, with
+the few type names that differ passed in."""
+
+from __future__ import annotations
+
+
+def migrations(pk: str, bigint: str, real: str) -> list[str]:
+    """Append-only: a released migration is never edited, a new one is added."""
+    return [
+        f"""
+        CREATE TABLE runs (
+            id {pk},
+            invariant TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            finished_at TEXT NOT NULL,
+            status TEXT NOT NULL,
+            count {bigint},
+            error TEXT,
+            replica_lag_seconds {real},
+            duration_ms {real},
+            columns_json TEXT NOT NULL DEFAULT '[]',
+            sample_json TEXT NOT NULL DEFAULT '[]'
+        );
+        CREATE INDEX runs_by_invariant ON runs (invariant, id);
+        CREATE TABLE invariant_state (
+            invariant TEXT PRIMARY KEY,
+            consecutive_violations INTEGER NOT NULL DEFAULT 0,
+            consecutive_errors INTEGER NOT NULL DEFAULT 0,
+            last_run_id {bigint},
+            updated_at TEXT NOT NULL
+        );
+        CREATE TABLE incidents (
+            id {pk},
+            invariant TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            opened_at TEXT NOT NULL,
+            resolved_at TEXT,
+            first_count {bigint},
+            last_count {bigint},
+            last_seen_at TEXT NOT NULL,
+            detail TEXT
+        );
+        CREATE UNIQUE INDEX incidents_one_open ON incidents (invariant, kind)
+            WHERE resolved_at IS NULL;
+        CREATE TABLE incident_keys (
+            incident_id {bigint} NOT NULL REFERENCES incidents (id),
+            offending_key TEXT NOT NULL,
+            row_json TEXT,
+            first_seen_at TEXT NOT NULL,
+            last_seen_at TEXT NOT NULL,
+            gone_at TEXT,
+            PRIMARY KEY (incident_id, offending_key)
+        );
+        CREATE TABLE events (
+            id {pk},
+            incident_id {bigint} NOT NULL REFERENCES incidents (id),
+            invariant TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            run_id {bigint},
+            payload_json TEXT NOT NULL,
+            dispatched_at TEXT
+        );
+        CREATE INDEX events_pending ON events (id) WHERE dispatched_at IS NULL;
+        """,
+        # The delivery ledger (alerts/ledger.py): one row per logical message or file.
+        f"""
+        CREATE TABLE deliveries (
+            id {pk},
+            idem_key TEXT NOT NULL,
+            event_id {bigint},
+            incident_id {bigint},
+            invariant TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            action TEXT NOT NULL,
+            root_id {bigint},
+            state TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            next_attempt_at TEXT NOT NULL,
+            lease_owner TEXT,
+            lease_until TEXT,
+            unknown_since TEXT,
+            slack_channel TEXT,
+            slack_ts TEXT,
+            slack_file_id TEXT,
+            payload_json TEXT NOT NULL DEFAULT '{{}}',
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE UNIQUE INDEX deliveries_idem_key ON deliveries (idem_key);
+        CREATE INDEX deliveries_due ON deliveries (state, next_attempt_at);
+        CREATE TABLE alert_roots (
+            incident_id {bigint} NOT NULL,
+            channel TEXT NOT NULL,
+            delivery_id {bigint} NOT NULL REFERENCES deliveries (id),
+            PRIMARY KEY (incident_id, channel)
+        );
+        """,
+        # Acknowledgement and snooze (alerts/interactions.py and `invmon ack`).
+        f"""
+        ALTER TABLE incidents ADD COLUMN acked_by TEXT;
+        ALTER TABLE incidents ADD COLUMN acked_by_name TEXT;
+        ALTER TABLE incidents ADD COLUMN acked_at TEXT;
+        ALTER TABLE incidents ADD COLUMN ack_mode TEXT;
+        ALTER TABLE incidents ADD COLUMN snoozed_until TEXT;
+        ALTER TABLE incidents ADD COLUMN snoozed_by TEXT;
+        CREATE TABLE incident_actions (
+            id {pk},
+            incident_id {bigint} NOT NULL REFERENCES incidents (id),
+            action TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            actor_name TEXT,
+            detail TEXT,
+            source TEXT NOT NULL,
+            at TEXT NOT NULL
+        );
+        """,
+        # Signed Slack requests already seen: replays are refused across restarts too.
+        """
+        CREATE TABLE slack_requests (
+            signature TEXT PRIMARY KEY,
+            seen_at TEXT NOT NULL
+        );
+        """,
+    ]

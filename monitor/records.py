@@ -1,0 +1,78 @@
+"""What the state store holds, one type per record. Read-only values: the store writes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from monitor.clock import stamp
+from monitor.incidents import IncidentKind
+from monitor.results import Status
+
+
+@dataclass(frozen=True)
+class Run:
+    """One evaluation of one invariant."""
+
+    id: int
+    invariant: str
+    started_at: datetime
+    finished_at: datetime
+    status: Status
+    count: int | None
+    error: str | None
+    replica_lag_seconds: float | None
+    duration_ms: float | None
+    columns: list[str] = field(default_factory=list)
+    sample: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Incident:
+    """A violation, a cannot-evaluate spell, a stale replica or an invalid file, while it
+    lasts and after; with who acknowledged or snoozed it."""
+
+    id: int
+    invariant: str
+    kind: IncidentKind
+    opened_at: datetime
+    resolved_at: datetime | None
+    first_count: int | None
+    last_count: int | None
+    last_seen_at: datetime
+    detail: str | None = None
+    acked_by: str | None = None
+    acked_by_name: str | None = None
+    acked_at: datetime | None = None
+    ack_mode: str | None = None
+    snoozed_until: datetime | None = None
+    snoozed_by: str | None = None
+
+
+@dataclass(frozen=True)
+class IncidentKey:
+    """One offending key of a violation: when it appeared, was last seen, and went."""
+
+    key: str
+    row: dict[str, Any] | None
+    first_seen_at: datetime
+    last_seen_at: datetime
+    gone_at: datetime | None
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """A change worth telling someone about, in the outbox until alerting plans it."""
+
+    id: int
+    incident_id: int
+    invariant: str
+    kind: str
+    created_at: datetime
+    payload: dict[str, Any]
+
+
+def as_document(record: Run | Incident | IncidentKey | StoredEvent) -> dict[str, Any]:
+    """A record as JSON-ready values, timestamps in the store's format."""
+    return {k: stamp(v) if isinstance(v, datetime) else v for k, v in asdict(record).items()}

@@ -1,0 +1,167 @@
+"""The state store's database: a SQLite file (the default, one daemon) or PostgreSQL (shared
+by several daemons), behind one small interface, and the migrations that shape it.
+
+It holds no table of its own. Each table has one owner that alone writes and reads it:
+  runs, invariant_state, incidents, incident_keys, incident_actions, events  monitor/state.py
+  deliveries, alert_roots                                                    alerts/ledger.py
+  slack_requests                                                             alerts/replays.py
+Owners that must change their tables together share one `Tx` (the events outbox and the
+delivery ledger are written in one transaction).
+
+Never the monitored database: a replica is read-only, and the monitor's memory must not
+depend on what it watches.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from monitor.clock import stamp, utc_now
+from monitor.migrations import migrations
+
+
+class Tx(Protocol):
+    """One transaction. SQL uses `?` placeholders; `for_update` is " FOR UPDATE" where the
+    database has row locks (PostgreSQL) and "" where the whole file is locked (SQLite)."""
+
+    for_update: str
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    def script(self, sql: str) -> None: ...
+
+
+class _SqliteTx:
+    for_update = ""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self._conn.execute(sql, tuple(params)).fetchall())
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(sql, tuple(params))
+
+    def script(self, sql: str) -> None:
+        for statement in filter(str.strip, sql.split(";")):
+            self._conn.execute(statement)
+
+
+class _PostgresTx:
+    for_update = " FOR UPDATE"
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self._conn.execute(sql.replace("?", "%s"), tuple(params)).fetchall())
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(sql.replace("?", "%s"), tuple(params))
+
+    def script(self, sql: str) -> None:
+        self._conn.execute(sql)
+
+
+class Storage(Protocol):
+    """A database for the state store. Open one with `open_storage`."""
+
+    kind: str  # "sqlite" or "postgresql"
+
+    def transaction(self) -> AbstractContextManager[Tx]: ...
+
+    def close(self) -> None: ...
+
+
+class SqliteStorage:
+    kind = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=30
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        # One connection shared by the daemon's threads; sqlite3 serialises access to it,
+        # the lock makes each transaction atomic with respect to the others.
+        self._lock = threading.RLock()
+        self.migrations = migrations("INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER", "REAL")
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield _SqliteTx(self._conn)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class PostgresStorage:
+    kind = "postgresql"
+
+    def __init__(self, dsn: str) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self._pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=4,
+            open=True,
+            name="invmon-state",
+            kwargs={"application_name": "invmon-state"},
+        )
+        self.migrations = migrations(
+            "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BIGINT", "DOUBLE PRECISION"
+        )
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self._pool.connection() as conn, conn.transaction():
+            yield _PostgresTx(conn)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def open_storage(
+    path: Path | None = None, dsn: str | None = None
+) -> SqliteStorage | PostgresStorage:
+    """PostgreSQL when `dsn` is given, else the SQLite file at `path`; migrated."""
+    storage = PostgresStorage(dsn) if dsn else SqliteStorage(path or Path("invmon-state.db"))
+    migrate(storage, storage.migrations)
+    return storage
+
+
+def migrate(storage: Storage, steps: Sequence[str]) -> None:
+    with storage.transaction() as tx:
+        tx.script(
+            "CREATE TABLE IF NOT EXISTS invmon_schema (version INTEGER PRIMARY KEY,"
+            " applied_at TEXT NOT NULL)"
+        )
+    for version, ddl in enumerate(steps, start=1):
+        with storage.transaction() as tx:
+            # Re-checked inside the transaction: two daemons may start together.
+            tx.rows(f"SELECT version FROM invmon_schema{tx.for_update}")
+            if tx.rows("SELECT 1 FROM invmon_schema WHERE version = ?", (version,)):
+                continue
+            tx.script(ddl)
+            tx.run(
+                "INSERT INTO invmon_schema (version, applied_at) VALUES (?, ?)",
+                (version, stamp(utc_now())),
+            )
