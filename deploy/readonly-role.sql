@@ -15,6 +15,12 @@
 --   invmon.effects_group      a NOLOGIN role that keeps EXECUTE on what is revoked from
 --                             PUBLIC below                            (default: app_effects)
 --   invmon.statement_timeout  the role's default statement timeout    (default: 5min)
+--   invmon.read_all_stats     on: grant pg_read_all_stats, which the replica-lag check needs
+--                             to tell a caught-up standby from a cut one; it also shows
+--                             other sessions' query text (pg_stat_activity.query), which an
+--                             invariant could then report. off: lag falls back to the age of
+--                             the last replayed commit, which reads stale on an idle primary.
+--                                                                     (default: on)
 --
 -- What it does, and why (SECURITY.md has the whole threat model):
 --  1. The role logs in, owns nothing, cannot create anything, and every transaction it
@@ -49,6 +55,20 @@ DECLARE
                               'app_effects');
     timeout  text := coalesce(nullif(current_setting('invmon.statement_timeout', true), ''),
                               '5min');
+    all_stats boolean := coalesce(nullif(current_setting('invmon.read_all_stats', true), ''),
+                                  'on')::boolean;
+    -- They run SQL handed to them as text (or read a relation named in a string), which the
+    -- fence never sees, whatever their volatility. Kept in step with RUNS_SQL_TEXT in
+    -- monitor/fence.py (a test compares them).
+    runs_sql text[] := ARRAY[
+        'query_to_xml', 'query_to_xmlschema', 'query_to_xml_and_xmlschema', 'cursor_to_xml',
+        'cursor_to_xmlschema', 'table_to_xml', 'table_to_xmlschema',
+        'table_to_xml_and_xmlschema', 'schema_to_xml', 'schema_to_xmlschema',
+        'schema_to_xml_and_xmlschema', 'database_to_xml', 'database_to_xmlschema',
+        'database_to_xml_and_xmlschema', 'ts_stat', 'ts_rewrite', 'crosstab', 'crosstab2',
+        'crosstab3', 'crosstab4', 'connectby'];
+    -- Readers an extension installs VOLATILE (HARMLESS_EXTENSION_FUNCTIONS in fence.py).
+    harmless_ext text[] := ARRAY['pg_stat_statements', 'pg_stat_statements_info'];
     -- VOLATILE only because their answer changes; none writes, signals, locks or reaches
     -- outside the server. Kept in step with HARMLESS_VOLATILE and STATE_FREE_PARALLEL_UNSAFE
     -- in monitor/fence.py (a test compares them).
@@ -102,7 +122,11 @@ BEGIN
                        schema_name, monitor);
     END LOOP;
     -- Replica freshness: pg_stat_wal_receiver's columns are visible with this role only.
-    EXECUTE format('GRANT pg_read_all_stats TO %I', monitor);
+    IF all_stats THEN
+        EXECUTE format('GRANT pg_read_all_stats TO %I', monitor);
+    ELSIF pg_has_role(monitor, 'pg_read_all_stats', 'MEMBER') THEN
+        EXECUTE format('REVOKE pg_read_all_stats FROM %I', monitor);
+    END IF;
 
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = keepers) THEN
         EXECUTE format('CREATE ROLE %I NOLOGIN', keepers);
@@ -122,8 +146,11 @@ BEGIN
     FOR fn IN
         SELECT p.oid::regprocedure
         FROM pg_proc p
+        LEFT JOIN LATERAL (
+            SELECT e.extname FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+            WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+        ) x ON true
         WHERE p.prokind IN ('f', 'a', 'w')
-          AND p.proname <> ALL (harmless)
           AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype,
                 'internal'::regtype, 'language_handler'::regtype, 'fdw_handler'::regtype,
                 'index_am_handler'::regtype, 'table_am_handler'::regtype,
@@ -133,10 +160,12 @@ BEGIN
                 WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'))
           AND (
             (p.pronamespace = 'pg_catalog'::regnamespace
-             AND (p.provolatile = 'v' OR p.proparallel = 'u'))
-            OR (p.provolatile = 'v' AND EXISTS (
-                SELECT FROM pg_depend d
-                WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'))
+             AND (p.provolatile = 'v' OR p.proparallel = 'u')
+             AND p.proname <> ALL (harmless))
+            OR (x.extname IS NOT NULL AND p.provolatile = 'v'
+                AND p.proname <> ALL (harmless_ext))
+            OR ((p.pronamespace = 'pg_catalog'::regnamespace OR x.extname IS NOT NULL)
+                AND p.proname = ANY (runs_sql))
           )
     LOOP
         BEGIN

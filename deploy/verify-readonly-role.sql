@@ -85,12 +85,20 @@ BEGIN
         END;
     END LOOP;
 
-    -- The catalog's word: VOLATILE functions with effects this role may still execute.
+    -- The catalog's word: VOLATILE functions with effects, and functions that run SQL from
+    -- text, that this role may still execute.
     FOR fn IN
         SELECT p.oid::regprocedure::text
         FROM pg_proc p
-        WHERE p.provolatile = 'v' AND p.prokind IN ('f', 'a', 'w')
+        WHERE p.prokind IN ('f', 'a', 'w')
           AND has_function_privilege(p.oid, 'EXECUTE')
+          AND (p.provolatile = 'v' OR p.proname IN (
+            'query_to_xml', 'query_to_xmlschema', 'query_to_xml_and_xmlschema',
+            'cursor_to_xml', 'cursor_to_xmlschema', 'table_to_xml', 'table_to_xmlschema',
+            'table_to_xml_and_xmlschema', 'schema_to_xml', 'schema_to_xmlschema',
+            'schema_to_xml_and_xmlschema', 'database_to_xml', 'database_to_xmlschema',
+            'database_to_xml_and_xmlschema', 'ts_stat', 'ts_rewrite', 'crosstab',
+            'crosstab2', 'crosstab3', 'crosstab4', 'connectby'))
           AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype,
                 'internal'::regtype, 'language_handler'::regtype, 'fdw_handler'::regtype,
                 'index_am_handler'::regtype, 'table_am_handler'::regtype,
@@ -98,7 +106,9 @@ BEGIN
           AND (p.pronamespace = 'pg_catalog'::regnamespace OR EXISTS (
                 SELECT FROM pg_depend d
                 WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'))
-          AND p.proname NOT IN (
+          AND NOT (p.pronamespace <> 'pg_catalog'::regnamespace
+                   AND p.proname IN ('pg_stat_statements', 'pg_stat_statements_info'))
+          AND NOT (p.pronamespace = 'pg_catalog'::regnamespace AND p.proname IN (
             'clock_timestamp', 'timeofday', 'random', 'random_normal', 'gen_random_uuid',
             'uuidv4', 'uuidv7', 'pg_relation_size', 'pg_table_size', 'pg_indexes_size',
             'pg_total_relation_size', 'pg_database_size', 'pg_tablespace_size',
@@ -118,7 +128,7 @@ BEGIN
             'pg_stat_get_xact_blocks_fetched', 'pg_stat_get_xact_blocks_hit',
             'pg_stat_get_xact_function_calls', 'pg_stat_get_xact_function_total_time',
             'pg_stat_get_xact_function_self_time', 'pg_get_backend_memory_contexts',
-            'pg_get_shmem_allocations', 'array_shuffle', 'array_sample')
+            'pg_get_shmem_allocations', 'array_shuffle', 'array_sample'))
         ORDER BY 1
     LOOP
         done := array_append(done, format('execute %s', fn));

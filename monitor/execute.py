@@ -95,8 +95,24 @@ def begin_read_only(
     conn: psycopg.Connection[Any], invariant: Invariant, lock_timeout: timedelta
 ) -> None:
     """Inside a transaction just begun: READ ONLY, and the invariant's limits, in one trip."""
+    # standard_conforming_strings on: the server must read backslashes in '…' as the fence's
+    # parser did (off, 'x\\'' would end the string elsewhere and hide a call after it).
+    if conn.info.encoding != "utf-8":
+        # The text is sent as UTF-8; in another client encoding the server would read other
+        # characters than the fence did (a multi-byte SJIS character can swallow a quote).
+        raise Refused(
+            [
+                Problem(
+                    invariant.path,
+                    invariant.sql_first_line,
+                    f"the connection's client_encoding is {conn.info.encoding}, not UTF8; "
+                    "the query is not sent",
+                )
+            ]
+        )
     settings = sql.SQL(
-        "SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {}; "
+        "SET TRANSACTION READ ONLY; SET LOCAL standard_conforming_strings = on; "
+        "SET LOCAL statement_timeout = {}; "
         "SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}; "
         "SET LOCAL application_name = {}"
     ).format(
@@ -154,6 +170,19 @@ class LiveFence:
             )
 
 
+def send_one_statement(cur: psycopg.Cursor[Any], text: str) -> None:
+    """Send `text` as exactly one statement. Without parameters psycopg would use the simple
+    query protocol, where the server runs every statement a text holds; in a pipeline it
+    uses the extended protocol, where a second statement is an error. So even a text the
+    fence's parser read differently from the server's cannot smuggle a second statement."""
+    with cur.connection.pipeline():
+        cur.execute(text.encode(), prepare=False)
+
+
+# For every connection that runs invariants: the encoding the fence assumes.
+CLIENT_ENCODING = "utf8"
+
+
 def execute(
     conn: psycopg.Connection[Any],
     invariant: Invariant,
@@ -168,7 +197,7 @@ def execute(
     with conn.transaction(), conn.cursor() as cur:
         begin_read_only(conn, invariant, lock_timeout)
         live_fence.refuse_unless_allowed(conn, query, invariant, USER_SQL_LINE)
-        cur.execute(query.encode(), prepare=False)
+        send_one_statement(cur, query)
         fetched = cur.fetchall()  # at most `limit` rows: the LIMIT is in the query
         description = cur.description or []
     names = unique_column_names([c.name for c in description[:-1]])

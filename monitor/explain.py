@@ -14,7 +14,13 @@ from typing import Any
 
 import psycopg
 
-from monitor.execute import LiveFence, Refused, begin_read_only
+from monitor.execute import (
+    CLIENT_ENCODING,
+    LiveFence,
+    Refused,
+    begin_read_only,
+    send_one_statement,
+)
 from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.loader import Invariant
 from monitor.runner import describe_error
@@ -92,7 +98,7 @@ def explain_all(
     out = []
     options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
     live_fence = LiveFence(allow)
-    with psycopg.connect(dsn, autocommit=False) as conn:
+    with psycopg.connect(dsn, autocommit=False, client_encoding=CLIENT_ENCODING) as conn:
         conn.read_only = True
         for inv in invariants:
             limit = inv.header.max_cost if inv.header.max_cost is not None else default_max_cost
@@ -100,7 +106,9 @@ def explain_all(
                 with conn.transaction():
                     begin_read_only(conn, inv, lock_timeout)
                     live_fence.refuse_unless_allowed(conn, inv.sql, inv)
-                    row = conn.execute(f"EXPLAIN ({options})\n{inv.sql}".encode()).fetchone()
+                    with conn.cursor() as cur:
+                        send_one_statement(cur, f"EXPLAIN ({options})\n{inv.sql}")
+                        row = cur.fetchone()
             except Refused as exc:
                 out.append(
                     Explained(inv.name, None, limit, f"refused by the read-only fence: {exc}")

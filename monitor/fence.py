@@ -97,6 +97,14 @@ HARMLESS_VOLATILE = frozenset(
         "array_sample",
     }
 )
+# The same, installed by an extension: (extension, function). Reading pg_stat_statements is
+# how one finds slow queries.
+HARMLESS_EXTENSION_FUNCTIONS = frozenset(
+    {
+        ("pg_stat_statements", "pg_stat_statements"),
+        ("pg_stat_statements", "pg_stat_statements_info"),
+    }
+)
 # PARALLEL UNSAFE but STABLE, and assigning nothing: they only read the session's state.
 STATE_FREE_PARALLEL_UNSAFE = frozenset(
     {
@@ -109,7 +117,57 @@ STATE_FREE_PARALLEL_UNSAFE = frozenset(
 BUILTIN_TABLESAMPLE = frozenset({"bernoulli", "system", "system_rows", "system_time"})
 MAX_VIEW_DEPTH = 8  # views over views; PostgreSQL itself has no limit, a fence needs one
 
-RefKind = Literal["function", "operator", "cast", "attribute", "relation", "tablesample"]
+RefKind = Literal[
+    "function", "syntax_function", "operator", "cast", "attribute", "relation", "tablesample"
+]
+_JSON_SYNTAX: dict[str, str | dict[str, str]] = {
+    "JsonFuncExpr": {
+        "JSON_VALUE_OP": "json_value",
+        "JSON_QUERY_OP": "json_query",
+        "JSON_EXISTS_OP": "json_exists",
+    },
+    "JsonTable": "json_table",
+    "JsonParseExpr": "json",
+    "JsonScalarExpr": "json_scalar",
+    "JsonSerializeExpr": "json_serialize",
+    "JsonObjectConstructor": "json_object",
+    "JsonArrayConstructor": "json_array",
+    "JsonArrayQueryConstructor": "json_array",
+    "JsonObjectAgg": "json_objectagg",
+    "JsonArrayAgg": "json_arrayagg",
+}
+# Functions whose work PostgreSQL cannot interrupt: XPath runs inside libxml2, which never
+# checks for a cancel, so neither a statement timeout nor pg_terminate_backend stops a
+# crafted expression (one ran 24 s past a 1 s timeout, and grows as N^4). Refused unless
+# trusted by name in fence.allow_functions.
+UNINTERRUPTIBLE = frozenset({"xpath", "xpath_exists", "xmlexists", "xmltable"})
+# Functions that run SQL handed to them as text (or read a relation named in a string), which
+# the fence never sees: a view or a SECURITY DEFINER function behind them would run unjudged.
+RUNS_SQL_TEXT = frozenset(
+    {
+        "query_to_xml",
+        "query_to_xmlschema",
+        "query_to_xml_and_xmlschema",
+        "cursor_to_xml",
+        "cursor_to_xmlschema",
+        "table_to_xml",
+        "table_to_xmlschema",
+        "table_to_xml_and_xmlschema",
+        "schema_to_xml",
+        "schema_to_xmlschema",
+        "schema_to_xml_and_xmlschema",
+        "database_to_xml",
+        "database_to_xmlschema",
+        "database_to_xml_and_xmlschema",
+        "ts_stat",
+        "ts_rewrite",
+        "crosstab",
+        "crosstab2",
+        "crosstab3",
+        "crosstab4",
+        "connectby",
+    }
+)
 _BETWEEN_OPERATORS: tuple[Name, ...] = ((">=",), ("<=",))
 _DML = {
     "InsertStmt": "INSERT",
@@ -298,7 +356,6 @@ def _char_to_byte(sql: str, offset: int) -> int:
 
 def _collect(tree: Any, analysis: Analysis, lines: _Lines, tokens: list[Any]) -> None:
     refs = analysis.references
-    ctes = {str(body["ctename"]) for kind, body in node_items(tree) if kind == "CommonTableExpr"}
     lock_tokens = [
         t
         for i, t in enumerate(tokens)
@@ -318,6 +375,22 @@ def _collect(tree: Any, analysis: Analysis, lines: _Lines, tokens: list[Any]) ->
                 refs.append(Reference("operator", _names(body.get("name")), line))
         elif kind == "SubLink" and body.get("operName"):
             refs.append(Reference("operator", _names(body["operName"]), line))
+        elif kind == "SubLink" and body.get("subLinkType") in ("ANY_SUBLINK", "ALL_SUBLINK"):
+            # `x IN (SELECT …)` names no operator: PostgreSQL looks `=` up by name.
+            refs.append(Reference("operator", ("=",), line))
+        elif kind == "JoinExpr" and (body.get("usingClause") or body.get("isNatural")):
+            # JOIN … USING and NATURAL JOIN compare with `=`, looked up by name too.
+            refs.append(Reference("operator", ("=",), lines.of_byte(_first_location(body))))
+        elif kind in _JSON_SYNTAX:
+            # SQL/JSON syntax in the PostgreSQL 18 grammar; an older server reads the same
+            # words as calls of whatever function has that name: both readings are judged.
+            name = _JSON_SYNTAX[kind]
+            if isinstance(name, dict):
+                name = name.get(str(body.get("op")), "")
+            if name:
+                refs.append(Reference("syntax_function", (name,), line))
+        elif kind == "RangeTableFunc":
+            refs.append(Reference("function", ("xmltable",), line))
         elif kind == "SortBy" and body.get("useOp"):
             refs.append(Reference("operator", _names(body["useOp"]), line))
         elif kind == "CaseExpr" and body.get("arg"):
@@ -338,9 +411,9 @@ def _collect(tree: Any, analysis: Analysis, lines: _Lines, tokens: list[Any]) ->
             line = lines.of_byte(_first_location(body.get("arg")))
             refs += [Reference("attribute", (name,), line) for name in fields]
         elif kind == "RangeVar":
-            name = _relation_name(body)
-            if len(name) > 1 or name[0] not in ctes:
-                refs.append(Reference("relation", name, line))
+            # A CTE's name is judged as a relation too: telling a CTE from a view of the same
+            # name needs the scoping rules, and judging both can only refuse more.
+            refs.append(Reference("relation", _relation_name(body), line))
         elif kind == "RangeTableSample":
             refs.append(Reference("tablesample", _names(body.get("method")), line))
             relation = body.get("relation") or {}
@@ -424,6 +497,8 @@ def _routine_problem(routine: Routine, allow: Allowances) -> tuple[str, str] | N
     if routine.volatility == "v":
         if routine.schema == "pg_catalog" and routine.name in HARMLESS_VOLATILE:
             return None
+        if (routine.extension, routine.name) in HARMLESS_EXTENSION_FUNCTIONS:
+            return None
         reason = (
             "is VOLATILE: PostgreSQL's catalog says it may change the database or act "
             "outside the query"
@@ -492,6 +567,27 @@ def judge(
         return unique
 
     functions = first("function")
+    for ref in list(functions):
+        name = ref.name[-1]
+        if name in UNINTERRUPTIBLE and not allow.named(ref.name):
+            functions.remove(ref)
+            problems.append(
+                SqlProblem(
+                    ref.line,
+                    f"{name} evaluates XPath in libxml2, which PostgreSQL cannot interrupt: no "
+                    "statement timeout or cancel stops a costly expression; not allowed unless "
+                    f"trusted in fence.allow_functions (e.g. [{name}])",
+                )
+            )
+        elif name in RUNS_SQL_TEXT or name.startswith("dblink"):
+            functions.remove(ref)
+            problems.append(
+                SqlProblem(
+                    ref.line,
+                    f"function {_display(ref.name)}() runs SQL given to it as text (or reads a "
+                    "relation named in a string), which the fence cannot judge; not allowed",
+                )
+            )
     found = catalog.functions(r.name for r in functions)
     for ref in functions:
         if ref.name not in found:
@@ -507,6 +603,15 @@ def judge(
                 )
             )
         elif problem := _judge_routines(ref, found[ref.name], allow):
+            problems.append(problem)
+
+    # Words that are syntax to this parser and may be functions on an older server: judged
+    # when the database has a function of that name, and fine when it has none.
+    syntax = first("syntax_function")
+    found_syntax = catalog.functions(r.name for r in syntax)
+    for ref in syntax:
+        as_function = Reference("function", ref.name, ref.line)
+        if problem := _judge_routines(as_function, found_syntax.get(ref.name, []), allow):
             problems.append(problem)
 
     attributes = first("attribute")
@@ -541,7 +646,8 @@ def judge(
             problems.append(problem)
 
     for ref in first("tablesample"):
-        if ref.name[-1:] and ref.name[-1] not in BUILTIN_TABLESAMPLE:
+        builtin = ref.name[:-1] in ((), ("pg_catalog",)) and ref.name[-1] in BUILTIN_TABLESAMPLE
+        if not builtin:
             problems.append(
                 SqlProblem(ref.line, f"TABLESAMPLE {_display(ref.name)} is not a built-in method")
             )
@@ -581,7 +687,7 @@ def judge(
                     f"view {_display(ref.name)} runs what is not allowed: {refused[0].message}",
                 )
             )
-    return sorted(problems, key=lambda p: p.line)
+    return sorted(problems, key=lambda p: (p.line, p.message))
 
 
 def fence(

@@ -47,6 +47,7 @@ class Routine:
     parallel_unsafe: bool  # proparallel = 'u'
     one_arg: bool  # callable with one argument, hence also as `row.name`
     security_definer: bool = False  # runs with its owner's rights, past the role's fence
+    extension: str | None = None  # the extension that installed it, if one did
 
 
 def worst(volatilities: Iterable[str]) -> str:
@@ -168,6 +169,14 @@ def builtin_catalog() -> BuiltinCatalog:
 # Every candidate a name may resolve to: an unqualified name is looked up in every schema of
 # the session's search path (PostgreSQL picks among them by argument types, which only the
 # planner knows, so all of them are judged); a qualified one in its schema only.
+# Callable with one argument, so also as `row.fn` (attribute notation): any first argument a
+# row can be passed to (a composite, a domain over one, a pseudo-type, VARIADIC), so only
+# `internal` and `cstring`, which no SQL value has, rule a function out.
+_ONE_ARG = (
+    "p.pronargs >= 1 AND p.pronargs - p.pronargdefaults <= 1"
+    " AND p.proargtypes[0] NOT IN ('internal'::regtype, 'cstring'::regtype)"
+)
+
 _FUNCTIONS_SQL = """
 WITH wanted(ord, schema, name) AS (
     SELECT * FROM unnest(%(ord)s::int[], %(schemas)s::text[], %(names)s::text[])
@@ -182,21 +191,22 @@ SELECT w.ord, n.nspname, p.proname, p.oid::regprocedure::text, p.prokind,
            WHERE a.aggfnoid = p.oid)
        ELSE p.provolatile::text END,
        p.proparallel = 'u',
-       p.pronargs - p.pronargdefaults <= 1 AND p.pronargs >= 1 AND EXISTS (
-           SELECT FROM pg_type t WHERE t.oid = p.proargtypes[0] AND t.typtype IN ('c', 'p')),
-       p.prosecdef
+       {ONE_ARG},
+       p.prosecdef,
+       (SELECT e.extname FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+        WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')
 FROM wanted w
 JOIN pg_proc p ON p.proname = w.name
 JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE (w.schema = '' AND n.nspname = ANY (current_schemas(true))) OR n.nspname = w.schema
-"""
+""".replace("{ONE_ARG}", _ONE_ARG)
 
 _OPERATORS_SQL = """
 WITH wanted(ord, schema, name) AS (
     SELECT * FROM unnest(%(ord)s::int[], %(schemas)s::text[], %(names)s::text[])
 )
 SELECT w.ord, n.nspname, f.proname, f.oid::regprocedure::text, f.prokind,
-       f.provolatile::text, f.proparallel = 'u', false, f.prosecdef
+       f.provolatile::text, f.proparallel = 'u', false, f.prosecdef, NULL
 FROM wanted w
 JOIN pg_operator o ON o.oprname = w.name
 JOIN pg_namespace n ON n.oid = o.oprnamespace
@@ -207,25 +217,30 @@ WHERE (w.schema = '' AND n.nspname = ANY (current_schemas(true))) OR n.nspname =
 # The functions a cast to a type may run: a cast function into it, its input functions, and
 # for a domain the functions its constraints call (PostgreSQL records those in pg_depend).
 _CASTS_SQL = """
-WITH wanted(ord, typ) AS (
+WITH RECURSIVE wanted(ord, typ) AS (
     SELECT w.ord, to_regtype(w.name)
     FROM unnest(%(ord)s::int[], %(names)s::text[]) AS w(ord, name)
+), chain(ord, typ) AS (
+    -- the type and, for a domain, every type below it (a domain over a domain...)
+    SELECT ord, typ FROM wanted WHERE typ IS NOT NULL
+    UNION
+    SELECT c.ord, t.typbasetype FROM chain c JOIN pg_type t ON t.oid = c.typ
+    WHERE t.typbasetype <> 0
 ), funcs(ord, fn) AS (
-    SELECT w.ord, c.castfunc FROM wanted w JOIN pg_cast c ON c.casttarget = w.typ
-    WHERE c.castfunc <> 0
+    SELECT c.ord, k.castfunc FROM chain c JOIN pg_cast k ON k.casttarget = c.typ
+    WHERE k.castfunc <> 0
     UNION ALL
-    SELECT w.ord, f FROM wanted w JOIN pg_type t ON t.oid IN (w.typ, (
-        SELECT typbasetype FROM pg_type WHERE oid = w.typ))
+    SELECT c.ord, f FROM chain c JOIN pg_type t ON t.oid = c.typ
     CROSS JOIN LATERAL unnest(ARRAY[t.typinput, t.typreceive, t.typmodin]::oid[]) AS f
     WHERE f <> 0
     UNION ALL
-    SELECT w.ord, d.refobjid FROM wanted w
-    JOIN pg_constraint k ON k.contypid = w.typ
+    SELECT c.ord, d.refobjid FROM chain c
+    JOIN pg_constraint k ON k.contypid = c.typ
     JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid
          AND d.refclassid = 'pg_proc'::regclass
 )
 SELECT f.ord, n.nspname, p.proname, p.oid::regprocedure::text, p.prokind,
-       p.provolatile::text, p.proparallel = 'u', false, p.prosecdef
+       p.provolatile::text, p.proparallel = 'u', false, p.prosecdef, NULL
 FROM funcs f JOIN pg_proc p ON p.oid = f.fn JOIN pg_namespace n ON n.oid = p.pronamespace
 """
 
@@ -308,11 +323,10 @@ SELECT n.nspname, p.proname, p.prokind,
            WHERE a.aggfnoid = p.oid)
        ELSE p.provolatile::text END,
        p.proparallel = 'u',
-       p.pronargs - p.pronargdefaults <= 1 AND p.pronargs >= 1 AND EXISTS (
-           SELECT FROM pg_type t WHERE t.oid = p.proargtypes[0] AND t.typtype IN ('c', 'p'))
+       {ONE_ARG}
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname IN ('pg_catalog', 'information_schema')
-"""
+""".replace("{ONE_ARG}", _ONE_ARG)
 
 _ALL_OPERATORS_SQL = """
 SELECT o.oprname, f.provolatile::text

@@ -22,7 +22,14 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from monitor.config import DatabaseConfig
-from monitor.execute import Evaluation, LiveFence, Refused, execute, register_loaders
+from monitor.execute import (
+    CLIENT_ENCODING,
+    Evaluation,
+    LiveFence,
+    Refused,
+    execute,
+    register_loaders,
+)
 from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.loader import Invariant
 from monitor.problems import Problem
@@ -96,6 +103,7 @@ class Runner:
                 "connect_timeout": connect_timeout,
                 "application_name": "invmon",
                 "prepare_threshold": None,
+                "client_encoding": CLIENT_ENCODING,
             },
             name="invmon",
         )

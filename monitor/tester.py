@@ -19,7 +19,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from monitor.execute import LiveFence, Refused, execute, register_loaders
+from monitor.execute import CLIENT_ENCODING, LiveFence, Refused, execute, register_loaders
 from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.fixtures import (
     Case,
@@ -139,7 +139,7 @@ def run_fixtures(
         if schema_sql:
             apply_sql(dsn, schema_sql)
         live_fence = LiveFence(allow)
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with psycopg.connect(dsn, autocommit=True, client_encoding=CLIENT_ENCODING) as conn:
             register_loaders(conn)
             for inv in invariants:
                 fixture = fixtures[inv.name]

@@ -44,7 +44,7 @@ def check_sql(sql: str, policy: FencePolicy = OFFLINE) -> tuple[Analysis, list[S
     problems = [*analysis.problems, *judged]
     if not any(p.level == "error" for p in problems):
         problems += _shape_problems(analysis)
-    return analysis, sorted(problems, key=lambda p: p.line)
+    return analysis, sorted(problems, key=lambda p: (p.line, p.message))
 
 
 def _level_nodes(tree: Any) -> list[tuple[str, dict[str, Any]]]:

@@ -21,7 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pglast import keywords
 
-from monitor.fence import HARMLESS_VOLATILE, STATE_FREE_PARALLEL_UNSAFE, called_functions, fence
+from monitor.fence import (
+    HARMLESS_EXTENSION_FUNCTIONS,
+    HARMLESS_VOLATILE,
+    RUNS_SQL_TEXT,
+    STATE_FREE_PARALLEL_UNSAFE,
+    called_functions,
+    fence,
+)
 from monitor.pgcatalog import LiveCatalog
 from monitor.pgtemp import apply_sql, scratch_database
 from monitor.validate import validate_sql
@@ -146,14 +153,23 @@ def test_the_harmless_lists_of_the_fence_and_the_role_scripts_are_the_same() -> 
 
     def listed(path: Path, start: str, end: str) -> set[str]:
         text = path.read_text()
-        block = text[text.index(start) : text.index(end, text.index(start))]
+        begin = text.index(start) + len(start)
+        block = text[begin : text.index(end, begin)]
         return set(quoted.findall(block))
 
-    role = listed(ROOT / "deploy" / "readonly-role.sql", "harmless text[]", "];")
-    verify = listed(ROOT / "deploy" / "verify-readonly-role.sql", "p.proname NOT IN (", ")\n")
-    python = set(HARMLESS_VOLATILE) | set(STATE_FREE_PARALLEL_UNSAFE)
-    assert role == python
+    role_sql = ROOT / "deploy" / "readonly-role.sql"
+    verify_sql = ROOT / "deploy" / "verify-readonly-role.sql"
+    role = listed(role_sql, "harmless text[]", "];")
+    verify = listed(
+        verify_sql, "p.pronamespace = 'pg_catalog'::regnamespace AND p.proname IN (", "))"
+    )
+    assert role == set(HARMLESS_VOLATILE) | set(STATE_FREE_PARALLEL_UNSAFE)
     assert verify == set(HARMLESS_VOLATILE)
+    assert listed(role_sql, "runs_sql text[]", "];") == set(RUNS_SQL_TEXT)
+    assert listed(verify_sql, "OR p.proname IN (", "))") == set(RUNS_SQL_TEXT)
+    assert listed(role_sql, "harmless_ext text[]", "];") == {
+        name for _, name in HARMLESS_EXTENSION_FUNCTIONS
+    }
 
 
 # --- the parser decodes names as the server does ----------------------------------------------
@@ -279,3 +295,19 @@ def test_a_trusted_function_is_accepted_with_a_warning_that_names_the_remaining_
     assert [
         (p.level, "READ ONLY transaction and the database role" in p.message) for p in problems
     ] == [("warning", True)]
+
+
+def test_reading_pg_stat_statements_is_accepted_where_the_extension_is_installed(
+    fence_database: str,
+) -> None:
+    """Its view calls a VOLATILE reader; finding slow queries is a fair invariant."""
+    with psycopg.connect(fence_database) as conn:
+        if not _has_extension(conn, "pg_stat_statements"):
+            pytest.skip("pg_stat_statements is not available on this server")
+        conn.execute("CREATE EXTENSION pg_stat_statements")
+        problems = fence(
+            "SELECT queryid, mean_exec_time FROM pg_stat_statements WHERE mean_exec_time > 1000",
+            LiveCatalog(conn),
+        )
+        conn.rollback()
+    assert problems == []

@@ -10,6 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from helpers import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from monitor.config import DatabaseConfig
 from monitor.header import InvariantHeader
@@ -266,3 +267,48 @@ def test_one_invariant_cannot_change_the_session_another_one_gets(database: str)
         after = runner.run_one(invariant("after", "SELECT current_setting('search_path') AS p"))
     assert poison.status == "violated"
     assert after.rows == [{"p": '"$user", public'}]
+
+
+def test_a_text_with_two_statements_is_never_run_as_two(database: str) -> None:
+    """Even if the fence's parser and the server's ever disagreed, the executor sends one
+    statement through the extended protocol, where a second one is an error."""
+    from monitor.execute import send_one_statement
+
+    sql(database, "CREATE TABLE t (id int)")
+    with psycopg.connect(database, autocommit=True) as conn, conn.cursor() as cur:
+        with pytest.raises(psycopg.errors.SyntaxError, match="multiple commands"):
+            send_one_statement(cur, "SELECT 1; INSERT INTO t VALUES (1)")
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
+def test_backslashes_are_read_as_the_fence_reads_them_whatever_the_database_default(
+    database: str, runner: Runner
+) -> None:
+    """With standard_conforming_strings off, 'x\\'' ends elsewhere and what follows would be
+    code the fence saw as part of a string; the executor turns it on for every run."""
+    name = conninfo_to_dict(database)["dbname"]
+    sql(database, f'ALTER DATABASE "{name}" SET standard_conforming_strings = off')
+    sql(database, f"ALTER DATABASE \"{name}\" SET client_encoding = 'SJIS'")
+    text = "SELECT 'x\\'' AS a, 1 AS b --'"
+    result = runner.run_one(invariant("backslash", text))
+    assert (result.status, result.columns, result.rows) == (
+        "violated",
+        ["?column?"],
+        [{"?column?": "x\\' AS a, 1 AS b --"}],
+    )
+
+
+def test_a_connection_in_another_encoding_is_refused_before_sending(database: str) -> None:
+    from monitor.execute import LiveFence, Refused, execute
+
+    with (
+        psycopg.connect(database, autocommit=True, client_encoding="SJIS") as conn,
+        pytest.raises(Refused, match="client_encoding is shift_jis, not UTF8"),
+    ):
+        execute(
+            conn,
+            invariant("sjis", "SELECT 1 AS one"),
+            limit=1,
+            lock_timeout=timedelta(seconds=1),
+            live_fence=LiveFence(),
+        )
