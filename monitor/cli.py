@@ -169,7 +169,7 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
     setup_logging(config.log.format, config.log.level)
     database = require_database(config, "monitor")
     store = open_store(config)
-    daemon = Daemon(config, database, store)
+    daemon = Daemon.build(config, database, store)
     try:
         if once:
             change, results = daemon.run_once()
@@ -254,7 +254,7 @@ def _act(config_path: Path | None, incident: int, action: Action) -> None:
     """Record an ack/unack/snooze from the command line; the daemon updates Slack."""
     from alerts.alerter import Alerter
     from alerts.console import ConsoleTransport
-    from monitor.daemon import utc_now
+    from monitor.clock import utc_now
 
     config = resolve_config(config_path, None, None)
     store = open_store(config, must_exist=True)

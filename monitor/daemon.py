@@ -1,136 +1,127 @@
-"""`invmon run`: the long-lived process. It alone owns the scheduler, the signals, the HTTP
-listener and the event dispatch; what to do with a run's result is decided in incidents.py
-and stored by state.py.
+"""`invmon run`: the long-lived process, composed of small parts, each in its own module:
+
+    the process and its signals     process.SignalLoop
+    what runs when                  slots.Timetable (pure)
+    one evaluation                  evaluation.Evaluator  (replica_gate.ReplicaGate before it)
+    alerts                          alerts.pump.DeliveryPump
+    the listener                    http.Listener
+
+This module only wires them together and owns the threads: an APScheduler background
+scheduler ticks the timetable every second (`tick`), pumps deliveries every second, and
+runs reminders and pruning; evaluations run on a pool of `concurrency` workers. Tests drive
+the same path without threads through `run_due(now)`, as Celery beat's `Scheduler.tick()`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor as BurstPool
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-import psycopg
-from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from psycopg_pool import PoolTimeout
 
 from alerts.alerter import Alerter
 from alerts.interactions import Interactions
+from alerts.pump import DeliveryPump
 from alerts.socket_mode import SocketModeReceiver
 from alerts.transport import Transport
+from monitor.clock import Clock, utc_now
 from monitor.config import Config
-from monitor.durations import IntervalSchedule, Schedule
-from monitor.header import InvariantHeader
+from monitor.definitions import Definitions, Reload, diff
+from monitor.evaluation import Evaluator
 from monitor.http import Listener, Probe, Routes
 from monitor.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.metrics import Metrics
 from monitor.problems import Problem
 from monitor.process import SignalLoop
-from monitor.records import StoredEvent
-from monitor.replica import is_stale
+from monitor.replica_gate import ReplicaGate
 from monitor.results import RunResult
-from monitor.runner import Runner, describe_error
-from monitor.state import REPLICA_SUBJECT, StateStore
+from monitor.runner import Runner
+from monitor.slots import Timetable
+from monitor.state import StateStore
 
 log = logging.getLogger("invmon.daemon")
 
-HEARTBEAT = timedelta(seconds=5)
-DISPATCH_EVERY = timedelta(seconds=1)
-Clock = Callable[[], datetime]
+TICK = timedelta(seconds=1)
+HEARTBEAT_LIMIT = timedelta(seconds=15)  # /healthz fails when the timetable stops ticking
 
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def trigger_for(schedule: Schedule, max_jitter: timedelta) -> BaseTrigger:
-    """APScheduler trigger for a schedule; jitter is capped at a tenth of an interval."""
-    if isinstance(schedule, IntervalSchedule):
-        every = schedule.every.total_seconds()
-        jitter = min(max_jitter.total_seconds(), every / 10)
-        return IntervalTrigger(seconds=every, jitter=int(jitter) or None, timezone=UTC)
-    trigger = CronTrigger.from_crontab(schedule.expression, timezone=UTC)
-    first = trigger.get_next_fire_time(None, datetime.now(UTC))
-    second = trigger.get_next_fire_time(first, first) if first else None
-    period = (second - first).total_seconds() if first and second else 0
-    trigger.jitter = int(min(max_jitter.total_seconds(), period / 10)) or None
-    return trigger
-
-
-@dataclasses.dataclass
-class Reload:
-    """What a (re)load changed, for logs and tests."""
-
-    added: list[str] = dataclasses.field(default_factory=list)
-    updated: list[str] = dataclasses.field(default_factory=list)
-    removed: list[str] = dataclasses.field(default_factory=list)
-    invalid: dict[str, list[Problem]] = dataclasses.field(default_factory=dict)
-    kept_previous: list[str] = dataclasses.field(default_factory=list)
+__all__ = ["Daemon", "Reload", "utc_now"]
 
 
 class Daemon:
     def __init__(
         self,
         config: Config,
+        store: StateStore,
+        runner: Runner,
+        alerter: Alerter,
+        definitions: Definitions,
+        clock: Clock = utc_now,
+    ) -> None:
+        """Wire the parts; nothing runs until `start` (or `run_due`, `run_once`)."""
+        self.definitions = definitions
+        self.config = config
+        self.store = store
+        self.runner = runner
+        self.alerter = alerter
+        self.clock = clock
+        self.metrics = Metrics(store.counts)
+        self.gate = ReplicaGate(runner, store, config.daemon.max_replica_lag)
+        self.evaluator = Evaluator(runner, self.gate, store, self.metrics, config.daemon, clock)
+        self.pump = DeliveryPump(alerter, store, self.metrics, clock)
+        self.interactions = Interactions(alerter, config.slack)
+        self.socket_mode = (
+            SocketModeReceiver(self.interactions, config.slack) if config.slack.app_token else None
+        )
+        self.timetable = Timetable(config.daemon.jitter)
+        self.signals = SignalLoop(self._reload_on_signal)
+        self.listener: Listener | None = None
+        self.scheduler: BackgroundScheduler | None = None
+        self._workers: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()  # the invariants and the timetable
+        self._in_flight: set[str] = set()
+        self._idle = threading.Condition()
+        self._heartbeat = time.monotonic()
+        self._stopping = False
+
+    @classmethod
+    def build(
+        cls,
+        config: Config,
         dsn: str,
         store: StateStore,
         clock: Clock = utc_now,
         transport: Transport | None = None,
-    ) -> None:
-        self.config = config
-        self.store = store
-        self.clock = clock
-        self.runner = Runner(
+    ) -> Daemon:
+        """The parts a real daemon needs, from its config."""
+        runner = Runner(
             dsn,
             config.concurrency,
             config.database,
             track_keys=config.daemon.track_keys,
             allow=config.fence.allowances(),
         )
-        self.runner.open()
-        self.metrics = Metrics(store.counts)
-        self.invariants: dict[str, Invariant] = {}
-        self.alerter = Alerter(store, config.slack, self.describe, clock, transport)
-        self.interactions = Interactions(self.alerter, config.slack)
-        self.socket_mode = (
-            SocketModeReceiver(self.interactions, config.slack) if config.slack.app_token else None
-        )
-        self.scheduler = BackgroundScheduler(
-            timezone=UTC,
-            # Evaluations share `concurrency` workers; Slack delivery has one of its own so a
-            # slow Slack never delays an evaluation and vice versa.
-            executors={
-                "default": ThreadPoolExecutor(config.concurrency),
-                "alerts": ThreadPoolExecutor(1),
-                # The heartbeat must tick even when every evaluation worker is busy.
-                "housekeeping": ThreadPoolExecutor(1),
-            },
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-        )
-        self.listener: Listener | None = None
-        self._definitions = threading.Lock()
-        self._dispatching = threading.Lock()
-        self._in_flight: set[str] = set()
-        self._in_flight_changed = threading.Condition()
-        self._heartbeat = time.monotonic()
-        self._stop_requested = False
-        self.signals = SignalLoop(self._reload_on_signal)
+        runner.open()
+        definitions = Definitions()
+        alerter = Alerter(store, config.slack, definitions.describe, clock, transport)
+        return cls(config, store, runner, alerter, definitions, clock)
+
+    @property
+    def invariants(self) -> dict[str, Invariant]:
+        return self.definitions.current
 
     # --- loading -------------------------------------------------------------------------
 
     def reload(self) -> Reload:
-        """Load the invariants folder and bring the schedule in line with it.
+        """Load the invariants folder and bring the timetable in line with it.
 
-        A file that fails validation is reported (log line and an `invalid_file` incident);
-        if an earlier version of it was loaded, that version keeps running.
+        A file that fails validation (or that the monitored database's catalog refuses) is
+        reported with a log line and an `invalid_file` incident; if an earlier version of it
+        was loaded, that version keeps running.
         """
         directory = self.config.invariants
         if self.invariants and (not directory.is_dir() or not any(directory.rglob("*.sql"))):
@@ -145,16 +136,16 @@ class Daemon:
         loaded = load_directory(
             directory, self.config.invariant_defaults(), self.config.policy(with_database=True)
         )
-        invalid = self._names_of_problems(loaded)
+        invalid = self._problems_by_name(loaded)
         # The fence again, against the monitored database's own catalog: what lint could
         # not know (user-defined and extension functions, views) is decided here.
         refused = self.runner.vet(loaded.invariants)
         for name, problems in refused.items():
             invalid.setdefault(name, []).extend(problems)
-        loaded.invariants = [i for i in loaded.invariants if i.name not in refused]
-        return self._apply(loaded, invalid)
+        valid = {i.name: i for i in loaded.invariants if i.name not in refused}
+        return self._apply(valid, invalid)
 
-    def _names_of_problems(self, loaded: LoadResult) -> dict[str, list[Problem]]:
+    def _problems_by_name(self, loaded: LoadResult) -> dict[str, list[Problem]]:
         by_name: dict[str, list[Problem]] = {}
         for problem in loaded.errors:
             try:
@@ -164,31 +155,20 @@ class Daemon:
             by_name.setdefault(name, []).append(problem)
         return by_name
 
-    def _apply(self, loaded: LoadResult, invalid: dict[str, list[Problem]]) -> Reload:
-        change = Reload(invalid=invalid)
+    def _apply(self, valid: dict[str, Invariant], invalid: dict[str, list[Problem]]) -> Reload:
         now = self.clock()
-        valid = {inv.name: inv for inv in loaded.invariants}
-        with self._definitions:
-            previous = dict(self.invariants)
-            for name, inv in valid.items():
-                old = previous.get(name)
-                if old is None:
-                    change.added.append(name)
-                elif old != inv:
-                    change.updated.append(name)
-                self.invariants[name] = inv
-            for name in previous:
-                if name not in valid and name not in invalid:
-                    change.removed.append(name)
-                    del self.invariants[name]
-                elif name in invalid:
-                    change.kept_previous.append(name)
+        with self._lock:
+            running, change = diff(self.invariants, valid, invalid)
+            self.definitions.current = running
+            self.timetable.sync({n: i.schedule for n, i in running.items()}, utc_now())
         for name, problems in invalid.items():
             for problem in problems:
                 log.error(
                     "invalid invariant file: %s",
                     problem,
-                    extra={"fields": {"invariant": name, "kept_previous": name in previous}},
+                    extra={
+                        "fields": {"invariant": name, "kept_previous": name in change.kept_previous}
+                    },
                 )
             detail = "\n".join(str(p) for p in problems)
             self.store.record_condition("invalid_file", name, True, now, detail)
@@ -197,7 +177,6 @@ class Daemon:
             if incident.kind == "invalid_file" and incident.invariant not in invalid:
                 self.store.record_condition("invalid_file", incident.invariant, False, now)
         self.metrics.invalid_files.set(len(invalid))
-        self._reschedule(change, previous)
         for name in change.removed:
             self.metrics.forget(name)
             self.store.retire(name, now)
@@ -209,171 +188,68 @@ class Daemon:
                         "added": change.added,
                         "updated": change.updated,
                         "removed": change.removed,
-                        "running": len(self.invariants),
+                        "running": len(running),
                     }
                 },
             )
         return change
 
-    def _reschedule(self, change: Reload, previous: dict[str, Invariant]) -> None:
-        if not self.scheduler.running:
-            return
-        for name in change.removed:
-            if self.scheduler.get_job(name):
-                self.scheduler.remove_job(name)
-        for name in [*change.added, *change.updated]:
-            inv = self.invariants[name]
-            old = previous.get(name)
-            if old is not None and old.schedule == inv.schedule:
-                continue  # same schedule: the next run picks up the new definition
-            self._schedule(inv, first_run=utc_now() if old is None else None)
-
-    def _schedule(self, inv: Invariant, first_run: datetime | None) -> None:
-        kwargs: dict[str, Any] = {}
-        if first_run is not None:
-            kwargs["next_run_time"] = first_run
-        self.scheduler.add_job(
-            self.evaluate,
-            trigger_for(inv.schedule, self.config.daemon.jitter),
-            args=[inv.name],
-            id=inv.name,
-            name=f"invariant {inv.name}",
-            replace_existing=True,
-            **kwargs,
-        )
-
-    # --- one evaluation ------------------------------------------------------------------
+    # --- evaluating ----------------------------------------------------------------------
 
     def evaluate(self, name: str) -> RunResult | None:
-        """Evaluate one invariant now, store the outcome, dispatch what it caused."""
-        with self._definitions:
+        """Evaluate one invariant now, in this thread; None when it is not loaded (or the
+        daemon is stopping, or it is already running)."""
+        with self._lock:
             inv = self.invariants.get(name)
-        if inv is None or self._stop_requested or self.signals.stopping:
-            return None
-        with self._in_flight_changed:
+            if inv is None or self._stopping or self.signals.stopping or name in self._in_flight:
+                return None
             self._in_flight.add(name)
         try:
-            result = self._run(inv)
-            finished = self.clock()
-            self.store.record_run(
-                name,
-                result,
-                finished,
-                inv.header.for_runs,
-                self.config.daemon.cannot_evaluate_after,
-            )
-            self.metrics.observe(result, finished.timestamp())
-            log.info(
-                "evaluated %s: %s",
-                name,
-                result.status,
-                extra={
-                    "fields": {
-                        "invariant": name,
-                        "status": result.status,
-                        "count": result.count,
-                        "ms": round(result.duration_ms),
-                        **({"error": result.error} if result.error else {}),
-                    }
-                },
-            )
+            return self.evaluator.evaluate(inv)
         finally:
-            with self._in_flight_changed:
+            with self._idle:
                 self._in_flight.discard(name)
-                self._in_flight_changed.notify_all()
-        return result
+                self._idle.notify_all()
 
-    def _run(self, inv: Invariant) -> RunResult:
-        started = self.clock()
-        clock = time.monotonic()
-        try:
-            replica = self.runner.replica_status()
-        except (psycopg.Error, PoolTimeout) as exc:
-            reason = self.runner.probe() or describe_error(exc)
-            return RunResult.failed(
-                inv.name,
-                f"cannot read replica status: {reason}",
-                started_at=started,
-                duration_ms=(time.monotonic() - clock) * 1000,
-            )
-        max_lag = self.config.daemon.max_replica_lag
-        stale = is_stale(replica, max_lag)
-        lag = replica.lag_seconds
-        detail = (
-            f"replica lag {'unknown' if lag is None else f'{lag:.0f}s'} exceeds "
-            f"max_replica_lag {max_lag.total_seconds():.0f}s"
-        )
-        self.store.record_condition(
-            "replica_stale", REPLICA_SUBJECT, stale, self.clock(), detail if stale else None
-        )
-        if stale:
-            return RunResult(
-                inv.name,
-                "stale",
-                None,
-                error=f"not evaluated: {detail}",
-                started_at=started,
-                replica_lag=lag,
-                duration_ms=(time.monotonic() - clock) * 1000,
-            )
-        result = self.runner.run_one(inv)
-        return dataclasses.replace(
-            result, replica_lag=lag, duration_ms=(time.monotonic() - clock) * 1000
-        )
+    def _due(self, now: datetime) -> list[str]:
+        with self._lock:
+            return [d.name for d in self.timetable.due(now, busy=self._in_flight)]
 
-    def describe(self, invariant: str) -> InvariantHeader | None:
-        found = self.invariants.get(invariant)
-        return found.header if found else None
+    def run_due(self, now: datetime) -> list[RunResult]:
+        """One turn of the timetable in this thread: evaluate what is due at `now`."""
+        return [r for name in self._due(now) if (r := self.evaluate(name)) is not None]
 
-    def dispatch(self, force: bool = False) -> list[StoredEvent]:
-        """Plan pending events into the delivery ledger (fast, no network); returns the
-        events planned. A burst is held until quiet so it can become one digest."""
-        with self._dispatching:
-            planned = self.alerter.plan(self.store.pending_events(limit=1000), force)
-        for event in planned:
-            log.warning(
-                "event %s: %s",
-                event.kind,
-                event.invariant,
-                extra={
-                    "fields": {
-                        "event_id": event.id,
-                        "incident_id": event.incident_id,
-                        "event": event.kind,
-                        "invariant": event.invariant,
-                        **event.payload,
-                    }
-                },
-            )
-        return planned
-
-    def deliver(self, force: bool = False) -> int:
-        """Plan what is pending, then perform the deliveries that are due (network)."""
-        self.dispatch(force)
-        handled = self.alerter.deliver()
-        self.metrics.observe_deliveries(self.alerter.ledger.counts(), self.alerter.worker.failures)
-        return handled
-
-    def deliver_until_idle(self, seconds: float) -> None:
-        """For burst mode and shutdown: deliver until nothing is due, within a deadline."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.deliver(force=True)
-            due = self.alerter.ledger.next_due()
-            if due is None or due > self.clock() + timedelta(seconds=seconds):
-                return
-            # Never a hot loop: at least a short pause between rounds, at most 0.2s.
-            wait = (due - self.clock()).total_seconds()
-            time.sleep(min(0.2, max(0.02, wait)))
+    def tick(self) -> list[Future[RunResult | None]]:
+        """The scheduler's turn: start what is due on the worker pool; also the heartbeat."""
+        self._heartbeat = time.monotonic()
+        if self._workers is None or self._stopping:
+            return []
+        return [self._workers.submit(self.evaluate, name) for name in self._due(utc_now())]
 
     def run_once(self) -> tuple[Reload, list[RunResult]]:
         """Burst mode: load, evaluate every invariant once through the full path, return."""
         change = self.reload()
         names = sorted(self.invariants)
-        with BurstPool(self.config.concurrency, thread_name_prefix="invmon-burst") as pool:
+        with ThreadPoolExecutor(self.config.concurrency, "invmon-burst") as pool:
             results = [r for r in pool.map(self.evaluate, names) if r is not None]
-        self.deliver_until_idle(30)
+        self.pump.deliver_until_idle(30)
         return change, results
+
+    # --- delivering (kept here for the tests and the CLI that call them) -----------------
+
+    def dispatch(self, force: bool = False) -> list[object]:
+        return list(self.pump.dispatch(force))
+
+    def deliver(self, force: bool = False) -> int:
+        return self.pump.deliver(force)
+
+    def deliver_until_idle(self, seconds: float) -> None:
+        self.pump.deliver_until_idle(seconds)
+
+    def prune(self) -> None:
+        removed = self.store.prune_runs(self.clock() - self.config.state.retention)
+        if removed:
+            log.info("pruned old runs", extra={"fields": {"runs": removed}})
 
     # --- the long-running part -----------------------------------------------------------
 
@@ -381,35 +257,37 @@ class Daemon:
         if self.config.http.listen:
             # Bound first: a port in use stops start-up before anything runs.
             self.listener = Listener(self.config.http.listen, self.routes())
-        self.scheduler.start()
-        self.reload()
-        now = utc_now()  # the scheduler's own clock, not the injectable one used for records
-        for inv in self.invariants.values():
-            self._schedule(inv, first_run=now)  # the first evaluation happens at start-up
-        self.scheduler.add_job(
-            self._beat,
-            IntervalTrigger(seconds=HEARTBEAT.total_seconds()),
-            id="invmon:heartbeat",
-            next_run_time=now,
-            executor="housekeeping",
+        self._workers = ThreadPoolExecutor(self.config.concurrency, "invmon-run")
+        self.reload()  # every loaded invariant is due at once: the first run is at start-up
+        scheduler = BackgroundScheduler(
+            timezone=UTC,
+            # Ticking, delivering and housekeeping each have a thread, so a slow Slack never
+            # delays an evaluation and the heartbeat ticks even when every worker is busy.
+            executors={
+                "ticks": JobExecutor(1),
+                "alerts": JobExecutor(1),
+                "housekeeping": JobExecutor(1),
+            },
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
-        self.scheduler.add_job(
-            self.deliver,
-            IntervalTrigger(seconds=DISPATCH_EVERY.total_seconds()),
-            id="invmon:deliver",
-            next_run_time=now,
-            executor="alerts",
+        now = datetime.now(UTC)
+        every_second = IntervalTrigger(seconds=TICK.total_seconds())
+        scheduler.add_job(self.tick, every_second, id="tick", next_run_time=now, executor="ticks")
+        scheduler.add_job(
+            self.deliver, every_second, id="deliver", next_run_time=now, executor="alerts"
         )
-        self.scheduler.add_job(
-            self.alerter.remind, IntervalTrigger(minutes=1), id="invmon:remind", executor="alerts"
+        scheduler.add_job(
+            self.alerter.remind, IntervalTrigger(minutes=1), id="remind", executor="alerts"
         )
-        self.scheduler.add_job(
+        scheduler.add_job(
             self.prune,
             IntervalTrigger(hours=6),
-            id="invmon:prune",
+            id="prune",
             next_run_time=now,
             executor="housekeeping",
         )
+        scheduler.start()
+        self.scheduler = scheduler
         if self.listener:
             self.listener.start()
             log.info("listening on http://%s", self.listener.address)
@@ -434,20 +312,12 @@ class Daemon:
         )
 
     def health_problem(self) -> str | None:
-        if not self.scheduler.running:
+        if self.scheduler is None or not self.scheduler.running:
             return "scheduler is not running"
         age = time.monotonic() - self._heartbeat
-        if age > 3 * HEARTBEAT.total_seconds():
+        if age > HEARTBEAT_LIMIT.total_seconds():
             return f"scheduler has not ticked for {age:.0f}s"
         return None
-
-    def _beat(self) -> None:
-        self._heartbeat = time.monotonic()
-
-    def prune(self) -> None:
-        removed = self.store.prune_runs(self.clock() - self.config.state.retention)
-        if removed:
-            log.info("pruned old runs", extra={"fields": {"runs": removed}})
 
     def serve(self, install_signals: bool = True) -> int:
         """Run until SIGTERM/SIGINT; SIGHUP reloads. Returns the exit code."""
@@ -458,7 +328,6 @@ class Daemon:
 
     def request_stop(self) -> None:
         """Safe from a signal handler and from any thread."""
-        self._stop_requested = True
         self.signals.request_stop()
 
     def request_reload(self) -> None:
@@ -471,27 +340,29 @@ class Daemon:
     def shutdown(self) -> None:
         grace = self.config.daemon.shutdown_grace.total_seconds()
         log.info("stopping: no new runs; waiting up to %.0fs for runs in flight", grace)
-        self._stop_requested = True
-        if self.scheduler.running:
+        self._stopping = True
+        if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         if not self._wait_idle(grace):
             cancelled = self.runner.cancel_all()
             log.warning("cancelled %d queries still running after the grace period", cancelled)
             self._wait_idle(10)
+        if self._workers is not None:
+            self._workers.shutdown(wait=False, cancel_futures=True)
         if self.listener:
             self.listener.stop()
         if self.socket_mode:
             self.socket_mode.stop()
         self.runner.close()
-        self.deliver_until_idle(min(10.0, grace))
+        self.pump.deliver_until_idle(min(10.0, grace))
         log.info("stopped")
 
     def _wait_idle(self, seconds: float) -> bool:
         deadline = time.monotonic() + seconds
-        with self._in_flight_changed:
+        with self._idle:
             while self._in_flight:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self._in_flight_changed.wait(left)
+                self._idle.wait(left)
         return True

@@ -58,7 +58,7 @@ def show_alerts(dsn: str, invariants: Path) -> list[tuple[str, int]]:
         )
         store = StateStore.open(path=config.state.path)
         try:
-            daemon = Daemon(config, dsn, store)
+            daemon = Daemon.build(config, dsn, store)
             _, results = daemon.run_once()
         finally:
             store.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -81,10 +82,60 @@ def parse_schedule(text: str) -> Schedule:
             f"{text!r} is not a schedule; write 'every 15m', 'every 1h' "
             "or a five-field cron expression such as '*/10 * * * *'"
         )
-    from apscheduler.triggers.cron import CronTrigger
-
     try:
-        CronTrigger.from_crontab(spec, timezone="UTC")
+        cron_trigger(spec)
     except ValueError as exc:
         raise ValueError(f"{text!r} is not a valid cron expression: {exc}") from None
     return CronSchedule(spec)
+
+
+_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def _days_of_week(field: str) -> str:
+    """A cron day-of-week field as day names. In cron 0 and 7 are Sunday and 1 is Monday;
+    APScheduler 3 reads numbers with 0 as Monday, so "1" would silently mean Tuesday."""
+    days: set[int] = set()
+    for part in field.lower().split(","):
+        span, _, step_text = part.partition("/")
+        step = int(step_text) if step_text else 1
+        if span == "*":
+            low, high = 0, 6
+        else:
+            ends = [_day_number(end) for end in span.split("-")]
+            if len(ends) > 2:
+                raise ValueError(f"day of week {part!r} is not a day, a range or a step")
+            low, high = ends[0], ends[-1]
+            if not step_text and len(ends) == 1:
+                high = low
+            elif not step_text and high < low:
+                raise ValueError(f"day of week range {part!r} runs backwards")
+            elif step_text and len(ends) == 1:
+                high = 6
+        if step < 1:
+            raise ValueError(f"day of week step {part!r} must be at least 1")
+        days.update(day % 7 for day in range(low, high + 1, step))
+    return ",".join(_DAY_NAMES[d] for d in sorted(days))
+
+
+def _day_number(text: str) -> int:
+    if text in _DAY_NAMES:
+        return _DAY_NAMES.index(text)
+    if text.isdigit() and 0 <= int(text) <= 7:
+        return int(text)
+    raise ValueError(f"{text!r} is not a day of week (0-7, or sun-sat)")
+
+
+def cron_trigger(expression: str) -> Any:
+    """APScheduler's trigger for a five-field cron expression read as cron reads it."""
+    from apscheduler.triggers.cron import CronTrigger
+
+    minute, hour, day, month, weekday = expression.split()
+    return CronTrigger(
+        minute=minute,
+        hour=hour,
+        day=day,
+        month=month,
+        day_of_week=_days_of_week(weekday),
+        timezone="UTC",
+    )

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import sql
-from scenario import INVARIANT, FakeClock, World
+from helpers import FakeClock, items_table
+from scenario import INVARIANT, World
 
 from monitor.pgtemp import apply_sql, scratch_database, temporary_server
 from monitor.state import StateStore
@@ -82,8 +82,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def world(database: str, tmp_path: Path) -> Iterator[World]:
     """A monitored table of items, the scripted invariant, a state store and a fake clock."""
-    sql(database, "CREATE TABLE items (id int PRIMARY KEY, note text, bad bool NOT NULL)")
-    sql(database, "INSERT INTO items SELECT g, 'item ' || g, false FROM generate_series(1, 6) g")
+    items_table(database)
     folder = tmp_path / "invariants"
     folder.mkdir()
     (folder / "bad_items.sql").write_text(INVARIANT)

@@ -1,4 +1,5 @@
-"""Small helpers shared by the tests: poll with a deadline, run SQL, run the real CLI."""
+"""Small helpers shared by the tests: poll with a deadline, a clock the test moves, the
+monitored `items` table, run SQL, run the real CLI."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,6 +26,29 @@ def wait_for(condition: Callable[[], T | None], seconds: float, what: str) -> T:
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+
+
+class FakeClock:
+    """The clock a test controls: it moves only when told to."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime.now(UTC).replace(microsecond=0)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def items_table(dsn: str, rows: int = 6, bad: tuple[int, ...] = ()) -> None:
+    """The monitored table most daemon tests watch: `items (id, note, bad)`."""
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, note text, bad bool NOT NULL)")
+    marked = f"g IN ({','.join(str(i) for i in bad)})" if bad else "false"
+    sql(
+        dsn,
+        f"INSERT INTO items SELECT g, 'item ' || g, {marked} FROM generate_series(1, {rows}) g",
+    )
 
 
 def sql(dsn: str, statement: str) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from fake_slack import TOKEN, FakeSlack
-from helpers import sql
+from helpers import FakeClock, sql
 
 from alerts.slack import SlackTransport
 from monitor.config import Config, DaemonConfig, HttpConfig, SlackConfig
@@ -65,17 +65,6 @@ def assert_one_clean_incident(fake: FakeSlack, label: str) -> None:
     assert len(fake.files) >= 1
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC).replace(microsecond=0)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
 @dataclass
 class World:
     dsn: str
@@ -99,7 +88,7 @@ class World:
                 }
             ),
         )
-        daemon = Daemon(
+        daemon = Daemon.build(
             config,
             self.dsn,
             self.store,

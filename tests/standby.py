@@ -23,15 +23,15 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from helpers import wait_for
 from psycopg.conninfo import make_conninfo
 
 with warnings.catch_warnings():
@@ -69,19 +69,6 @@ local   replication     all                     trust
 host    all             all     127.0.0.1/32    trust
 host    replication     all     127.0.0.1/32    trust
 """
-
-
-def _poll(
-    what: str, condition: Callable[[], bool], deadline_s: float, interval_s: float = 0.02
-) -> None:
-    """Call `condition` until it is true; TimeoutError after `deadline_s` seconds."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        if condition():
-            return
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"gave up after {deadline_s}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def _base_folder() -> Path:
@@ -178,7 +165,7 @@ class StandbyPair:
                 row = conn.execute("SELECT pg_get_wal_replay_pause_state()").fetchone()
                 return row is not None and row[0] == "paused"
 
-            _poll("WAL replay to pause", paused, deadline_s)
+            wait_for(paused, deadline_s, "WAL replay to pause")
 
     def resume_replay(self) -> None:
         """`pg_wal_replay_resume()` on the standby."""
@@ -200,7 +187,7 @@ class StandbyPair:
                 ).fetchone()
                 return reached is not None and reached[0] is True
 
-            _poll(f"the standby to replay up to {target}", caught_up, deadline_s)
+            wait_for(caught_up, deadline_s, f"the standby to replay up to {target}")
 
 
 def _start(cluster: _Cluster, data: Path, log: Path) -> None:
@@ -294,7 +281,7 @@ def running_standby_pair() -> Iterator[StandbyPair]:
                 return False  # not accepting connections yet
             return row is not None and row[0] is True
 
-        _poll("the standby to accept connections in recovery", in_recovery, START_TIMEOUT_S)
+        wait_for(in_recovery, START_TIMEOUT_S, "the standby to accept connections in recovery")
         yield pair
     finally:
         for data in reversed(started):  # standby first: the primary then stops at once

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fake_slack import TOKEN, FakeSlack
-from helpers import sql, wait_for
+from helpers import items_table, sql, wait_for
 from scenario import CHANGES, EVENTS_AFTER_STEP, INVARIANT, assert_one_clean_incident
 
 from monitor.state import StateStore
@@ -22,8 +22,7 @@ from monitor.state import StateStore
 
 @pytest.fixture
 def items(database: str, tmp_path: Path) -> tuple[str, Path]:
-    sql(database, "CREATE TABLE items (id int PRIMARY KEY, note text, bad bool NOT NULL)")
-    sql(database, "INSERT INTO items SELECT g, 'item ' || g, false FROM generate_series(1, 6) g")
+    items_table(database)
     folder = tmp_path / "invariants"
     folder.mkdir()
     (folder / "bad_items.sql").write_text(INVARIANT)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import psycopg
-from helpers import invmon
+from helpers import invmon, items_table
 
 from monitor.logs import redact
 
@@ -15,9 +14,7 @@ from monitor.logs import redact
 def test_run_once_then_status_and_history_read_the_same_store(
     database: str, tmp_path: Path
 ) -> None:
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute("CREATE TABLE items (id int PRIMARY KEY, bad bool NOT NULL)")
-        conn.execute("INSERT INTO items VALUES (1, true), (2, false), (3, true)")
+    items_table(database, rows=3, bad=(1, 3))
     (tmp_path / "invariants").mkdir()
     (tmp_path / "invariants" / "bad_rows.sql").write_text(
         "-- description: nothing is bad\n-- key: [id]\nSELECT id FROM items WHERE bad\n"

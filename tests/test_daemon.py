@@ -11,12 +11,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import sql, wait_for
+from helpers import FakeClock, items_table, sql, wait_for
 
 from monitor.config import Config, DaemonConfig, HttpConfig
 from monitor.daemon import Daemon
 from monitor.state import REPLICA_SUBJECT, StateStore
 
+START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 BAD_ROWS = """\
 -- description: No row is marked bad.
 -- key: [id]
@@ -25,21 +26,9 @@ SELECT id, note FROM items WHERE bad
 """
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
 @pytest.fixture
 def monitored(database: str, tmp_path: Path) -> tuple[str, Path]:
-    sql(database, "CREATE TABLE items (id int PRIMARY KEY, note text, bad bool NOT NULL)")
-    sql(database, "INSERT INTO items SELECT g, 'item ' || g, false FROM generate_series(1, 5) g")
+    items_table(database, rows=5)
     folder = tmp_path / "invariants"
     folder.mkdir()
     (folder / "bad_rows.sql").write_text(BAD_ROWS)
@@ -54,13 +43,13 @@ def make_daemon(
         http=HttpConfig(listen=None),
         daemon=DaemonConfig(**daemon),  # type: ignore[arg-type]
     )
-    return Daemon(config, dsn, store, clock=clock or FakeClock())
+    return Daemon.build(config, dsn, store, clock=clock or FakeClock(START))
 
 
 @pytest.fixture
 def daemon(monitored: tuple[str, Path], store: StateStore) -> Iterator[Daemon]:
     dsn, folder = monitored
-    made = make_daemon(dsn, folder, store, FakeClock(), cannot_evaluate_after=2)
+    made = make_daemon(dsn, folder, store, FakeClock(START), cannot_evaluate_after=2)
     made.reload()
     yield made
     made.runner.close()
@@ -231,7 +220,7 @@ def test_scheduled_runs_fire_and_a_slow_run_never_overlaps_itself(
             )
         }
     )
-    daemon = Daemon(config, dsn, store)
+    daemon = Daemon.build(config, dsn, store)
     with psycopg.connect(dsn) as holder:
         # Every run waits 1.5s on this lock, longer than the 1s schedule.
         holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
@@ -264,7 +253,7 @@ def test_a_new_file_starts_running_after_reload_without_a_restart(
         wait_for(lambda: len(store.runs("later")) >= 2, 10, "two runs of the new file")
         (folder / "later.sql").unlink()
         daemon.reload()
-        assert daemon.scheduler.get_job("later") is None
+        assert "later" not in daemon.timetable
     finally:
         daemon.request_stop()
         daemon.shutdown()
@@ -282,7 +271,7 @@ def test_shutdown_cancels_queries_still_running_after_the_grace_period(
     config = config.model_copy(
         update={"database": config.database.model_copy(update={"lock_timeout": timedelta(hours=1)})}
     )
-    daemon = Daemon(config, dsn, store)
+    daemon = Daemon.build(config, dsn, store)
 
     def waiting_on_lock() -> bool:
         with psycopg.connect(dsn, autocommit=True) as conn:

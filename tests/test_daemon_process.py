@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import sql, wait_for
+from helpers import items_table, sql, wait_for
 from psycopg.conninfo import make_conninfo
 
 from monitor.state import StateStore
@@ -69,8 +69,7 @@ class DaemonProcess:
 
 @pytest.fixture
 def setup(database: str, tmp_path: Path) -> tuple[str, Path]:
-    sql(database, "CREATE TABLE items (id int PRIMARY KEY, bad bool NOT NULL)")
-    sql(database, "INSERT INTO items SELECT g, g <= 2 FROM generate_series(1, 5) g")
+    items_table(database, rows=5, bad=(1, 2))
     folder = tmp_path / "invariants"
     folder.mkdir()
     (folder / "bad_rows.sql").write_text(BAD_ROWS)
@@ -236,7 +235,7 @@ from monitor.state import StateStore
 folder, state, dsn, which = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 config = Config(invariants=folder, http=HttpConfig(listen=None), state=StateConfig(path=state))
 store = StateStore.open(path=state)
-daemon = Daemon(config, dsn, store)
+daemon = Daemon.build(config, dsn, store)
 
 def send_from_this_thread():
     # The kernel may deliver a process signal to any thread; this makes it this one, which

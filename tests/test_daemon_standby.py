@@ -38,7 +38,7 @@ def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident
         http=HttpConfig(listen=None),
         daemon=DaemonConfig(max_replica_lag=timedelta(seconds=3)),
     )
-    daemon = Daemon(config, standby_pair.standby_dsn, store)
+    daemon = Daemon.build(config, standby_pair.standby_dsn, store)
     try:
         daemon.reload()
         first = daemon.evaluate("bad")

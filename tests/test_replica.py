@@ -4,13 +4,12 @@ paused, and the staleness rule."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
+from helpers import wait_for
 from psycopg import sql
 from psycopg.rows import dict_row
 
@@ -31,18 +30,6 @@ def status_of(dsn: str, read_only: bool = True) -> ReplicaStatus:
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
         conn.rollback()
     return status
-
-
-def poll_until(what: str, probe: Callable[[], Any], deadline_s: float = 10.0) -> Any:
-    """Call `probe` until it returns something truthy; return that; fail at the deadline."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"gave up after {deadline_s}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def commit_on_primary(pair: StandbyPair) -> None:
@@ -99,12 +86,13 @@ def test_a_standby_of_an_idle_primary_is_fresh_however_old_its_last_commit(
 ) -> None:
     commit_on_primary(standby_pair)
     standby_pair.wait_caught_up(10)
-    poll_until(
-        "the standby's last replayed commit to be more than 1.5 s old",
+    wait_for(
         lambda: standby_scalar(
             standby_pair,
             "SELECT now() - pg_last_xact_replay_timestamp() > interval '1.5 seconds'",
         ),
+        10,
+        "the standby's last replayed commit to be more than 1.5 s old",
     )
     status = status_of(standby_pair.standby_dsn)
     assert caught_up(status), status
@@ -120,11 +108,12 @@ def test_with_replay_paused_lag_grows_until_stale_and_returns_to_zero_after_resu
     standby_pair.pause_replay()
     try:
         commit_on_primary(standby_pair)
-        poll_until(
-            "the standby to receive the commit it cannot replay",
+        wait_for(
             lambda: standby_scalar(
                 standby_pair, "SELECT pg_last_wal_receive_lsn() > pg_last_wal_replay_lsn()"
             ),
+            10,
+            "the standby to receive the commit it cannot replay",
         )
         first = status_of(standby_pair.standby_dsn)
         assert first.in_recovery is True
@@ -137,7 +126,7 @@ def test_with_replay_paused_lag_grows_until_stale_and_returns_to_zero_after_resu
             assert status.lag_seconds is not None
             return status if status.lag_seconds > first_lag else None
 
-        assert poll_until("the lag to grow", grown).in_recovery is True
+        assert wait_for(grown, 10, "the lag to grow").in_recovery is True
 
         def stale() -> ReplicaStatus | None:
             status = status_of(standby_pair.standby_dsn)
@@ -146,7 +135,7 @@ def test_with_replay_paused_lag_grows_until_stale_and_returns_to_zero_after_resu
             assert is_stale(status, ONE_SECOND) is (status.lag_seconds > 1.0)
             return status if is_stale(status, ONE_SECOND) else None
 
-        stale_status = poll_until("the lag to exceed 1 s", stale)
+        stale_status = wait_for(stale, 10, "the lag to exceed 1 s")
         assert stale_status.lag_seconds is not None
         assert stale_status.lag_seconds > 1.0
     finally:
@@ -169,17 +158,19 @@ def test_a_standby_whose_link_to_the_primary_broke_goes_stale(standby_pair: Stan
         conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
         conn.execute("SELECT pg_reload_conf()")
     try:
-        poll_until(
-            "the WAL receiver to stop",
+        wait_for(
             lambda: standby_scalar(standby_pair, "SELECT count(*) = 0 FROM pg_stat_wal_receiver"),
+            10,
+            "the WAL receiver to stop",
         )
         commit_on_primary(standby_pair)  # the standby never receives this one
-        broken = poll_until(
-            "the broken standby to read as stale",
+        broken = wait_for(
             lambda: next(
                 (s for s in [status_of(standby_pair.standby_dsn)] if is_stale(s, ONE_SECOND)),
                 None,
             ),
+            10,
+            "the broken standby to read as stale",
         )
         assert broken.lag_seconds is not None and broken.lag_seconds > 1.0
     finally:

@@ -1,0 +1,85 @@
+"""One evaluation of one invariant, start to finish: ask the replica gate, run the query,
+store the run (which moves its incidents on and writes their events), count it in the
+metrics and log it. The daemon's scheduler, `invmon run --once` and the tests all come here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from monitor.clock import Clock
+from monitor.config import DaemonConfig
+from monitor.loader import Invariant
+from monitor.metrics import Metrics
+from monitor.replica_gate import ReplicaGate
+from monitor.results import RunResult
+from monitor.runner import Runner
+from monitor.state import StateStore
+
+log = logging.getLogger("invmon.daemon")
+
+
+class Evaluator:
+    def __init__(
+        self,
+        runner: Runner,
+        gate: ReplicaGate,
+        store: StateStore,
+        metrics: Metrics,
+        settings: DaemonConfig,
+        clock: Clock,
+    ) -> None:
+        self.runner = runner
+        self.gate = gate
+        self.store = store
+        self.metrics = metrics
+        self.settings = settings
+        self.clock = clock
+
+    def evaluate(self, inv: Invariant) -> RunResult:
+        result = self._run(inv)
+        finished = self.clock()
+        self.store.record_run(
+            inv.name, result, finished, inv.header.for_runs, self.settings.cannot_evaluate_after
+        )
+        self.metrics.observe(result, finished.timestamp())
+        log.info(
+            "evaluated %s: %s",
+            inv.name,
+            result.status,
+            extra={
+                "fields": {
+                    "invariant": inv.name,
+                    "status": result.status,
+                    "count": result.count,
+                    "ms": round(result.duration_ms),
+                    **({"error": result.error} if result.error else {}),
+                }
+            },
+        )
+        return result
+
+    def _run(self, inv: Invariant) -> RunResult:
+        started = self.clock()
+        clock = time.monotonic()
+
+        def elapsed() -> float:
+            return (time.monotonic() - clock) * 1000
+
+        gate = self.gate.check(started)
+        if gate.error is not None:
+            return RunResult.failed(inv.name, gate.error, started_at=started, duration_ms=elapsed())
+        if gate.stale is not None:
+            return RunResult(
+                inv.name,
+                "stale",
+                None,
+                error=f"not evaluated: {gate.stale}",
+                started_at=started,
+                replica_lag=gate.lag,
+                duration_ms=elapsed(),
+            )
+        result = self.runner.run_one(inv)
+        return dataclasses.replace(result, replica_lag=gate.lag, duration_ms=elapsed())

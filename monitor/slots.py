@@ -1,0 +1,133 @@
+"""When each invariant runs: its slots, and a timetable of what is due. Pure: no threads,
+no clock of its own (`now` is always given), like arq's `next_cron` beside its worker.
+
+A *slot* is a nominal fire time computed from the schedule alone: an interval's slots are
+anchored at the Unix epoch (every 15 minutes means :00, :15, :30, :45), a cron's are its
+fire times. Slots are the same on every daemon, so several daemons can agree on which run
+is which. A slot actually starts a little after its nominal time (a jitter that is a stable
+function of the invariant and the slot, at most a tenth of the period), so a thousand
+invariants on the same schedule do not hit the replica in the same second.
+
+Missed slots are not caught up: a run that starts late evaluates the latest slot
+(coalescing), and an invariant never runs twice at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any
+
+from monitor.durations import CronSchedule, IntervalSchedule, Schedule, cron_trigger
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@cache
+def _cron(expression: str) -> Any:
+    return cron_trigger(expression)
+
+
+def next_slot(schedule: Schedule, after: datetime) -> datetime:
+    """The first slot strictly after `after`."""
+    if isinstance(schedule, IntervalSchedule):
+        every = schedule.every
+        elapsed = (after - EPOCH) // every
+        return EPOCH + (elapsed + 1) * every
+    fire = _cron(schedule.expression).get_next_fire_time(None, after + timedelta(seconds=1))
+    return fire.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+def latest_slot(schedule: Schedule, now: datetime) -> datetime:
+    """The last slot at or before `now`."""
+    if isinstance(schedule, IntervalSchedule):
+        every = schedule.every
+        return EPOCH + ((now - EPOCH) // every) * every
+    # A cron has no "previous fire time": look back twice as far each step until a slot is
+    # found, then walk forward to the last one not after `now`.
+    assert isinstance(schedule, CronSchedule)
+    lookback = timedelta(minutes=1)
+    while True:
+        candidate = next_slot(schedule, now - lookback)
+        if candidate <= now:
+            break
+        lookback *= 2
+    while (following := next_slot(schedule, candidate)) <= now:
+        candidate = following
+    return candidate
+
+
+def period(schedule: Schedule, slot: datetime) -> timedelta:
+    if isinstance(schedule, IntervalSchedule):
+        return schedule.every
+    return next_slot(schedule, slot) - slot
+
+
+def spread(name: str, slot: datetime, schedule: Schedule, max_jitter: timedelta) -> timedelta:
+    """How long after its nominal time this slot starts: stable for (name, slot), below
+    `max_jitter` and a tenth of the period."""
+    ceiling = min(max_jitter, period(schedule, slot) / 10)
+    digest = hashlib.sha256(f"{name}@{slot.isoformat()}".encode()).digest()
+    fraction = int.from_bytes(digest[:8], "big") / 2**64
+    return ceiling * fraction
+
+
+@dataclass
+class _Entry:
+    schedule: Schedule
+    next_slot: datetime
+    run_at: datetime
+
+
+@dataclass(frozen=True)
+class Due:
+    name: str
+    slot: datetime
+
+
+class Timetable:
+    """What is due when. Not thread-safe: its owner serialises calls."""
+
+    def __init__(self, max_jitter: timedelta) -> None:
+        self.max_jitter = max_jitter
+        self._entries: dict[str, _Entry] = {}
+
+    def sync(self, schedules: Mapping[str, Schedule], now: datetime) -> None:
+        """Follow the loaded invariants: a new one is due now (its first run happens at
+        start-up or when its file appears); one whose schedule changed waits for its next
+        slot; a removed one is dropped."""
+        for name in set(self._entries) - set(schedules):
+            del self._entries[name]
+        for name, schedule in schedules.items():
+            entry = self._entries.get(name)
+            if entry is None:
+                self._entries[name] = _Entry(schedule, latest_slot(schedule, now), now)
+            elif entry.schedule != schedule:
+                self._entries[name] = self._after(name, schedule, now)
+
+    def _after(self, name: str, schedule: Schedule, moment: datetime) -> _Entry:
+        slot = next_slot(schedule, moment)
+        return _Entry(schedule, slot, slot + spread(name, slot, schedule, self.max_jitter))
+
+    def due(self, now: datetime, busy: Collection[str] = ()) -> list[Due]:
+        """Every invariant whose start time has come and that is not running, with the slot
+        it evaluates (the latest one: missed slots are coalesced); each is then scheduled
+        for its next slot."""
+        started = []
+        for name, entry in sorted(self._entries.items()):
+            if entry.run_at > now or name in busy:
+                continue
+            slot = max(entry.next_slot, latest_slot(entry.schedule, now))
+            started.append(Due(name, slot))
+            self._entries[name] = self._after(name, entry.schedule, slot)
+        return started
+
+    def next_run(self, name: str) -> datetime | None:
+        entry = self._entries.get(name)
+        return None if entry is None else entry.run_at
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
