@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from monitor.acks import ACK_MODES, AckMode
-from monitor.durations import parse_duration, parse_schedule
+from monitor.durations import parse_duration
 from monitor.fence import Allowances, FencePolicy
 from monitor.header import Severity
 from monitor.loader import Defaults
@@ -63,21 +63,6 @@ def _safe_to_show(value: Any) -> bool:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class DefaultsConfig(_Model):
-    schedule: str = "every 15m"
-    timeout: timedelta = timedelta(seconds=30)
-    sample: int = Field(default=20, ge=0, le=1000)
-    severity: Severity = "warning"
-
-    _t = field_validator("timeout", mode="before")(_duration)
-
-    @field_validator("schedule")
-    @classmethod
-    def _schedule(cls, value: str) -> str:
-        parse_schedule(value)
-        return value
 
 
 class DatabaseConfig(_Model):
@@ -222,7 +207,7 @@ class Config(_Model):
     schema_path: Path | None = Field(default=None, alias="schema")
     max_cost: float | None = Field(default=None, gt=0)  # `invmon explain` budget per query
     concurrency: int = Field(default=4, ge=1, le=64)
-    defaults: DefaultsConfig = DefaultsConfig()
+    defaults: Defaults = Defaults()
     database: DatabaseConfig = DatabaseConfig()
     state: StateConfig = StateConfig()
     daemon: DaemonConfig = DaemonConfig()
@@ -237,12 +222,7 @@ class Config(_Model):
         return self.fence.policy(with_database)
 
     def invariant_defaults(self) -> Defaults:
-        return Defaults(
-            schedule=self.defaults.schedule,
-            timeout=self.defaults.timeout,
-            sample=self.defaults.sample,
-            severity=self.defaults.severity,
-        )
+        return self.defaults
 
 
 def interpolate(value: Any, where: str = "") -> Any:

@@ -88,6 +88,7 @@ def sql_expression_problem(text: str) -> str | None:
 
 
 _Loader.add_constructor("!sql", _sql)
+EXPECT_FIELDS = {"keys", "count", "rows"}
 
 
 @dataclass(frozen=True)
@@ -97,10 +98,13 @@ class Case:
     rows: dict[str, list[dict[str, Any]]]
     keys: list[str] | None = None  # canonical offending keys, one per expected row
     count: int | None = None
+    # Every offending row, on the columns listed (the same columns in each), as the
+    # database returns them (numerics as strings with their exact digits).
+    rows_expected: list[dict[str, Any]] | None = None
 
     @property
     def fires(self) -> bool:
-        return bool(self.keys) or bool(self.count)
+        return bool(self.keys) or bool(self.count) or bool(self.rows_expected)
 
 
 @dataclass
@@ -186,13 +190,31 @@ def _case(
         problems.append(Problem(path, line, f"{name!r}: `rows` maps each table to a list of rows"))
         return None
     expect = raw.get("expect")
-    if not isinstance(expect, dict) or not ({"keys", "count"} & set(expect)):
-        problems.append(Problem(path, line, f"{name!r}: `expect` needs `keys` or `count`"))
+    if not isinstance(expect, dict) or not (EXPECT_FIELDS & set(expect)):
+        problems.append(Problem(path, line, f"{name!r}: `expect` needs `keys`, `count` or `rows`"))
         return None
-    if set(expect) - {"keys", "count"}:
-        extra = sorted(set(expect) - {"keys", "count"})
+    if set(expect) - EXPECT_FIELDS:
+        extra = sorted(set(expect) - EXPECT_FIELDS)
         problems.append(
-            Problem(path, line, f"{name!r}: unknown `expect` field(s) {extra}; use keys or count")
+            Problem(
+                path,
+                line,
+                f"{name!r}: unknown `expect` field(s) {extra}; use keys, count or rows",
+            )
+        )
+        return None
+    rows_expected = expect.get("rows")
+    if rows_expected is not None and (
+        not isinstance(rows_expected, list)
+        or not all(isinstance(r, dict) and r for r in rows_expected)
+        or len({tuple(sorted(r)) for r in rows_expected}) > 1
+    ):
+        problems.append(
+            Problem(
+                path,
+                line,
+                f"{name!r}: `expect.rows` is a list of rows, each naming the same columns",
+            )
         )
         return None
     keys = None
@@ -205,7 +227,7 @@ def _case(
     if count is not None and (not isinstance(count, int) or count < 0):
         problems.append(Problem(path, line, f"{name!r}: `count` must be a whole number"))
         return None
-    return Case(name, line, rows, keys, count)
+    return Case(name, line, rows, keys, count, rows_expected)
 
 
 @dataclass(frozen=True)
@@ -224,10 +246,13 @@ class CaseResult:
         if self.passed:
             return f"✅ {self.case.name}"
         parts = []
-        if self.missing:
-            parts.append(f"missing keys {', '.join(self.missing)}")
-        if self.unexpected:
-            parts.append(f"unexpected keys {', '.join(self.unexpected)}")
+        for label, found in (("missing", self.missing), ("unexpected", self.unexpected)):
+            keys = [k for k in found if not k.startswith("row ")]
+            rows = [r.removeprefix("row ") for r in found if r.startswith("row ")]
+            if keys:
+                parts.append(f"{label} keys {', '.join(keys)}")
+            if rows:
+                parts.append(f"{label} rows {'; '.join(rows)}")
         if self.case.count is not None and self.count != self.case.count:
             shown = ", ".join(self.found[:10]) + (" …" if len(self.found) > 10 else "")
             parts.append(
@@ -237,14 +262,22 @@ class CaseResult:
         return f"❌ {self.case.name}: " + "; ".join(parts)
 
 
-def compare(case: Case, found_keys: list[str], count: int) -> CaseResult:
-    """Exact comparison: every expected key, no other, and the count when given."""
+def compare(
+    case: Case, found_keys: list[str], count: int, found_rows: list[dict[str, Any]] | None = None
+) -> CaseResult:
+    """Exact comparison: every expected key, no other, the count when given, and the rows
+    when given (each as multisets: a join that returns one offender twice is a defect)."""
     missing, unexpected = [], []
     if case.keys is not None:
-        # As multisets: a join that returns one offender twice is a defect the count shows.
         expected, found = Counter(case.keys), Counter(found_keys)
         missing = sorted((expected - found).elements())
         unexpected = sorted((found - expected).elements())
+    if case.rows_expected:
+        columns = sorted(case.rows_expected[0])
+        expected = Counter(_row_text(r, columns) for r in case.rows_expected)
+        found = Counter(_row_text(r, columns) for r in found_rows or [])
+        missing += [f"row {r}" for r in sorted((expected - found).elements())]
+        unexpected += [f"row {r}" for r in sorted((found - expected).elements())]
     count_ok = case.count is None or case.count == count
     return CaseResult(
         case,
@@ -254,3 +287,7 @@ def compare(case: Case, found_keys: list[str], count: int) -> CaseResult:
         count,
         found=sorted(found_keys),
     )
+
+
+def _row_text(row: dict[str, Any], columns: list[str]) -> str:
+    return json.dumps({c: row.get(c) for c in columns}, ensure_ascii=False, sort_keys=True)

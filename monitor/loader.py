@@ -10,8 +10,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
-from monitor.durations import Schedule, parse_schedule
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from monitor.durations import Schedule, parse_duration, parse_schedule
 from monitor.fence import OFFLINE, FencePolicy
 from monitor.header import (
     HeaderError,
@@ -25,14 +28,26 @@ from monitor.problems import Problem
 from monitor.validate import check_sql, columns_of
 
 
-@dataclass(frozen=True)
-class Defaults:
-    """What a header leaves unset; filled from the config file."""
+class Defaults(BaseModel):
+    """What a header leaves unset: the config file's `defaults:` section."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     schedule: str = "every 15m"
     timeout: timedelta = timedelta(seconds=30)
-    sample: int = 20
+    sample: int = Field(default=20, ge=0, le=1000)
     severity: Severity = "warning"
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> timedelta:
+        return parse_duration(value)
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str) -> str:
+        parse_schedule(value)
+        return value
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ def run_case(
             conn.rollback()
         _clear(conn)
     keys = [offending_key(row, invariant.key) for row in evaluation.rows]
-    return compare(case, keys, evaluation.count)
+    return compare(case, keys, evaluation.count, evaluation.rows)
 
 
 def run_fixtures(

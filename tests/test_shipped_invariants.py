@@ -1,406 +1,101 @@
-"""The four shipped invariants, each checked against the reference schema. For each one:
-it reports exactly the rows that break it, it reports nothing on healthy data (including
-the edge cases it must allow), and it finds exactly the violations planted in the demo seed.
-
-Each query runs here as `invmon` runs it: the SQL after the header, in a read-only
-transaction.
+"""The shipped invariants are tested by their own cases: every case of every
+`invariants/*.test.yaml` is one pytest case here, run through the same executor as the
+daemon (as sqlfluff runs its rule YAML files through one parametrized test). Adding an
+invariant with its cases needs no Python. The demo seed is checked against
+deploy/demo/planted.yaml the same way.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 import yaml
-from psycopg.rows import dict_row
+
+from monitor.execute import CLIENT_ENCODING, LiveFence, execute, register_loaders
+from monitor.fixtures import Case, canonical_key, compare, fixture_path, load_fixture
+from monitor.loader import Invariant, load_directory
+from monitor.pgtemp import apply_sql, scratch_database
+from monitor.rows import offending_key
+from monitor.tester import KEY_LIMIT, LOCK_TIMEOUT, run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 INVARIANTS = ROOT / "invariants"
-SEED = ROOT / "deploy" / "demo" / "seed.sql"
-
-SHIPPED = (
-    "balance_ledger_drift",
-    "duplicate_settled_refunds",
-    "expired_lease_jobs",
-    "orphaned_receipts",
-)
-HEADER_KEYS = {
-    "description",
-    "severity",
-    "owner",
-    "runbook",
-    "schedule",
-    "timeout",
-    "key",
-    "sample",
-    "tags",
-    "for",
-    "channel",
-    "max_cost",
-}
+DEMO = ROOT / "deploy" / "demo"
+LOADED = load_directory(INVARIANTS)
+SHIPPED = {inv.name: inv for inv in LOADED.invariants}
+CASES = [
+    (inv.name, case)
+    for inv in LOADED.invariants
+    if fixture_path(inv.path).exists()
+    for case in load_fixture(fixture_path(inv.path), inv.key).cases
+]
+PLANTED: dict[str, dict[str, Any]] = yaml.safe_load((DEMO / "planted.yaml").read_text())
 
 
-# --- helpers -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def schema_connection(admin_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """One database with the reference schema for every case; each case empties it."""
+    with scratch_database(admin_dsn, prefix="invmon_shipped") as dsn:
+        apply_sql(dsn, (DEMO / "schema.sql").read_text())
+        with psycopg.connect(dsn, autocommit=True, client_encoding=CLIENT_ENCODING) as conn:
+            register_loaders(conn)
+            yield conn
 
 
-def read_invariant(name: str) -> tuple[dict[str, Any], str]:
-    """The header (the leading `--` lines, read as YAML) and the query after it."""
-    lines = (INVARIANTS / f"{name}.sql").read_text().splitlines()
-    header: list[str] = []
-    while lines and lines[0].startswith("--"):
-        header.append(lines.pop(0).removeprefix("--"))
-    return yaml.safe_load("\n".join(header)), "\n".join(lines)
+def test_every_shipped_file_loads_cleanly_and_has_a_firing_and_a_holding_case() -> None:
+    assert LOADED.problems == []
+    assert set(SHIPPED) == {p.stem for p in INVARIANTS.glob("*.sql")}
+    for name, inv in SHIPPED.items():
+        cases = [case for shipped, case in CASES if shipped == name]
+        assert any(c.fires for c in cases), f"{name}: no case shows it firing"
+        assert any(c.count == 0 for c in cases), f"{name}: no case shows it holding"
+        assert inv.header.runbook and inv.header.owner and inv.key, name
 
 
-def run_script(dsn: str, script: str) -> None:
-    with psycopg.connect(dsn) as conn:
-        conn.execute(script)
-
-
-def offending_rows(dsn: str, name: str) -> list[dict[str, Any]]:
-    _, query = read_invariant(name)
-    with psycopg.connect(dsn, row_factory=dict_row) as conn:
-        conn.read_only = True  # the monitor runs invariants on a read-only replica
-        return conn.execute(query).fetchall()
-
-
-def offending_keys(dsn: str, name: str) -> set[Any]:
-    """The header's key of every offending row. A key with several columns gives a tuple.
-    Two rows with the same key fail the test, since the key must identify one row."""
-    header, _ = read_invariant(name)
-    columns = header["key"]
-    keys = [
-        row[columns[0]] if len(columns) == 1 else tuple(row[c] for c in columns)
-        for row in offending_rows(dsn, name)
-    ]
-    assert len(keys) == len(set(keys)), f"{name}: key {columns} repeats in {keys}"
-    return set(keys)
-
-
-ACCOUNTS = """
-    INSERT INTO accounts (account_id, email) VALUES
-        (1, 'one@example.com'), (2, 'two@example.com'), (3, 'three@example.com');
-"""
-
-
-# --- every shipped file ------------------------------------------------------------------
-
-
-def test_every_file_in_the_invariants_folder_is_covered_by_this_module() -> None:
-    assert {p.stem for p in INVARIANTS.glob("*.sql")} == set(SHIPPED)
-
-
-@pytest.mark.parametrize("name", SHIPPED)
-def test_the_header_uses_known_keys_and_the_key_columns_are_output_columns(
-    schema_database: str, name: str
+@pytest.mark.parametrize(("name", "case"), CASES, ids=[f"{n}: {c.name}" for n, c in CASES])
+def test_each_case_of_each_shipped_invariant(
+    name: str, case: Case, schema_connection: psycopg.Connection[Any]
 ) -> None:
-    header, query = read_invariant(name)
-    assert set(header) <= HEADER_KEYS
-    assert header["description"].strip()
-    assert header["severity"] in {"critical", "warning", "info"}
-    assert header["runbook"].startswith("https://")
-    with psycopg.connect(schema_database) as conn:
-        conn.read_only = True
-        columns = [c.name for c in conn.execute(query).description or []]
-    # The monitor wraps the query as a subquery, where duplicate column names are ambiguous.
-    assert len(columns) == len(set(columns))
-    assert header["key"]
-    assert set(header["key"]) <= set(columns)
+    result = run_case(schema_connection, SHIPPED[name], case, LiveFence())
+    assert result.passed, result.describe()
 
 
-# --- duplicate_settled_refunds -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def seeded(admin_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with scratch_database(admin_dsn, prefix="invmon_seed") as dsn:
+        apply_sql(dsn, (DEMO / "schema.sql").read_text())
+        apply_sql(dsn, (DEMO / "seed.sql").read_text())
+        with psycopg.connect(dsn, autocommit=True, client_encoding=CLIENT_ENCODING) as conn:
+            register_loaders(conn)
+            yield conn
 
 
-def test_a_dispute_with_two_settled_refunds_is_reported_once(schema_database: str) -> None:
-    run_script(
-        schema_database,
-        ACCOUNTS
-        + """
-        INSERT INTO disputes (dispute_id, account_id, reason, amount_eur) VALUES
-            (10, 1, 'charged twice', 20.00), (20, 2, 'not received', 15.00),
-            (30, 3, 'damaged', 9.99);
-        INSERT INTO refunds (refund_id, dispute_id, amount_eur, status, provider_ref, settled_at)
-        VALUES
-            (101, 10, 20.00, 'settled', 'rf_a', now() - interval '1 hour'),
-            (102, 10, 20.00, 'settled', 'rf_b', now()),
-            (201, 20, 15.00, 'settled', 'rf_c', now() - interval '2 hours'),
-            (202, 20, 15.00, 'failed',  'rf_d', NULL),
-            (203, 20, 15.00, 'settled', 'rf_e', now() - interval '1 hour'),
-            (204, 20,  5.00, 'settled', 'rf_f', now()),
-            (301, 30,  9.99, 'settled', 'rf_g', now());
-        """,
+def test_planted_lists_every_shipped_invariant() -> None:
+    assert set(PLANTED) == set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_the_demo_seed_plants_exactly_what_planted_yaml_says(
+    name: str, seeded: psycopg.Connection[Any]
+) -> None:
+    inv: Invariant = SHIPPED[name]
+    expect = PLANTED[name]
+    keys = expect.get("keys")
+    case = Case(
+        "the demo seed",
+        1,
+        {},
+        keys=None if keys is None else sorted(canonical_key(k) for k in keys),
+        count=expect.get("count"),
+        rows_expected=expect.get("rows"),
     )
-
-    assert offending_keys(schema_database, "duplicate_settled_refunds") == {10, 20}
-    rows = offending_rows(schema_database, "duplicate_settled_refunds")
-    assert {
-        r["dispute_id"]: (r["settled_refunds"], r["total_eur"], r["refund_ids"]) for r in rows
-    } == {
-        10: (2, Decimal("40.00"), [101, 102]),
-        20: (3, Decimal("35.00"), [201, 203, 204]),
-    }
-
-
-def test_failed_and_pending_attempts_beside_one_settled_refund_are_not_duplicates(
-    schema_database: str,
-) -> None:
-    run_script(
-        schema_database,
-        ACCOUNTS
-        + """
-        INSERT INTO disputes (dispute_id, account_id, reason, amount_eur) VALUES
-            (10, 1, 'retried', 20.00), (20, 2, 'waiting', 15.00),
-            (30, 3, 'gave up', 9.99), (40, 3, 'no refund yet', 5.00);
-        INSERT INTO refunds (refund_id, dispute_id, amount_eur, status, settled_at) VALUES
-            (101, 10, 20.00, 'failed',  NULL),
-            (102, 10, 20.00, 'settled', now()),
-            (201, 20, 15.00, 'pending', NULL),
-            (301, 30,  9.99, 'failed',  NULL),
-            (302, 30,  9.99, 'failed',  NULL);
-        """,
+    evaluation = execute(
+        seeded, inv, limit=KEY_LIMIT, lock_timeout=LOCK_TIMEOUT, live_fence=LiveFence()
     )
-
-    assert offending_rows(schema_database, "duplicate_settled_refunds") == []
-
-
-# --- balance_ledger_drift ----------------------------------------------------------------
-
-
-def test_accounts_whose_balance_differs_from_their_ledger_are_reported_with_the_drift(
-    schema_database: str,
-) -> None:
-    run_script(
-        schema_database,
-        """
-        INSERT INTO accounts (account_id, email, credit_balance_eur) VALUES
-            (1, 'higher@example.com',    40.00),
-            (2, 'no-ledger@example.com', 15.00),
-            (3, 'lower@example.com',      5.00),
-            (4, 'zeroed@example.com',     0.00),
-            (5, 'healthy@example.com',   12.00);
-        INSERT INTO credit_log (account_id, amount_eur, reason) VALUES
-            (1, 20.00, 'refund'), (1, 10.00, 'goodwill'),
-            (3, 20.00, 'refund'), (3, -10.00, 'checkout'),
-            (4, 7.50, 'promotion'),
-            (5, 12.00, 'refund');
-        """,
-    )
-
-    assert offending_keys(schema_database, "balance_ledger_drift") == {1, 2, 3, 4}
-    rows = offending_rows(schema_database, "balance_ledger_drift")
-    assert {r["account_id"]: (r["drift_eur"], r["ledger_entries"]) for r in rows} == {
-        1: (Decimal("10.00"), 2),
-        2: (Decimal("15.00"), 0),
-        3: (Decimal("-5.00"), 2),
-        4: (Decimal("-7.50"), 1),
-    }
-
-
-def test_accounts_matching_their_ledger_including_zero_balance_and_no_ledger_are_not_reported(
-    schema_database: str,
-) -> None:
-    run_script(
-        schema_database,
-        """
-        INSERT INTO accounts (account_id, email, credit_balance_eur) VALUES
-            (1, 'new@example.com',      0.00),
-            (2, 'spent@example.com',    0.00),
-            (3, 'holding@example.com', 25.00),
-            (4, 'overdrawn@example.com', -3.00);
-        INSERT INTO credit_log (account_id, amount_eur, reason) VALUES
-            (2, 12.50, 'promotion'), (2, -12.50, 'checkout'),
-            (3, 50.00, 'refund'), (3, -25.00, 'checkout'),
-            (4, 10.00, 'refund'), (4, -13.00, 'checkout');
-        """,
-    )
-
-    assert offending_rows(schema_database, "balance_ledger_drift") == []
-
-
-# --- expired_lease_jobs ------------------------------------------------------------------
-
-
-def test_in_progress_jobs_with_an_expired_lease_or_no_lease_at_all_are_reported(
-    schema_database: str,
-) -> None:
-    run_script(
-        schema_database,
-        """
-        INSERT INTO jobs (job_id, kind, state, owner, lease_until) VALUES
-            (1, 'render_receipt', 'in_progress', 'worker-a', now() - interval '3 minutes'),
-            (2, 'settle_refund',  'in_progress', 'worker-b', now() - interval '1 day'),
-            (3, 'send_receipt',   'in_progress', NULL,       NULL),
-            (4, 'send_receipt',   'in_progress', 'worker-c', NULL),
-            (5, 'export_ledger',  'in_progress', NULL,       now() + interval '5 minutes'),
-            (6, 'export_ledger',  'in_progress', 'worker-d', now() + interval '5 minutes');
-        """,
-    )
-
-    assert offending_keys(schema_database, "expired_lease_jobs") == {1, 2, 3, 4, 5}
-    rows = offending_rows(schema_database, "expired_lease_jobs")
-    assert {r["job_id"]: r["problem"] for r in rows} == {
-        1: "lease_expired",
-        2: "lease_expired",
-        3: "no_lease",
-        4: "no_lease",
-        5: "no_lease",
-    }
-
-
-def test_a_lease_expired_inside_the_grace_period_or_a_finished_job_is_not_reported(
-    schema_database: str,
-) -> None:
-    run_script(
-        schema_database,
-        """
-        INSERT INTO jobs (job_id, kind, state, owner, lease_until) VALUES
-            (1, 'render_receipt', 'in_progress', 'worker-a', now() - interval '30 seconds'),
-            (2, 'render_receipt', 'in_progress', 'worker-b', now() + interval '5 minutes'),
-            (3, 'settle_refund',  'done',        'worker-a', now() - interval '1 day'),
-            (4, 'settle_refund',  'failed',      'worker-b', now() - interval '1 day'),
-            (5, 'export_ledger',  'abandoned',   'worker-c', now() - interval '9 days'),
-            (6, 'send_receipt',   'accepted',    NULL,       NULL),
-            (7, 'send_receipt',   'done',        NULL,       NULL);
-        """,
-    )
-
-    assert offending_rows(schema_database, "expired_lease_jobs") == []
-
-
-# --- orphaned_receipts -------------------------------------------------------------------
-
-# The inventory report is from yesterday (UTC), as in production. A receipt uploaded days
-# ago must be in it; one uploaded an hour ago cannot be yet.
-INVENTORY_DATE = "(now() AT TIME ZONE 'UTC' - interval '1 day')::date"
-
-
-def test_unreferenced_shared_and_missing_receipts_are_each_reported_under_their_problem(
-    schema_database: str,
-) -> None:
-    run_script(
-        schema_database,
-        ACCOUNTS
-        + f"""
-        INSERT INTO invoices (invoice_id, account_id, amount_eur, receipt_key,
-                              receipt_uploaded_at) VALUES
-            (1, 1, 10.00, 'r/one.pdf',     now() - interval '5 days'),
-            (2, 2, 20.00, 'r/shared.pdf',  now() - interval '5 days'),
-            (3, 3, 30.00, 'r/shared.pdf',  now() - interval '4 days'),
-            (4, 1, 40.00, 'r/missing.pdf', now() - interval '5 days');
-        INSERT INTO receipt_objects (object_key, size_bytes, last_modified, inventory_date)
-        VALUES
-            ('r/one.pdf',    1000, now() - interval '5 days', {INVENTORY_DATE}),
-            ('r/shared.pdf', 1000, now() - interval '5 days', {INVENTORY_DATE}),
-            ('r/orphan.pdf', 1000, now() - interval '3 days', {INVENTORY_DATE});
-        """,
-    )
-
-    assert offending_keys(schema_database, "orphaned_receipts") == {
-        ("unreferenced", "r/orphan.pdf"),
-        ("referenced_by_many", "r/shared.pdf"),
-        ("missing_object", "4"),
-    }
-    rows = offending_rows(schema_database, "orphaned_receipts")
-    assert {(r["problem"], r["object_key"], tuple(r["invoice_ids"])) for r in rows} == {
-        ("unreferenced", "r/orphan.pdf", ()),
-        ("referenced_by_many", "r/shared.pdf", (2, 3)),
-        ("missing_object", "r/missing.pdf", (4,)),
-    }
-
-
-def test_a_shared_key_with_no_object_is_reported_once_as_shared_and_once_per_invoice(
-    schema_database: str,
-) -> None:
-    run_script(
-        schema_database,
-        ACCOUNTS
-        + f"""
-        INSERT INTO invoices (invoice_id, account_id, amount_eur, receipt_key,
-                              receipt_uploaded_at) VALUES
-            (5, 1, 10.00, 'r/gone.pdf', now() - interval '5 days'),
-            (6, 2, 20.00, 'r/gone.pdf', now() - interval '5 days'),
-            (7, 3, 30.00, 'r/kept.pdf', now() - interval '5 days');
-        INSERT INTO receipt_objects (object_key, size_bytes, last_modified, inventory_date)
-        VALUES ('r/kept.pdf', 1000, now() - interval '5 days', {INVENTORY_DATE});
-        """,
-    )
-
-    assert offending_keys(schema_database, "orphaned_receipts") == {
-        ("referenced_by_many", "r/gone.pdf"),
-        ("missing_object", "5"),
-        ("missing_object", "6"),
-    }
-
-
-def test_invoices_without_a_receipt_or_with_one_newer_than_the_inventory_are_not_reported(
-    schema_database: str,
-) -> None:
-    run_script(
-        schema_database,
-        ACCOUNTS
-        + f"""
-        INSERT INTO invoices (invoice_id, account_id, amount_eur, receipt_key,
-                              receipt_uploaded_at) VALUES
-            (1, 1, 10.00, 'r/one.pdf', now() - interval '5 days'),
-            (2, 2, 20.00, 'r/two.pdf', now() - interval '9 days'),
-            (3, 3, 30.00, NULL,        NULL),
-            (4, 1, 40.00, 'r/new.pdf', now() - interval '1 hour');
-        INSERT INTO receipt_objects (object_key, size_bytes, last_modified, inventory_date)
-        VALUES
-            ('r/one.pdf', 1000, now() - interval '5 days', {INVENTORY_DATE}),
-            ('r/two.pdf', 1000, now() - interval '9 days', {INVENTORY_DATE});
-        """,
-    )
-
-    assert offending_rows(schema_database, "orphaned_receipts") == []
-
-
-def test_before_any_inventory_is_loaded_no_invoice_is_reported_missing(
-    schema_database: str,
-) -> None:
-    run_script(
-        schema_database,
-        ACCOUNTS
-        + """
-        INSERT INTO invoices (invoice_id, account_id, amount_eur, receipt_key,
-                              receipt_uploaded_at) VALUES
-            (1, 1, 10.00, 'r/one.pdf', now() - interval '30 days');
-        """,
-    )
-
-    assert offending_rows(schema_database, "orphaned_receipts") == []
-
-
-# --- the demo seed -----------------------------------------------------------------------
-
-
-def test_the_demo_seed_plants_exactly_the_violations_its_header_documents(
-    schema_database: str,
-) -> None:
-    run_script(schema_database, SEED.read_text())
-
-    assert offending_keys(schema_database, "duplicate_settled_refunds") == {2003, 2005}
-    assert offending_keys(schema_database, "balance_ledger_drift") == {1004, 1005, 1006}
-    assert offending_keys(schema_database, "expired_lease_jobs") == {4004, 4005}
-    assert offending_keys(schema_database, "orphaned_receipts") == {
-        ("unreferenced", "receipts/inv-5008.pdf"),
-        ("referenced_by_many", "receipts/inv-5004.pdf"),
-        ("missing_object", "5006"),
-        ("missing_object", "5008"),
-    }
-    refunds = offending_rows(schema_database, "duplicate_settled_refunds")
-    assert {r["dispute_id"]: r["refund_ids"] for r in refunds} == {
-        2003: [3004, 3005],
-        2005: [3007, 3009, 3010],
-    }
-    drift = offending_rows(schema_database, "balance_ledger_drift")
-    assert {r["account_id"]: r["drift_eur"] for r in drift} == {
-        1004: Decimal("10.00"),
-        1005: Decimal("15.00"),
-        1006: Decimal("-5.00"),
-    }
-    jobs = offending_rows(schema_database, "expired_lease_jobs")
-    assert {r["job_id"]: r["problem"] for r in jobs} == {4004: "lease_expired", 4005: "no_lease"}
+    found = [offending_key(row, inv.key) for row in evaluation.rows]
+    result = compare(case, found, evaluation.count, evaluation.rows)
+    assert result.passed, result.describe()
