@@ -18,12 +18,27 @@ from alerts.slack import SlackTransport
 from alerts.transport import Transport
 from alerts.worker import DeliveryWorker, Describe, Views, WorkerSettings
 from monitor.acks import Action, Outcome, is_quiet
+from monitor.clock import utc_now
 from monitor.config import SlackConfig
 from monitor.records import Incident, StoredEvent
 from monitor.state import StateStore
 from monitor.storage import Tx
 
 log = logging.getLogger("invmon.alerts")
+
+
+def record_action(
+    store: StateStore,
+    config: SlackConfig,
+    incident_id: int,
+    action: Action,
+    source: str,
+    clock: Callable[[], datetime] = utc_now,
+) -> Outcome:
+    """An ack, unack or snooze from outside the daemon (`invmon ack`): recorded with its
+    message update queued in the ledger, which the running daemon then delivers."""
+    alerter = Alerter(store, config, lambda _: None, clock, ConsoleTransport())
+    return alerter.act(incident_id, action, source)
 
 
 def transport_for(config: SlackConfig) -> Transport:

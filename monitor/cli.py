@@ -1,14 +1,18 @@
-"""The `invmon` command line. Thin: it parses flags, calls the core and prints."""
+"""The `invmon` command line. Thin: it parses flags, calls the core and prints.
+
+Exit codes: 0 everything held (or the command succeeded), 1 a violation or a failing case,
+2 the command could not do its job (a user error, an unreachable database, an invalid file):
+`InvmonError`, one sentence on stderr, never a traceback.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -19,7 +23,6 @@ from monitor.config import Config, ConfigError, check_dsn, load_config
 from monitor.durations import parse_duration
 from monitor.loader import Invariant, load_directory
 from monitor.logs import redact
-from monitor.problems import Problem
 from monitor.records import as_document
 from monitor.render import (
     history_text,
@@ -39,6 +42,58 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_INVALID = 2
 
 
+class InvmonError(click.ClickException):
+    """The command could not do its job: one sentence on stderr, exit 2."""
+
+    exit_code = EXIT_INVALID
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"invmon: {self.format_message()}", err=True)
+
+
+def fail(message: str) -> NoReturn:
+    raise InvmonError(message)
+
+
+# --- options, declared once ---------------------------------------------------------------
+
+CONFIG = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="YAML config file (default: ./invmon.yaml when present).",
+)
+DSN = click.option(
+    "--dsn",
+    envvar="INVMON_DSN",
+    help="libpq DSN of the monitored database (a read replica). Env: INVMON_DSN.",
+)
+INVARIANTS = click.option(
+    "--invariants",
+    "invariants_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Folder of invariant .sql files (default: from config, else ./invariants).",
+)
+SCHEMA = click.option(
+    "--schema",
+    "schema_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Schema file, e.g. `pg_dump --schema-only` (default: `schema:` in config).",
+)
+TEST_SERVER = click.option(
+    "--dsn",
+    "admin_dsn",
+    help="Admin DSN of a server for scratch databases "
+    "(default: INVMON_TEST_DSN, else a throwaway server).",
+)
+
+
+def output_format(*choices: str) -> Callable[[F], F]:
+    return click.option(
+        "--format", "fmt", type=click.Choice(choices), default=choices[0], show_default=True
+    )
+
+
 def _quiet_libraries() -> None:
     # sqlglot warns on stderr when it falls back to a generic Command for statements lint
     # rejects anyway; the pool logs every failed connect, which `check` reports itself.
@@ -46,33 +101,12 @@ def _quiet_libraries() -> None:
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
 
 
-def fail(message: str) -> NoReturn:
-    click.echo(f"invmon: {message}", err=True)
-    sys.exit(EXIT_INVALID)
+# --- what several commands need -------------------------------------------------------------
 
 
-def config_options(func: F) -> F:
-    func = click.option(
-        "--invariants",
-        "invariants_dir",
-        type=click.Path(path_type=Path, file_okay=False),
-        help="Folder of invariant .sql files (default: from config, else ./invariants).",
-    )(func)
-    func = click.option(
-        "--dsn",
-        envvar="INVMON_DSN",
-        help="libpq DSN of the monitored database (a read replica). Env: INVMON_DSN.",
-    )(func)
-    func = click.option(
-        "--config",
-        "config_path",
-        type=click.Path(path_type=Path, dir_okay=False),
-        help="YAML config file (default: ./invmon.yaml when present).",
-    )(func)
-    return func
-
-
-def resolve_config(config_path: Path | None, dsn: str | None, invariants: Path | None) -> Config:
+def resolve_config(
+    config_path: Path | None, dsn: str | None = None, invariants: Path | None = None
+) -> Config:
     try:
         config = load_config(config_path)
     except ConfigError as exc:
@@ -92,9 +126,22 @@ def resolve_config(config_path: Path | None, dsn: str | None, invariants: Path |
 def require_database(config: Config, purpose: str) -> str:
     if not config.dsn:
         fail(f"no database to {purpose}: pass --dsn, set INVMON_DSN, or set dsn in invmon.yaml")
+    require_folder(config)
+    return config.dsn
+
+
+def require_folder(config: Config) -> None:
     if not config.invariants.is_dir():
         fail(f"invariants folder {str(config.invariants)!r} not found; pass --invariants DIR")
-    return config.dsn
+
+
+def read_schema(config: Config, schema_file: Path | None) -> str | None:
+    schema = schema_file or config.schema_path
+    if schema is None:
+        return None
+    if not schema.is_file():
+        fail(f"schema file {str(schema)!r} not found")
+    return schema.read_text(encoding="utf-8")
 
 
 def selected_invariants(config: Config, names: Sequence[str]) -> list[Invariant]:
@@ -111,6 +158,24 @@ def selected_invariants(config: Config, names: Sequence[str]) -> list[Invariant]
         fail(str(exc))
 
 
+def open_store(config: Config, must_exist: bool = False) -> StateStore:
+    from monitor.state import StateStore
+
+    if must_exist and not config.state.dsn and not config.state.path.exists():
+        fail(
+            f"no state store at {str(config.state.path)!r}: run this where `invmon run` runs, "
+            "or pass the same --config"
+        )
+    try:
+        return StateStore.open(path=config.state.path, dsn=config.state.dsn)
+    except Exception as exc:  # sqlite3 and psycopg errors alike: say where, not a traceback
+        where = "state.dsn" if config.state.dsn else f"state.path {str(config.state.path)!r}"
+        fail(f"cannot open the state store ({where}): {redact(str(exc))}")
+
+
+# --- the commands -------------------------------------------------------------------------
+
+
 @click.group()
 @click.version_option(__version__, prog_name="invmon")
 def main() -> None:
@@ -119,9 +184,11 @@ def main() -> None:
 
 
 @main.command()
-@config_options
+@CONFIG
+@DSN
+@INVARIANTS
 @click.option("--only", multiple=True, metavar="NAME", help="Evaluate only this invariant.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table")
+@output_format("table", "json", "markdown")
 @click.option(
     "--counts-only",
     is_flag=True,
@@ -158,7 +225,9 @@ def check(
 
 
 @main.command()
-@config_options
+@CONFIG
+@DSN
+@INVARIANTS
 @click.option("--once", is_flag=True, help="Evaluate every invariant once, store it, and exit.")
 def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, once: bool) -> None:
     """Run the daemon: evaluate every invariant on its schedule until SIGTERM."""
@@ -173,63 +242,43 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
     try:
         if once:
             change, results = daemon.run_once()
-            daemon.runner.close()
             sys.exit(exit_code(results, load_failed=bool(change.invalid)))
         sys.exit(daemon.serve())
     except OSError as exc:
         fail(f"cannot listen on http.listen {config.http.listen}: {exc.strerror or exc}")
     finally:
+        daemon.close()
         store.close()
 
 
-def open_store(config: Config, must_exist: bool = False) -> StateStore:
-    from monitor.state import StateStore
-
-    if must_exist and not config.state.dsn and not config.state.path.exists():
-        fail(
-            f"no state store at {str(config.state.path)!r}: run this where `invmon run` runs, "
-            "or pass the same --config"
-        )
-    try:
-        return StateStore.open(path=config.state.path, dsn=config.state.dsn)
-    except Exception as exc:  # sqlite3 and psycopg errors alike: say where, not a traceback
-        where = "state.dsn" if config.state.dsn else f"state.path {str(config.state.path)!r}"
-        fail(f"cannot open the state store ({where}): {redact(str(exc))}")
-
-
 @main.command()
-@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@CONFIG
+@output_format("table", "json")
 def status(config_path: Path | None, fmt: str) -> None:
     """Open incidents and each invariant's last run, from the state store."""
-    config = resolve_config(config_path, None, None)
-    store = open_store(config, must_exist=True)
+    store = open_store(resolve_config(config_path), must_exist=True)
     try:
         incidents, runs = store.open_incidents(), store.latest_runs()
     finally:
         store.close()
     if fmt == "json":
-        click.echo(
-            to_json(
-                {
-                    "open_incidents": [as_document(i) for i in incidents],
-                    "last_runs": [as_document(r) for r in runs],
-                }
-            )
-        )
+        document = {
+            "open_incidents": [as_document(i) for i in incidents],
+            "last_runs": [as_document(r) for r in runs],
+        }
+        click.echo(to_json(document))
         return
     click.echo(status_text(incidents, runs))
 
 
 @main.command()
 @click.argument("name")
-@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+@CONFIG
 @click.option("--limit", default=20, show_default=True, help="How many runs and incidents.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@output_format("table", "json")
 def history(name: str, config_path: Path | None, limit: int, fmt: str) -> None:
     """Recent runs and incidents of one invariant."""
-    config = resolve_config(config_path, None, None)
-    store = open_store(config, must_exist=True)
+    store = open_store(resolve_config(config_path), must_exist=True)
     try:
         runs, incidents = store.runs(name, limit), store.incidents(name, limit)
     finally:
@@ -237,30 +286,24 @@ def history(name: str, config_path: Path | None, limit: int, fmt: str) -> None:
     if not runs and not incidents:
         fail(f"no history for {name!r} in the state store; check the name with `invmon status`")
     if fmt == "json":
-        click.echo(
-            to_json(
-                {
-                    "invariant": name,
-                    "runs": [as_document(r) for r in runs],
-                    "incidents": [as_document(i) for i in incidents],
-                }
-            )
-        )
+        document = {
+            "invariant": name,
+            "runs": [as_document(r) for r in runs],
+            "incidents": [as_document(i) for i in incidents],
+        }
+        click.echo(to_json(document))
         return
     click.echo(history_text(name, runs, incidents))
 
 
 def _act(config_path: Path | None, incident: int, action: Action) -> None:
     """Record an ack/unack/snooze from the command line; the daemon updates Slack."""
-    from alerts.alerter import Alerter
-    from alerts.console import ConsoleTransport
-    from monitor.clock import utc_now
+    from alerts.alerter import record_action
 
-    config = resolve_config(config_path, None, None)
+    config = resolve_config(config_path)
     store = open_store(config, must_exist=True)
     try:
-        alerter = Alerter(store, config.slack, lambda _: None, utc_now, ConsoleTransport())
-        outcome = alerter.act(incident, action, "cli")
+        outcome = record_action(store, config.slack, incident, action, "cli")
     finally:
         store.close()
     click.echo(outcome.message)
@@ -269,8 +312,9 @@ def _act(config_path: Path | None, incident: int, action: Action) -> None:
     sys.exit(0 if outcome.changed else 1)
 
 
-def _cli_actor() -> str:
-    return f"cli:{getpass.getuser()}"
+def _cli_action(kind: str, **details: Any) -> Action:
+    user = getpass.getuser()
+    return Action(kind, f"cli:{user}", user, **details)  # type: ignore[arg-type]
 
 
 @main.command()
@@ -288,37 +332,37 @@ def _cli_actor() -> str:
     flag_value="until_new_rows",
     help="Silence them until a new offending row appears.",
 )
-@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+@CONFIG
 def ack(incident: int, mode: AckMode, config_path: Path | None) -> None:
     """Acknowledge an incident (for when Slack is down)."""
-    _act(config_path, incident, Action("ack", _cli_actor(), getpass.getuser(), mode=mode))
+    _act(config_path, incident, _cli_action("ack", mode=mode))
 
 
 @main.command()
 @click.argument("incident", type=int)
-@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+@CONFIG
 def unack(incident: int, config_path: Path | None) -> None:
     """Remove an incident's acknowledgement; reminders resume."""
-    _act(config_path, incident, Action("unack", _cli_actor(), getpass.getuser()))
+    _act(config_path, incident, _cli_action("unack"))
 
 
 @main.command()
 @click.argument("incident", type=int)
 @click.argument("duration")
-@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
+@CONFIG
 def snooze(incident: int, duration: str, config_path: Path | None) -> None:
     """Silence an incident's reminders and change notices for DURATION (e.g. 4h)."""
     try:
         length = parse_duration(duration)
     except ValueError as exc:
         fail(str(exc))
-    _act(
-        config_path, incident, Action("snooze", _cli_actor(), getpass.getuser(), snooze_for=length)
-    )
+    _act(config_path, incident, _cli_action("snooze", snooze_for=length))
 
 
 @main.command()
-@config_options
+@CONFIG
+@DSN
+@INVARIANTS
 @click.argument("names", nargs=-1)
 @click.option("--analyze", is_flag=True, help="EXPLAIN ANALYZE: runs the queries (read-only).")
 def explain(
@@ -352,99 +396,46 @@ def explain(
 
 @main.command(name="test")
 @click.argument("names", nargs=-1)
-@click.option("--invariants", "invariants_dir", type=click.Path(path_type=Path, file_okay=False))
-@click.option(
-    "--schema",
-    "schema_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Schema to create the cases' tables (default: `schema:` in config).",
-)
-@click.option(
-    "--dsn",
-    "admin_dsn",
-    help="Admin DSN of a server for scratch databases "
-    "(default: INVMON_TEST_DSN, else a throwaway server).",
-)
+@CONFIG
+@INVARIANTS
+@SCHEMA
+@TEST_SERVER
 @click.option("--strict", is_flag=True, help="An invariant with no firing case is an error.")
-@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False))
 def test_command(
     names: tuple[str, ...],
+    config_path: Path | None,
     invariants_dir: Path | None,
     schema_file: Path | None,
     admin_dsn: str | None,
     strict: bool,
-    config_path: Path | None,
 ) -> None:
     """Run each invariant's fixture cases (NAME.test.yaml) in a throwaway database."""
     from monitor.tester import report_text, run_fixtures
 
     config = resolve_config(config_path, None, invariants_dir)
     selected = selected_invariants(config, names)
-    schema = schema_file or config.schema_path
-    if schema is not None and not schema.is_file():
-        fail(f"schema file {str(schema)!r} not found")
-    text, code = report_text(
-        run_fixtures(
-            selected,
-            schema.read_text(encoding="utf-8") if schema else None,
-            admin_dsn,
-            config.fence.allowances(),
-        ),
-        strict,
-    )
+    schema_sql = read_schema(config, schema_file)
+    reports = run_fixtures(selected, schema_sql, admin_dsn, config.fence.allowances())
+    text, code = report_text(reports, strict)
     click.echo(text)
     sys.exit(code)
 
 
 @main.command()
 @click.argument("directory", required=False, type=click.Path(path_type=Path, file_okay=False))
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="YAML config file (default: ./invmon.yaml when present).",
-)
-@click.option(
-    "--schema",
-    "schema_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Also check tables and columns against this schema file (no database needed).",
-)
+@CONFIG
+@SCHEMA
 def lint(directory: Path | None, config_path: Path | None, schema_file: Path | None) -> None:
     """Validate every invariant file; print all problems as path:line: message."""
+    from monitor.lint import lint_folder
+
     config = resolve_config(config_path, None, directory)
-    if not config.invariants.is_dir():
-        fail(f"invariants folder {str(config.invariants)!r} not found")
-    schema = schema_file or config.schema_path
-    schema_sql = None
-    if schema is not None:
-        if not schema.is_file():
-            fail(f"schema file {str(schema)!r} not found")
-        schema_sql = schema.read_text(encoding="utf-8")
-    policy = config.policy(with_database=False)
-    if schema_sql is not None:
-        from monitor.pgcatalog import builtin_catalog
-        from monitor.schema_functions import SchemaCatalog
-
-        # The schema's own functions are judged by the volatility they declare there.
-        policy = dataclasses.replace(policy, catalog=SchemaCatalog(builtin_catalog(), schema_sql))
-    loaded = load_directory(config.invariants, config.invariant_defaults(), policy)
-    if schema_sql is not None:
-        from monitor.schema_check import check_against_schema, load_schema
-
-        tables = load_schema(schema_sql)
-        for inv in loaded.invariants:
-            offset = inv.sql_first_line - 1
-            loaded.problems += [
-                Problem(inv.path, p.line + offset, p.message, p.level)
-                for p in check_against_schema(inv.sql, tables)
-            ]
-    if loaded.problems:
-        click.echo(problems_text(loaded.problems))
-    count = len(loaded.invariants)
-    broken = len(loaded.failed_paths())
-    click.echo(f"{count} invariant{'s' * (count != 1)} valid, {broken} with errors", err=True)
-    sys.exit(EXIT_INVALID if loaded.errors else 0)
+    require_folder(config)
+    report = lint_folder(config, config.invariants, read_schema(config, schema_file))
+    if report.problems:
+        click.echo(problems_text(report.problems))
+    click.echo(report.summary(), err=True)
+    sys.exit(EXIT_INVALID if report.failed else 0)
 
 
 @main.command()

@@ -357,6 +357,10 @@ class Daemon:
         self.pump.deliver_until_idle(min(10.0, grace))
         log.info("stopped")
 
+    def close(self) -> None:
+        """Release the monitored database's connections (after `run_once`, or `serve`)."""
+        self.runner.close()
+
     def _wait_idle(self, seconds: float) -> bool:
         deadline = time.monotonic() + seconds
         with self._idle:

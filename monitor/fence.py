@@ -266,23 +266,32 @@ class _Lines:
         return bisect.bisect_left(self._chars, max(0, offset or 0)) + 1
 
 
-def node_items(tree: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every node of libpg_query's JSON tree as (type, fields), depth first.
+def node_items(
+    tree: Any, stop_at: frozenset[str] = frozenset()
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every node of libpg_query's JSON tree as (type, fields), depth first, not entering
+    nodes whose type is in `stop_at`.
 
     A node is a one-key object whose key is its type (`{"FuncCall": {...}}`); fields whose
     type is fixed by the grammar are inlined without that wrapper and are walked too."""
+    for item in _objects(tree, stop_at):
+        if len(item) == 1:
+            (key, value), *_ = item.items()
+            if key[:1].isupper() and isinstance(value, dict):
+                yield key, value
+
+
+def _objects(tree: Any, stop_at: frozenset[str] = frozenset()) -> Iterator[dict[str, Any]]:
+    """Every JSON object in the tree, depth first (iteratively: no recursion limit)."""
     stack = [tree]
     while stack:
         item = stack.pop()
         if isinstance(item, list):
             stack.extend(reversed(item))
         elif isinstance(item, dict):
-            if len(item) == 1:
-                (key, value), *_ = item.items()
-                if key[:1].isupper() and isinstance(value, dict):
-                    yield key, value
-                    stack.append(value)
-                    continue
+            if len(item) == 1 and next(iter(item)) in stop_at:
+                continue
+            yield item
             stack.extend(reversed(list(item.values())))
 
 
@@ -455,15 +464,7 @@ def _collect(tree: Any, analysis: Analysis, lines: _Lines, tokens: list[Any]) ->
 
 
 def _dicts_with(tree: Any, keys: tuple[str, ...]) -> Iterator[dict[str, Any]]:
-    stack = [tree]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(reversed(item))
-        elif isinstance(item, dict):
-            if any(key in item for key in keys):
-                yield item
-            stack.extend(reversed(list(item.values())))
+    return (item for item in _objects(tree) if any(key in item for key in keys))
 
 
 def _relation_name(body: dict[str, Any]) -> Name:

@@ -169,6 +169,16 @@ def builtin_catalog() -> BuiltinCatalog:
 # Every candidate a name may resolve to: an unqualified name is looked up in every schema of
 # the session's search path (PostgreSQL picks among them by argument types, which only the
 # planner knows, so all of them are judged); a qualified one in its schema only.
+# A function's volatility; for an aggregate, the worst of the functions it runs.
+_VOLATILITY = """CASE WHEN p.prokind = 'a' THEN (
+           SELECT max(s.provolatile::text COLLATE "C")
+           FROM pg_aggregate a
+           JOIN pg_proc s ON s.oid IN (a.aggfnoid, a.aggtransfn, a.aggfinalfn, a.aggcombinefn,
+                                       a.aggserialfn, a.aggdeserialfn, a.aggmtransfn,
+                                       a.aggminvtransfn, a.aggmfinalfn)
+           WHERE a.aggfnoid = p.oid)
+       ELSE p.provolatile::text END"""
+
 # Callable with one argument, so also as `row.fn` (attribute notation): any first argument a
 # row can be passed to (a composite, a domain over one, a pseudo-type, VARIADIC), so only
 # `internal` and `cstring`, which no SQL value has, rule a function out.
@@ -182,14 +192,7 @@ WITH wanted(ord, schema, name) AS (
     SELECT * FROM unnest(%(ord)s::int[], %(schemas)s::text[], %(names)s::text[])
 )
 SELECT w.ord, n.nspname, p.proname, p.oid::regprocedure::text, p.prokind,
-       CASE WHEN p.prokind = 'a' THEN (
-           SELECT max(s.provolatile::text COLLATE "C")
-           FROM pg_aggregate a
-           JOIN pg_proc s ON s.oid IN (a.aggfnoid, a.aggtransfn, a.aggfinalfn, a.aggcombinefn,
-                                       a.aggserialfn, a.aggdeserialfn, a.aggmtransfn,
-                                       a.aggminvtransfn, a.aggmfinalfn)
-           WHERE a.aggfnoid = p.oid)
-       ELSE p.provolatile::text END,
+       {VOLATILITY},
        p.proparallel = 'u',
        {ONE_ARG},
        p.prosecdef,
@@ -199,7 +202,7 @@ FROM wanted w
 JOIN pg_proc p ON p.proname = w.name
 JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE (w.schema = '' AND n.nspname = ANY (current_schemas(true))) OR n.nspname = w.schema
-""".replace("{ONE_ARG}", _ONE_ARG)
+""".replace("{ONE_ARG}", _ONE_ARG).replace("{VOLATILITY}", _VOLATILITY)
 
 _OPERATORS_SQL = """
 WITH wanted(ord, schema, name) AS (
@@ -314,19 +317,12 @@ class LiveCatalog:
 
 _ALL_FUNCTIONS_SQL = """
 SELECT n.nspname, p.proname, p.prokind,
-       CASE WHEN p.prokind = 'a' THEN (
-           SELECT max(s.provolatile::text COLLATE "C")
-           FROM pg_aggregate a
-           JOIN pg_proc s ON s.oid IN (a.aggfnoid, a.aggtransfn, a.aggfinalfn, a.aggcombinefn,
-                                       a.aggserialfn, a.aggdeserialfn, a.aggmtransfn,
-                                       a.aggminvtransfn, a.aggmfinalfn)
-           WHERE a.aggfnoid = p.oid)
-       ELSE p.provolatile::text END,
+       {VOLATILITY},
        p.proparallel = 'u',
        {ONE_ARG}
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname IN ('pg_catalog', 'information_schema')
-""".replace("{ONE_ARG}", _ONE_ARG)
+""".replace("{ONE_ARG}", _ONE_ARG).replace("{VOLATILITY}", _VOLATILITY)
 
 _ALL_OPERATORS_SQL = """
 SELECT o.oprname, f.provolatile::text

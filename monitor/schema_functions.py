@@ -139,23 +139,23 @@ class SchemaCatalog:
             candidates = [r for r in candidates if r.schema == name[-2]]
         return candidates
 
-    def functions(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
-        wanted = list(names)
-        found = self._builtin.functions(wanted)
+    def _with_defined(
+        self, found: dict[Name, list[Routine]], table: dict[str, list[Routine]], wanted: list[Name]
+    ) -> dict[Name, list[Routine]]:
+        """The built-in answer, with what the schema file defines under each name added."""
         for name in wanted:
-            defined = self._defined(self._functions, name)
+            defined = self._defined(table, name)
             if defined:
                 found[name] = [*found.get(name, []), *defined]
         return found
 
+    def functions(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
+        wanted = list(names)
+        return self._with_defined(self._builtin.functions(wanted), self._functions, wanted)
+
     def operators(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
         wanted = list(names)
-        found = self._builtin.operators(wanted)
-        for name in wanted:
-            defined = self._defined(self._operators, name)
-            if defined:
-                found[name] = [*found.get(name, []), *defined]
-        return found
+        return self._with_defined(self._builtin.operators(wanted), self._operators, wanted)
 
     def casts(self, types: Iterable[Name]) -> dict[Name, list[Routine]]:
         return self._builtin.casts(types)

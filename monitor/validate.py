@@ -48,23 +48,8 @@ def check_sql(sql: str, policy: FencePolicy = OFFLINE) -> tuple[Analysis, list[S
 
 
 def _level_nodes(tree: Any) -> list[tuple[str, dict[str, Any]]]:
-    found: list[tuple[str, dict[str, Any]]] = []
-    pending = [tree]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, dict):
-            if len(item) == 1:
-                (key, value), *_ = item.items()
-                if key == "SubLink":
-                    continue  # a scalar subquery is its own query level
-                if key[:1].isupper() and isinstance(value, dict):
-                    found.append((key, value))
-                    pending.extend(value.values())
-                    continue
-            pending.extend(item.values())
-    return found
+    """The nodes of this query level: a scalar subquery is a level of its own."""
+    return list(node_items(tree, stop_at=frozenset({"SubLink"})))
 
 
 def _is_aggregate(call: dict[str, Any]) -> bool:

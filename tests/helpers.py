@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -70,3 +71,31 @@ def invmon(
         env=clean,
         timeout=120,
     )
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a command did, the same shape whether run in-process or as a process."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Ran:
+    """`invmon` in this process through click's CliRunner (fast), without the caller's
+    INVMON_* variables; `invmon()` runs the real executable for end-to-end tests."""
+    from click.testing import CliRunner
+
+    from monitor.cli import main
+
+    cleared: dict[str, str | None] = {k: None for k in os.environ if k.startswith("INVMON_")}
+    cleared.update(env or {})
+    previous = Path.cwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        result = CliRunner().invoke(main, list(args), env=cleared, catch_exceptions=False)
+    finally:
+        os.chdir(previous)
+    return Ran(result.exit_code, result.stdout, result.stderr)

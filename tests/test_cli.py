@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import invmon, sql
+from helpers import cli, invmon, sql
 
 
 def write(folder: Path, name: str, text: str) -> None:
@@ -66,7 +66,7 @@ def test_a_broken_invariant_is_an_error_while_the_others_still_report(
     dsn, folder = shop
     write(folder, "typo.sql", "-- description: x\nSELECT order_idd FROM orders\n")
     write(folder, "writes.sql", "-- description: y\nDELETE FROM orders\n")
-    done = invmon("check", "--dsn", dsn, "--invariants", str(folder), "--format", "json")
+    done = cli("check", "--dsn", dsn, "--invariants", str(folder), "--format", "json")
     assert done.returncode == 2
     by_name = {r["invariant"]: r for r in json.loads(done.stdout)["results"]}
     assert {n: (r["status"], r["count"]) for n, r in by_name.items()} == {
@@ -84,7 +84,7 @@ def test_a_broken_invariant_is_an_error_while_the_others_still_report(
 
 def test_exit_code_is_zero_when_every_invariant_holds(shop: tuple[str, Path]) -> None:
     dsn, folder = shop
-    done = invmon(
+    done = cli(
         "check", "--invariants", str(folder), "--only", "negative_totals", env={"INVMON_DSN": dsn}
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -95,7 +95,7 @@ def test_exit_code_is_zero_when_every_invariant_holds(shop: tuple[str, Path]) ->
 
 def test_the_table_shows_status_count_and_first_sample_rows(shop: tuple[str, Path]) -> None:
     dsn, folder = shop
-    done = invmon("check", "--dsn", dsn, "--invariants", str(folder))
+    done = cli("check", "--dsn", dsn, "--invariants", str(folder))
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert any(
@@ -107,7 +107,7 @@ def test_the_table_shows_status_count_and_first_sample_rows(shop: tuple[str, Pat
 
 def test_an_unknown_only_name_is_refused_with_the_available_names(shop: tuple[str, Path]) -> None:
     dsn, folder = shop
-    done = invmon("check", "--dsn", dsn, "--invariants", str(folder), "--only", "nope")
+    done = cli("check", "--dsn", dsn, "--invariants", str(folder), "--only", "nope")
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "invmon: no invariant named 'nope'; available: negative_totals, unpaid_orders"
@@ -115,7 +115,7 @@ def test_an_unknown_only_name_is_refused_with_the_available_names(shop: tuple[st
 
 
 def test_check_without_a_database_says_how_to_give_one(tmp_path: Path) -> None:
-    done = invmon("check", "--invariants", str(tmp_path), cwd=tmp_path)
+    done = cli("check", "--invariants", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 2
     assert "no database to check: pass --dsn, set INVMON_DSN" in done.stderr
 
@@ -125,7 +125,7 @@ def test_a_refused_connection_exits_2_with_every_invariant_in_error(
 ) -> None:
     _, folder = shop
     dsn = "postgresql://postgres:hunter2@127.0.0.1:9/postgres"
-    done = invmon("check", "--dsn", dsn, "--invariants", str(folder), "--format", "json")
+    done = cli("check", "--dsn", dsn, "--invariants", str(folder), "--format", "json")
     assert done.returncode == 2
     results = json.loads(done.stdout)["results"]
     assert [(r["status"], r["count"]) for r in results] == [("error", None), ("error", None)]
@@ -134,7 +134,7 @@ def test_a_refused_connection_exits_2_with_every_invariant_in_error(
 
 def test_a_bad_config_gets_one_clear_message(tmp_path: Path) -> None:
     (tmp_path / "invmon.yaml").write_text("concurrency: many\n")
-    done = invmon("check", "--dsn", "dbname=x", cwd=tmp_path)
+    done = cli("check", "--dsn", "dbname=x", cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.startswith("invmon: invmon.yaml: field 'concurrency': ")
     assert "Traceback" not in done.stderr
@@ -160,13 +160,13 @@ def test_lint_reports_every_problem_in_every_file_then_fails(tmp_path: Path) -> 
 
 def test_lint_passes_the_shipped_invariants() -> None:
     root = Path(__file__).resolve().parent.parent
-    done = invmon("lint", str(root / "invariants"))
+    done = cli("lint", str(root / "invariants"))
     assert (done.returncode, done.stdout) == (0, "")
     assert done.stderr.strip() == "4 invariants valid, 0 with errors"
 
 
 def test_a_malformed_dsn_is_refused_without_repeating_its_password(tmp_path: Path) -> None:
-    done = invmon(
+    done = cli(
         "check",
         "--invariants",
         str(tmp_path),
@@ -178,7 +178,7 @@ def test_a_malformed_dsn_is_refused_without_repeating_its_password(tmp_path: Pat
         "(the value is not shown); check its quoting and percent-encoding"
     )
     (tmp_path / "invmon.yaml").write_text("state: ${STATE_DSN}\n")
-    done = invmon(
+    done = cli(
         "check",
         "--dsn",
         "dbname=x",
@@ -201,7 +201,7 @@ def test_lint_with_a_schema_finds_a_misspelt_column_without_any_database(tmp_pat
         "WHERE statuss = 'settled'\n",
     )
     write(tmp_path, "table.sql", "-- description: y\nSELECT id\nFROM refundz\n")
-    done = invmon(
+    done = cli(
         "lint", str(tmp_path), "--schema", str(SCHEMA), env={"INVMON_DSN": "host=nowhere.invalid"}
     )
     assert done.returncode == 2
@@ -219,7 +219,7 @@ def test_lint_rejects_an_always_one_row_aggregate_and_warns_on_now_without_grace
     write(
         tmp_path, "lag.sql", "-- description: y\nSELECT id FROM jobs\nWHERE lease_until < now()\n"
     )
-    done = invmon("lint", str(tmp_path))
+    done = cli("lint", str(tmp_path))
     assert done.returncode == 2
     assert done.stdout.splitlines() == [
         f"{tmp_path}/count.sql:2: this aggregate without GROUP BY always returns exactly one "
@@ -234,7 +234,7 @@ def test_lint_rejects_an_always_one_row_aggregate_and_warns_on_now_without_grace
 
 def test_check_markdown_is_ready_for_a_pull_request_comment(shop: tuple[str, Path]) -> None:
     dsn, folder = shop
-    done = invmon("check", "--dsn", dsn, "--invariants", str(folder), "--format", "markdown")
+    done = cli("check", "--dsn", dsn, "--invariants", str(folder), "--format", "markdown")
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert lines[0] == "### invmon: 1 held, 1 violated, 0 could not be evaluated"
@@ -260,14 +260,14 @@ def test_explain_reports_cost_and_the_cost_gate_trips_on_an_expensive_query(
         "scan.sql",
         "-- description: y\n-- max_cost: 100\nSELECT id FROM events WHERE kind = 'z'\n",
     )
-    done = invmon("explain", "--dsn", database, "--invariants", str(tmp_path))
+    done = cli("explain", "--dsn", database, "--invariants", str(tmp_path))
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("✅ cheap: cost ")
     assert lines[1].startswith("❌ scan: cost ") and lines[1].endswith("(max_cost 100), ~1 rows")
     assert lines[2] == "     Seq Scan on events (~200,000 rows in the table)"
     assert "Over budget: scan." in done.stdout
-    within = invmon("explain", "--dsn", database, "--invariants", str(tmp_path), "cheap")
+    within = cli("explain", "--dsn", database, "--invariants", str(tmp_path), "cheap")
     assert within.returncode == 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import invmon, items_table
+from helpers import cli, invmon, items_table
 
 from monitor.logs import redact
 
@@ -26,7 +26,7 @@ def test_run_once_then_status_and_history_read_the_same_store(
     assert once.returncode == 1, once.stderr
     assert (tmp_path / "invmon-state.db").exists()
 
-    status = invmon("status", "--format", "json", cwd=tmp_path)
+    status = cli("status", "--format", "json", cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     document = json.loads(status.stdout)
     assert [(i["invariant"], i["kind"], i["last_count"]) for i in document["open_incidents"]] == [
@@ -38,16 +38,16 @@ def test_run_once_then_status_and_history_read_the_same_store(
     ]
     assert document["last_runs"][0]["sample"] == [{"id": 1}, {"id": 3}]
 
-    table = invmon("status", cwd=tmp_path)
+    table = cli("status", cwd=tmp_path)
     assert "Open incidents (1):" in table.stdout
     assert "bad_rows" in table.stdout
 
-    history = invmon("history", "bad_rows", "--format", "json", cwd=tmp_path)
+    history = cli("history", "bad_rows", "--format", "json", cwd=tmp_path)
     assert history.returncode == 0, history.stderr
     runs = json.loads(history.stdout)["runs"]
     assert [(r["status"], r["count"]) for r in runs] == [("violated", 2)]
 
-    unknown = invmon("history", "nope", cwd=tmp_path)
+    unknown = cli("history", "nope", cwd=tmp_path)
     assert unknown.returncode == 2
     assert unknown.stderr.strip() == (
         "invmon: no history for 'nope' in the state store; check the name with `invmon status`"
@@ -65,7 +65,7 @@ def test_secrets_are_masked_in_every_log_line() -> None:
 
 
 def test_status_somewhere_without_a_store_says_so_instead_of_all_clear(tmp_path: Path) -> None:
-    done = invmon("status", cwd=tmp_path)
+    done = cli("status", cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "invmon: no state store at 'invmon-state.db': run this where `invmon run` runs, "

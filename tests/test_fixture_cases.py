@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import invmon
+from helpers import cli, invmon
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "deploy" / "demo" / "schema.sql"
@@ -23,7 +23,7 @@ def folder(tmp_path: Path) -> Path:
 
 
 def run(folder: Path, admin_dsn: str, *more: str):  # type: ignore[no-untyped-def]
-    return invmon(
+    return cli(
         "test", "--invariants", str(folder), "--schema", str(SCHEMA), "--dsn", admin_dsn, *more
     )
 
@@ -40,7 +40,11 @@ def test_the_shipped_fixtures_all_pass_strictly(admin_dsn: str) -> None:
         "--strict",
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().endswith("8 of 8 cases passed; 0 invariant(s) failing, 0 untested")
+    total = done.stdout.count("  ✅ ")
+    assert total > 0 and "❌" not in done.stdout
+    assert done.stdout.strip().endswith(
+        f"{total} of {total} cases passed; 0 invariant(s) failing, 0 untested"
+    )
 
 
 def test_expected_keys_that_differ_fail_with_a_readable_diff(folder: Path, admin_dsn: str) -> None:
@@ -87,8 +91,8 @@ def test_a_malformed_fixture_is_reported_at_its_line(folder: Path, admin_dsn: st
     done = run(folder, admin_dsn)
     assert done.returncode == 1
     assert (
-        f"{folder}/duplicate_settled_refunds.test.yaml:5: 'bad': `expect` needs `keys` or "
-        "`count`" in done.stdout.splitlines()
+        f"{folder}/duplicate_settled_refunds.test.yaml:5: 'bad': `expect` needs `keys`, "
+        "`count` or `rows`" in done.stdout.splitlines()
     )
 
 
@@ -103,7 +107,7 @@ def test_fixture_files_that_would_make_a_case_vacuous_are_refused(tmp_path: Path
         ),
         "extra.yaml": (
             "cases:\n  - name: a\n    rows: {}\n    expect: {count: 0, keys_absent: [1]}\n",
-            "2: 'a': unknown `expect` field(s) ['keys_absent']; use keys or count",
+            "2: 'a': unknown `expect` field(s) ['keys_absent']; use keys, count or rows",
         ),
         "statement.yaml": (
             'cases:\n  - name: a\n    rows:\n      t: [{x: !sql "1); DELETE FROM t; SELECT (1"}]\n'

@@ -1,0 +1,52 @@
+"""`invmon lint`: every problem of every invariant file, with no database. The fence against
+the built-in catalog (and the functions a schema file declares), and with a schema file,
+the tables and columns each query names."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from monitor.config import Config
+from monitor.loader import LoadResult, load_directory
+from monitor.problems import Problem
+
+
+@dataclasses.dataclass
+class LintReport:
+    loaded: LoadResult
+
+    @property
+    def problems(self) -> list[Problem]:
+        return self.loaded.problems
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.loaded.errors)
+
+    def summary(self) -> str:
+        broken = self.loaded.failed_paths()
+        valid = len([i for i in self.loaded.invariants if i.path not in broken])
+        return f"{valid} invariant{'s' * (valid != 1)} valid, {len(broken)} with errors"
+
+
+def lint_folder(config: Config, folder: Path, schema_sql: str | None) -> LintReport:
+    policy = config.policy(with_database=False)
+    if schema_sql is not None:
+        from monitor.pgcatalog import builtin_catalog
+        from monitor.schema_functions import SchemaCatalog
+
+        # The schema's own functions are judged by the volatility they declare there.
+        policy = dataclasses.replace(policy, catalog=SchemaCatalog(builtin_catalog(), schema_sql))
+    loaded = load_directory(folder, config.invariant_defaults(), policy)
+    if schema_sql is not None:
+        from monitor.schema_check import check_against_schema, load_schema
+
+        tables = load_schema(schema_sql)
+        for inv in loaded.invariants:
+            offset = inv.sql_first_line - 1
+            loaded.problems += [
+                Problem(inv.path, p.line + offset, p.message, p.level)
+                for p in check_against_schema(inv.sql, tables)
+            ]
+    return LintReport(loaded)
