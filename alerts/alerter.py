@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from alerts.console import ConsoleTransport
-from alerts.ledger import OPENING, Ledger, Spec, delivery_key, plan_event, reminder_spec
+from alerts.ledger import Ledger
+from alerts.plans import OPENING, Spec, delivery_key, plan_event, reminder_spec
 from alerts.routing import channel_for
 from alerts.slack import SlackTransport
 from alerts.transport import Transport

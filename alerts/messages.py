@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from monitor.clock import shown
+
 SECTION_LIMIT = 3000
 HEADER_LIMIT = 150
 TEXT_LIMIT = 300  # the notification text; the blocks carry the detail
@@ -75,7 +77,7 @@ def human_duration(delta: timedelta) -> str:
 
 def slack_date(moment: datetime) -> str:
     """A timestamp each reader sees in their own time zone, with a plain fallback."""
-    fallback = moment.strftime("%Y-%m-%d %H:%M UTC")
+    fallback = shown(moment)
     return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} {{time}}|{fallback}>"
 
 

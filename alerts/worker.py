@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from alerts.csvfile import csv_title, offending_csv
-from alerts.ledger import POSTS, Delivery, Ledger
+from alerts.ledger import Delivery, Ledger
 from alerts.messages import (
     IncidentView,
     Message,
@@ -28,6 +28,7 @@ from alerts.messages import (
     root_message,
     with_subject,
 )
+from alerts.plans import POSTS
 from alerts.transport import Transport, TransportError
 from monitor.acks import ack_line
 from monitor.clock import Clock

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from monitor.clock import shown
+
 if TYPE_CHECKING:
     from monitor.records import Incident
 
@@ -40,7 +42,7 @@ class Outcome:
 
 
 def _when(moment: datetime | None) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "? UTC"
+    return shown(moment) if moment else "? UTC"
 
 
 def who(actor: str, name: str | None) -> str:
@@ -81,7 +83,7 @@ def decide_action(incident: Incident, action: Action, now: datetime) -> Outcome:
     until = now + action.snooze_for
     return Outcome(
         True,
-        f"You snoozed {number} until {until.strftime('%Y-%m-%d %H:%M')} UTC.",
+        f"You snoozed {number} until {shown(until)}.",
         {"snoozed_until": until, "snoozed_by": action.actor},
     )
 

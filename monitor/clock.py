@@ -32,3 +32,10 @@ def maybe_stamp(moment: datetime | None) -> str | None:
 
 def maybe_parse(text: str | None) -> datetime | None:
     return None if text is None else parse_stamp(text)
+
+
+def shown(moment: datetime, seconds: bool = False) -> str:
+    """A time as people read it in messages and tables: `2026-11-30 12:07 UTC`."""
+    return moment.astimezone(UTC).strftime(
+        "%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC"
+    )

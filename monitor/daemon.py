@@ -31,13 +31,13 @@ from alerts.socket_mode import SocketModeReceiver
 from alerts.transport import Transport
 from monitor.clock import Clock, utc_now
 from monitor.config import Config
-from monitor.definitions import Definitions, Reload, diff
+from monitor.definitions import Definitions, Reload
 from monitor.evaluation import Evaluator
 from monitor.http import Listener, Probe, Routes
-from monitor.loader import Invariant, LoadResult, load_directory, name_for
+from monitor.loader import Invariant
 from monitor.metrics import Metrics
-from monitor.problems import Problem
 from monitor.process import SignalLoop
+from monitor.reloading import Reloader
 from monitor.replica_gate import ReplicaGate
 from monitor.results import RunResult
 from monitor.runner import Runner
@@ -78,6 +78,9 @@ class Daemon:
             SocketModeReceiver(self.interactions, config.slack) if config.slack.app_token else None
         )
         self.timetable = Timetable(config.daemon.jitter)
+        self.reloader = Reloader(
+            config, runner, store, self.metrics, definitions, self._install, clock
+        )
         self.signals = SignalLoop(self._reload_on_signal)
         self.listener: Listener | None = None
         self.scheduler: BackgroundScheduler | None = None
@@ -117,82 +120,13 @@ class Daemon:
     # --- loading -------------------------------------------------------------------------
 
     def reload(self) -> Reload:
-        """Load the invariants folder and bring the timetable in line with it.
+        """Load the invariants folder and bring the timetable in line with it."""
+        return self.reloader.reload()
 
-        A file that fails validation (or that the monitored database's catalog refuses) is
-        reported with a log line and an `invalid_file` incident; if an earlier version of it
-        was loaded, that version keeps running.
-        """
-        directory = self.config.invariants
-        if self.invariants and (not directory.is_dir() or not any(directory.rglob("*.sql"))):
-            # A deploy swapping the checkout, an unmounted volume: not a reason to stop
-            # checking everything. Keep what runs and say so.
-            log.error(
-                "invariants folder %s is missing or empty; keeping the %d loaded invariants",
-                directory,
-                len(self.invariants),
-            )
-            return Reload(kept_previous=sorted(self.invariants))
-        loaded = load_directory(
-            directory, self.config.invariant_defaults(), self.config.policy(with_database=True)
-        )
-        invalid = self._problems_by_name(loaded)
-        # The fence again, against the monitored database's own catalog: what lint could
-        # not know (user-defined and extension functions, views) is decided here.
-        refused = self.runner.vet(loaded.invariants)
-        for name, problems in refused.items():
-            invalid.setdefault(name, []).extend(problems)
-        valid = {i.name: i for i in loaded.invariants if i.name not in refused}
-        return self._apply(valid, invalid)
-
-    def _problems_by_name(self, loaded: LoadResult) -> dict[str, list[Problem]]:
-        by_name: dict[str, list[Problem]] = {}
-        for problem in loaded.errors:
-            try:
-                name = name_for(problem.path, self.config.invariants)
-            except ValueError:
-                name = str(problem.path)
-            by_name.setdefault(name, []).append(problem)
-        return by_name
-
-    def _apply(self, valid: dict[str, Invariant], invalid: dict[str, list[Problem]]) -> Reload:
-        now = self.clock()
+    def _install(self, running: dict[str, Invariant]) -> None:
         with self._lock:
-            running, change = diff(self.invariants, valid, invalid)
             self.definitions.current = running
             self.timetable.sync({n: i.schedule for n, i in running.items()}, utc_now())
-        for name, problems in invalid.items():
-            for problem in problems:
-                log.error(
-                    "invalid invariant file: %s",
-                    problem,
-                    extra={
-                        "fields": {"invariant": name, "kept_previous": name in change.kept_previous}
-                    },
-                )
-            detail = "\n".join(str(p) for p in problems)
-            self.store.record_condition("invalid_file", name, True, now, detail)
-        # Fixed or deleted files: every open invalid-file incident not reported again.
-        for incident in self.store.open_incidents():
-            if incident.kind == "invalid_file" and incident.invariant not in invalid:
-                self.store.record_condition("invalid_file", incident.invariant, False, now)
-        self.metrics.invalid_files.set(len(invalid))
-        for name in change.removed:
-            self.metrics.forget(name)
-            self.store.retire(name, now)
-        if change.added or change.updated or change.removed:
-            log.info(
-                "invariants loaded",
-                extra={
-                    "fields": {
-                        "added": change.added,
-                        "updated": change.updated,
-                        "removed": change.removed,
-                        "running": len(running),
-                    }
-                },
-            )
-        return change
 
     # --- evaluating ----------------------------------------------------------------------
 

@@ -12,14 +12,12 @@ id). Two catalogs answer the same questions:
   judged by what they declare.
 - `BuiltinCatalog`: a table generated from the built-in catalogs of the PostgreSQL
   versions we support, shipped in the package, for `invmon lint` with no database. Regenerate
-  it with `python -m monitor.pgcatalog --dsn DSN [--dsn DSN ...] > monitor/pg_builtins.json`.
+  it with `python -m monitor.builtins_table --dsn DSN [--dsn DSN ...] > monitor/pg_builtins.json`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -170,7 +168,7 @@ def builtin_catalog() -> BuiltinCatalog:
 # the session's search path (PostgreSQL picks among them by argument types, which only the
 # planner knows, so all of them are judged); a qualified one in its schema only.
 # A function's volatility; for an aggregate, the worst of the functions it runs.
-_VOLATILITY = """CASE WHEN p.prokind = 'a' THEN (
+VOLATILITY_SQL = """CASE WHEN p.prokind = 'a' THEN (
            SELECT max(s.provolatile::text COLLATE "C")
            FROM pg_aggregate a
            JOIN pg_proc s ON s.oid IN (a.aggfnoid, a.aggtransfn, a.aggfinalfn, a.aggcombinefn,
@@ -182,7 +180,7 @@ _VOLATILITY = """CASE WHEN p.prokind = 'a' THEN (
 # Callable with one argument, so also as `row.fn` (attribute notation): any first argument a
 # row can be passed to (a composite, a domain over one, a pseudo-type, VARIADIC), so only
 # `internal` and `cstring`, which no SQL value has, rule a function out.
-_ONE_ARG = (
+ONE_ARG_SQL = (
     "p.pronargs >= 1 AND p.pronargs - p.pronargdefaults <= 1"
     " AND p.proargtypes[0] NOT IN ('internal'::regtype, 'cstring'::regtype)"
 )
@@ -202,7 +200,7 @@ FROM wanted w
 JOIN pg_proc p ON p.proname = w.name
 JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE (w.schema = '' AND n.nspname = ANY (current_schemas(true))) OR n.nspname = w.schema
-""".replace("{ONE_ARG}", _ONE_ARG).replace("{VOLATILITY}", _VOLATILITY)
+""".replace("{ONE_ARG}", ONE_ARG_SQL).replace("{VOLATILITY}", VOLATILITY_SQL)
 
 _OPERATORS_SQL = """
 WITH wanted(ord, schema, name) AS (
@@ -311,144 +309,3 @@ class LiveCatalog:
     def system_view_calls(self, relations: Iterable[Name]) -> dict[Name, list[str]]:
         # System views are the same on every server of a version: the shipped table knows.
         return builtin_catalog().system_view_calls(relations)
-
-
-# --- generating the shipped table ------------------------------------------------------------
-
-_ALL_FUNCTIONS_SQL = """
-SELECT n.nspname, p.proname, p.prokind,
-       {VOLATILITY},
-       p.proparallel = 'u',
-       {ONE_ARG}
-FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-WHERE n.nspname IN ('pg_catalog', 'information_schema')
-""".replace("{ONE_ARG}", _ONE_ARG).replace("{VOLATILITY}", _VOLATILITY)
-
-_ALL_OPERATORS_SQL = """
-SELECT o.oprname, f.provolatile::text
-FROM pg_operator o JOIN pg_proc f ON f.oid = o.oprcode
-WHERE o.oprnamespace = 'pg_catalog'::regnamespace
-"""
-
-_SYSTEM_VIEWS_SQL = """
-SELECT n.nspname, c.relname, pg_get_viewdef(c.oid)
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname IN ('pg_catalog', 'information_schema') AND c.relkind = 'v'
-"""
-
-# Casts and type input functions between built-in types: the offline table assumes they are
-# all safe, so generation fails if a PostgreSQL release ever ships one that is VOLATILE.
-_UNSAFE_BUILTIN_CASTS_SQL = """
-SELECT p.oid::regprocedure::text FROM pg_cast c JOIN pg_proc p ON p.oid = c.castfunc
-WHERE p.provolatile = 'v'
-UNION ALL
-SELECT p.oid::regprocedure::text FROM pg_type t JOIN pg_proc p ON p.oid = t.typinput
-WHERE p.provolatile = 'v' AND t.typnamespace = 'pg_catalog'::regnamespace
-"""
-
-
-def read_builtins(conn: Any) -> dict[str, Any]:
-    """One server's built-in functions and operators, in the shipped table's shape."""
-    unsafe_casts = [row[0] for row in conn.execute(_UNSAFE_BUILTIN_CASTS_SQL).fetchall()]
-    if unsafe_casts:
-        raise SystemExit(f"VOLATILE built-in casts: {unsafe_casts}; the fence must judge casts")
-    functions: dict[str, list[Any]] = {}
-    for schema, name, kind, volatility, unsafe, one_arg in conn.execute(_ALL_FUNCTIONS_SQL):
-        key = name if schema == "pg_catalog" else f"{schema}.{name}"
-        _merge_function(functions, key, [volatility, unsafe, [kind], one_arg])
-    operators: dict[str, str] = {}
-    for name, volatility in conn.execute(_ALL_OPERATORS_SQL):
-        operators[name] = worst([operators.get(name, "i"), volatility])
-    version = conn.execute("SHOW server_version").fetchone()[0].split()[0]
-    table = {"versions": [version], "functions": functions, "operators": operators, "views": {}}
-    table["views"] = _system_views(conn, BuiltinCatalog(table))
-    return table
-
-
-def _system_views(conn: Any, catalog: BuiltinCatalog) -> dict[str, list[str]]:
-    """Each system view that calls a VOLATILE or PARALLEL UNSAFE built-in, with those
-    functions, read from its definition by the fence's own parser."""
-    from monitor.fence import analyze  # the parser lives there; only generation needs it
-
-    views: dict[str, list[str]] = {}
-    for schema, name, definition in conn.execute(_SYSTEM_VIEWS_SQL):
-        calls = {r.name for r in analyze(definition).references if r.kind == "function"}
-        found = catalog.functions(calls)
-        worth_a_look = sorted(
-            {
-                routine.name
-                for call in calls
-                for routine in found.get(call, [])
-                if routine.volatility == "v" or routine.parallel_unsafe
-            }
-        )
-        if worth_a_look:
-            views[name if schema == "pg_catalog" else f"{schema}.{name}"] = worth_a_look
-    return views
-
-
-def _merge_function(table: dict[str, list[Any]], key: str, entry: list[Any]) -> None:
-    """Keep the worst of every overload (and every version) under one name."""
-    old = table.get(key)
-    if old is None:
-        table[key] = entry
-        return
-    table[key] = [
-        worst([old[0], entry[0]]),
-        old[1] or entry[1],
-        sorted(set(old[2]) | set(entry[2])),
-        old[3] or entry[3],
-    ]
-
-
-def merge_tables(tables: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    merged: dict[str, Any] = {"versions": [], "functions": {}, "operators": {}, "views": {}}
-    for table in tables:
-        merged["versions"] += table["versions"]
-        for key, entry in table["functions"].items():
-            _merge_function(merged["functions"], key, entry)
-        for name, volatility in table["operators"].items():
-            merged["operators"][name] = worst([merged["operators"].get(name, "i"), volatility])
-        for name, calls in table["views"].items():
-            merged["views"][name] = sorted(set(merged["views"].get(name, [])) | set(calls))
-    merged["versions"] = sorted(
-        set(merged["versions"]), key=lambda v: [int(p) for p in v.split(".")]
-    )
-    merged["functions"] = dict(sorted(merged["functions"].items()))
-    merged["operators"] = dict(sorted(merged["operators"].items()))
-    merged["views"] = dict(sorted(merged["views"].items()))
-    return merged
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    import psycopg
-
-    parser = argparse.ArgumentParser(
-        prog="python -m monitor.pgcatalog",
-        description="Print the built-in catalog table that `invmon lint` judges functions by.",
-    )
-    parser.add_argument("--dsn", action="append", required=True, help="one per server version")
-    args = parser.parse_args(argv)
-    tables = []
-    for dsn in args.dsn:
-        with psycopg.connect(dsn) as conn:
-            tables.append(read_builtins(conn))
-    sys.stdout.write(dump_table(merge_tables(tables)))
-    return 0
-
-
-def dump_table(table: dict[str, Any]) -> str:
-    """JSON with one function or operator per line, so a regeneration diffs readably."""
-    lines = ["{", f'"versions": {json.dumps(table["versions"])},']
-    for section in ("functions", "operators", "views"):
-        entries = [
-            f"{json.dumps(key)}: {json.dumps(value, separators=(',', ':'))}"
-            for key, value in table[section].items()
-        ]
-        closing = "}" if section == "views" else "},"
-        lines += [f'"{section}": {{', ",\n".join(entries), closing]
-    return "\n".join(lines) + "\n}\n"
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from monitor.clock import shown
 from monitor.loader import Invariant
 from monitor.problems import Problem
 from monitor.records import Incident, Run
@@ -118,7 +119,7 @@ def problems_text(problems: Sequence[Problem]) -> str:
 
 
 def _when(moment: datetime | None) -> str:
-    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S")
+    return "-" if moment is None else shown(moment, seconds=True)
 
 
 def _handled(incident: Incident) -> str:

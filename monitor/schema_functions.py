@@ -106,16 +106,7 @@ class SchemaCatalog:
         support: list[Name] = []
         for element in body.get("definition") or []:
             item = element["DefElem"]
-            if item["defname"] in (
-                "sfunc",
-                "finalfunc",
-                "combinefunc",
-                "msfunc",
-                "minvfunc",
-                "mfinalfunc",
-                "function",
-                "procedure",
-            ):
+            if item["defname"] in _SUPPORT:
                 support.append(_strings(item.get("arg", {}).get("TypeName", {}).get("names")))
         found = self.functions(support)
         # A support function nobody defined is judged the worst: VOLATILE.

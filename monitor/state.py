@@ -12,13 +12,13 @@ exists if and only if its transition happened (a transactional outbox).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from monitor.acks import Action, Outcome, decide_action
-from monitor.clock import maybe_parse, parse_stamp, stamp
+from monitor.clock import parse_stamp, stamp
 from monitor.incidents import (
     CLOSE_EVENT,
     Decision,
@@ -30,50 +30,22 @@ from monitor.incidents import (
     decide,
     toggle,
 )
-from monitor.records import Incident, IncidentKey, Run, StoredEvent
+from monitor.records import Incident, StoredEvent
 from monitor.results import RunResult
+from monitor.state_queries import StateQueries
 from monitor.storage import PostgresStorage, Storage, Tx, open_storage
 
 REPLICA_SUBJECT = "(replica)"
-_INCIDENT_COLUMNS = (
-    "id",
-    "invariant",
-    "kind",
-    "opened_at",
-    "resolved_at",
-    "first_count",
-    "last_count",
-    "last_seen_at",
-    "detail",
-    "acked_by",
-    "acked_by_name",
-    "acked_at",
-    "ack_mode",
-    "snoozed_until",
-    "snoozed_by",
-)
-_RUN_COLUMNS = (
-    "id",
-    "invariant",
-    "started_at",
-    "finished_at",
-    "status",
-    "count",
-    "error",
-    "replica_lag_seconds",
-    "duration_ms",
-    "columns_json",
-    "sample_json",
-)
 
 
-class StateStore:
-    """Runs, incidents, their keys, acknowledgements and the events outbox. Open with
-    `StateStore.open(path=..., dsn=...)`; `storage` is shared with alerting's tables."""
+class StateStore(StateQueries):
+    """Runs, incidents, their keys, acknowledgements and the events outbox: what changes
+    them is here, in transactions that also write the events they cause; what reads them is
+    in StateQueries. Open with `StateStore.open(path=..., dsn=...)`; `storage` is shared
+    with alerting's tables."""
 
     def __init__(self, storage: Storage) -> None:
-        self.storage = storage
-        self._db = storage
+        super().__init__(storage)
 
     @classmethod
     def open(cls, path: Path | None = None, dsn: str | None = None) -> StateStore:
@@ -229,72 +201,6 @@ class StateStore:
                 (stamp(at), event_id),
             )
         )
-
-    # --- reading -----------------------------------------------------------------------
-
-    def pending_events(self, limit: int = 100) -> list[StoredEvent]:
-        return self._events("WHERE dispatched_at IS NULL ORDER BY id LIMIT ?", (limit,))
-
-    def events(self, invariant: str | None = None) -> list[StoredEvent]:
-        if invariant is None:
-            return self._events("ORDER BY id", ())
-        return self._events("WHERE invariant = ? ORDER BY id", (invariant,))
-
-    def open_incidents(self) -> list[Incident]:
-        return self._incidents("WHERE resolved_at IS NULL ORDER BY opened_at, id", ())
-
-    def incident(self, incident_id: int) -> Incident | None:
-        found = self._incidents("WHERE id = ?", (incident_id,))
-        return found[0] if found else None
-
-    def incidents(self, invariant: str, limit: int = 20) -> list[Incident]:
-        return self._incidents("WHERE invariant = ? ORDER BY id DESC LIMIT ?", (invariant, limit))
-
-    def incident_keys(self, incident_id: int) -> list[IncidentKey]:
-        with self._db.transaction() as tx:
-            found = tx.rows(
-                "SELECT offending_key, row_json, first_seen_at, last_seen_at, gone_at"
-                " FROM incident_keys WHERE incident_id = ? ORDER BY offending_key",
-                (incident_id,),
-            )
-        return [
-            IncidentKey(
-                key,
-                json.loads(row) if row else None,
-                parse_stamp(first),
-                parse_stamp(last),
-                maybe_parse(gone),
-            )
-            for key, row, first, last, gone in found
-        ]
-
-    def latest_runs(self) -> list[Run]:
-        return self._runs("JOIN invariant_state s ON s.last_run_id = r.id ORDER BY r.invariant", ())
-
-    def runs(self, invariant: str, limit: int = 20) -> list[Run]:
-        return self._runs("WHERE r.invariant = ? ORDER BY r.id DESC LIMIT ?", (invariant, limit))
-
-    def counts(self) -> dict[str, int]:
-        with self._db.transaction() as tx:
-            [(pending,)] = tx.rows("SELECT count(*) FROM events WHERE dispatched_at IS NULL")
-            [(open_,)] = tx.rows("SELECT count(*) FROM incidents WHERE resolved_at IS NULL")
-        return {"events_pending": int(pending), "open_incidents": int(open_)}
-
-    def prune_runs(self, before: datetime) -> int:
-        """Drop old runs, keeping each invariant's latest; incidents and events stay."""
-        with self._db.transaction() as tx:
-            doomed = tx.rows(
-                "SELECT count(*) FROM runs WHERE finished_at < ?"
-                " AND id NOT IN (SELECT last_run_id FROM invariant_state"
-                " WHERE last_run_id IS NOT NULL)",
-                (stamp(before),),
-            )
-            tx.run(
-                "DELETE FROM runs WHERE finished_at < ? AND id NOT IN"
-                " (SELECT last_run_id FROM invariant_state WHERE last_run_id IS NOT NULL)",
-                (stamp(before),),
-            )
-        return int(doomed[0][0])
 
     # --- internals ---------------------------------------------------------------------
 
@@ -480,73 +386,6 @@ class StateStore:
         return StoredEvent(
             int(event_id), incident_id, invariant, draft.kind, parse_stamp(now), payload
         )
-
-    def _events(self, where: str, params: Sequence[Any]) -> list[StoredEvent]:
-        with self._db.transaction() as tx:
-            found = tx.rows(
-                "SELECT id, incident_id, invariant, kind, created_at, payload_json FROM events "
-                + where,
-                params,
-            )
-        return [
-            StoredEvent(int(i), int(inc), inv, kind, parse_stamp(at), json.loads(payload))
-            for i, inc, inv, kind, at, payload in found
-        ]
-
-    def _incidents(self, where: str, params: Sequence[Any]) -> list[Incident]:
-        with self._db.transaction() as tx:
-            return self._incidents_in(tx, where, params)
-
-    def _incidents_in(self, tx: Tx, where: str, params: Sequence[Any]) -> list[Incident]:
-        found = tx.rows(f"SELECT {', '.join(_INCIDENT_COLUMNS)} FROM incidents {where}", params)
-        out = []
-        for row in found:
-            r = dict(zip(_INCIDENT_COLUMNS, row, strict=True))
-            out.append(
-                Incident(
-                    id=int(r["id"]),
-                    invariant=r["invariant"],
-                    kind=r["kind"],
-                    opened_at=parse_stamp(r["opened_at"]),
-                    resolved_at=maybe_parse(r["resolved_at"]),
-                    first_count=r["first_count"],
-                    last_count=r["last_count"],
-                    last_seen_at=parse_stamp(r["last_seen_at"]),
-                    detail=r["detail"],
-                    acked_by=r["acked_by"],
-                    acked_by_name=r["acked_by_name"],
-                    acked_at=maybe_parse(r["acked_at"]),
-                    ack_mode=r["ack_mode"],
-                    snoozed_until=maybe_parse(r["snoozed_until"]),
-                    snoozed_by=r["snoozed_by"],
-                )
-            )
-        return out
-
-    def _runs(self, clause: str, params: Sequence[Any]) -> list[Run]:
-        with self._db.transaction() as tx:
-            found = tx.rows(
-                f"SELECT {', '.join('r.' + c for c in _RUN_COLUMNS)} FROM runs r {clause}", params
-            )
-        out = []
-        for row in found:
-            r = dict(zip(_RUN_COLUMNS, row, strict=True))
-            out.append(
-                Run(
-                    id=int(r["id"]),
-                    invariant=r["invariant"],
-                    started_at=parse_stamp(r["started_at"]),
-                    finished_at=parse_stamp(r["finished_at"]),
-                    status=r["status"],
-                    count=r["count"],
-                    error=r["error"],
-                    replica_lag_seconds=r["replica_lag_seconds"],
-                    duration_ms=r["duration_ms"],
-                    columns=json.loads(r["columns_json"]),
-                    sample=json.loads(r["sample_json"]),
-                )
-            )
-        return out
 
 
 def _lasted(opened_at: datetime, until: datetime) -> dict[str, Any]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from monitor.fence import OFFLINE, Analysis, FencePolicy, analyze, judge, node_items
+from monitor.fence import OFFLINE, FencePolicy, judge
 from monitor.pgcatalog import builtin_catalog
 from monitor.problems import SqlProblem
+from monitor.sqltree import Analysis, analyze, node_items
 
 _NOW_FUNCTIONS = frozenset(
     {"now", "clock_timestamp", "statement_timestamp", "transaction_timestamp"}

@@ -26,11 +26,11 @@ from monitor.fence import (
     HARMLESS_VOLATILE,
     RUNS_SQL_TEXT,
     STATE_FREE_PARALLEL_UNSAFE,
-    called_functions,
     fence,
 )
 from monitor.pgcatalog import LiveCatalog
 from monitor.pgtemp import apply_sql, scratch_database
+from monitor.sqltree import called_functions
 from monitor.validate import validate_sql
 
 CORPUS = Path(__file__).parent / "fence"
@@ -311,3 +311,22 @@ def test_reading_pg_stat_statements_is_accepted_where_the_extension_is_installed
         )
         conn.rollback()
     assert problems == []
+
+
+def test_the_shipped_table_knows_every_builtin_of_this_server_at_least_as_strictly(
+    admin_dsn: str,
+) -> None:
+    """pg_builtins.json is generated from the supported versions; the server the tests run
+    on is one of them, and nothing it has may look safer in the table than it is."""
+    from monitor.builtins_table import read_builtins
+    from monitor.pgcatalog import VOLATILITY_ORDER, builtin_catalog
+
+    with psycopg.connect(admin_dsn) as conn:
+        live = read_builtins(conn)
+    table = builtin_catalog()
+    shipped = table._functions
+    assert live["versions"][0] in table.versions
+    for name, (volatility, unsafe, _kinds, _one_arg) in live["functions"].items():
+        assert name in shipped, name
+        assert VOLATILITY_ORDER.index(shipped[name][0]) >= VOLATILITY_ORDER.index(volatility), name
+        assert shipped[name][1] or not unsafe, name

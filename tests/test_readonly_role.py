@@ -27,10 +27,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from monitor.durations import parse_schedule
 from monitor.execute import LiveFence, Refused, execute, register_loaders
-from monitor.fence import analyze
 from monitor.header import InvariantHeader
 from monitor.loader import Invariant, load_directory
 from monitor.pgtemp import apply_sql, scratch_database
+from monitor.sqltree import analyze
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).parent / "fence"

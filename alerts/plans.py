@@ -1,0 +1,54 @@
+"""What each event means for Slack: the deliveries it causes, each with an idempotency key
+made of what is delivered (invariant, incident, event, action, channel), never of an
+attempt. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from monitor.records import StoredEvent
+
+Action = Literal[
+    "post_root", "post_reply", "update_root", "upload_csv", "post_digest", "post_detail"
+]
+POSTS: tuple[Action, ...] = ("post_root", "post_reply", "post_digest", "post_detail")
+OPENING = {"opened", "cannot_evaluate", "replica_stale", "file_invalid"}
+CLOSING = {"resolved", "recovered", "replica_fresh", "file_fixed"}
+
+
+def delivery_key(*parts: object) -> str:
+    return hashlib.sha256(":".join(str(p) for p in parts).encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A delivery to create, before it has a row."""
+
+    action: Action
+    key: str
+    needs_root: bool
+    payload: dict[str, Any]
+
+
+def plan_event(event: StoredEvent, channel: str) -> list[Spec]:
+    """The deliveries one event causes in one channel. Pure."""
+    base = (event.invariant, event.incident_id, event.id, channel)
+    payload = {"kind": event.kind, **event.payload}
+    if event.kind in OPENING:
+        specs = [Spec("post_root", delivery_key(*base, "root"), False, payload)]
+        if event.kind == "opened":
+            specs.append(Spec("upload_csv", delivery_key(*base, "csv"), True, payload))
+        return specs
+    return [
+        Spec("post_reply", delivery_key(*base, "reply"), True, payload),
+        Spec("update_root", delivery_key(*base, "update"), True, payload),
+    ]
+
+
+def reminder_spec(invariant: str, incident_id: int, channel: str, nth: int) -> Spec:
+    payload = {"kind": "reminder", "nth": nth}
+    return Spec(
+        "post_reply", delivery_key(invariant, incident_id, "reminder", nth, channel), True, payload
+    )

@@ -1,0 +1,115 @@
+"""Loading the invariants folder into a running daemon: what a (re)load changes, and what
+it tells people. A file that fails validation, or that the monitored database's catalog
+refuses, is reported (a log line and an `invalid_file` incident) and, if an earlier version
+of it was loaded, that version keeps running; a removed file's incidents are closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from monitor.clock import Clock
+from monitor.config import Config
+from monitor.definitions import Definitions, Reload, diff
+from monitor.loader import Invariant, LoadResult, load_directory, name_for
+from monitor.metrics import Metrics
+from monitor.problems import Problem
+from monitor.runner import Runner
+from monitor.state import StateStore
+
+log = logging.getLogger("invmon.daemon")
+
+# Puts the new set in place; the daemon does it under its own lock.
+Install = Callable[[dict[str, Invariant]], None]
+
+
+class Reloader:
+    def __init__(
+        self,
+        config: Config,
+        runner: Runner,
+        store: StateStore,
+        metrics: Metrics,
+        definitions: Definitions,
+        install: Install,
+        clock: Clock,
+    ) -> None:
+        self.config = config
+        self.runner = runner
+        self.store = store
+        self.metrics = metrics
+        self.definitions = definitions
+        self.install = install
+        self.clock = clock
+
+    def reload(self) -> Reload:
+        directory = self.config.invariants
+        running = self.definitions.current
+        if running and (not directory.is_dir() or not any(directory.rglob("*.sql"))):
+            # A deploy swapping the checkout, an unmounted volume: not a reason to stop
+            # checking everything. Keep what runs and say so.
+            log.error(
+                "invariants folder %s is missing or empty; keeping the %d loaded invariants",
+                directory,
+                len(running),
+            )
+            return Reload(kept_previous=sorted(running))
+        loaded = load_directory(
+            directory, self.config.invariant_defaults(), self.config.policy(with_database=True)
+        )
+        invalid = self._problems_by_name(loaded)
+        # The fence again, against the monitored database's own catalog: what lint could
+        # not know (user-defined and extension functions, views) is decided here.
+        refused = self.runner.vet(loaded.invariants)
+        for name, problems in refused.items():
+            invalid.setdefault(name, []).extend(problems)
+        valid = {i.name: i for i in loaded.invariants if i.name not in refused}
+        return self._apply(valid, invalid)
+
+    def _problems_by_name(self, loaded: LoadResult) -> dict[str, list[Problem]]:
+        by_name: dict[str, list[Problem]] = {}
+        for problem in loaded.errors:
+            try:
+                name = name_for(problem.path, self.config.invariants)
+            except ValueError:
+                name = str(problem.path)
+            by_name.setdefault(name, []).append(problem)
+        return by_name
+
+    def _apply(self, valid: dict[str, Invariant], invalid: dict[str, list[Problem]]) -> Reload:
+        now = self.clock()
+        running, change = diff(self.definitions.current, valid, invalid)
+        self.install(running)
+        for name, problems in invalid.items():
+            for problem in problems:
+                log.error(
+                    "invalid invariant file: %s",
+                    problem,
+                    extra={
+                        "fields": {"invariant": name, "kept_previous": name in change.kept_previous}
+                    },
+                )
+            detail = "\n".join(str(p) for p in problems)
+            self.store.record_condition("invalid_file", name, True, now, detail)
+        # Fixed or deleted files: every open invalid-file incident not reported again.
+        for incident in self.store.open_incidents():
+            if incident.kind == "invalid_file" and incident.invariant not in invalid:
+                self.store.record_condition("invalid_file", incident.invariant, False, now)
+        self.metrics.invalid_files.set(len(invalid))
+        for name in change.removed:
+            self.metrics.forget(name)
+            self.store.retire(name, now)
+        if change.added or change.updated or change.removed:
+            log.info(
+                "invariants loaded",
+                extra={
+                    "fields": {
+                        "added": change.added,
+                        "updated": change.updated,
+                        "removed": change.removed,
+                        "running": len(running),
+                    }
+                },
+            )
+        return change
