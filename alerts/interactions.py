@@ -45,15 +45,21 @@ def parse_clicks(payload: Mapping[str, Any]) -> list[Click]:
     """The invmon button clicks in a block_actions payload. Pure."""
     if payload.get("type") != "block_actions":
         return []
-    user = payload.get("user") or {}
+    # A signed payload is Slack's, but its shape is still checked, not assumed.
+    user = _mapping(payload.get("user"))
     actor = str(user.get("id") or "")
     name = user.get("username") or user.get("name")
-    channel = (payload.get("channel") or {}).get("id")
+    name = name if isinstance(name, str) else None
+    channel = _mapping(payload.get("channel")).get("id")
+    channel = channel if isinstance(channel, str) else None
+    actions = payload.get("actions")
     clicks = []
-    for item in payload.get("actions") or []:
+    for item in actions if isinstance(actions, list) else []:
+        if not isinstance(item, dict):
+            continue
         action_id = str(item.get("action_id") or "")
         try:
-            incident_id = int(item.get("value") or "")
+            incident_id = int(str(item.get("value") or ""))
         except ValueError:
             continue
         action: Action | None = None
@@ -66,6 +72,10 @@ def parse_clicks(payload: Mapping[str, Any]) -> list[Click]:
         if action is not None and actor:
             clicks.append(Click(incident_id, action, channel))
     return clicks
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 class Interactions:
@@ -148,7 +158,11 @@ class Interactions:
         """POST /slack/actions: (status, text). Unsigned, forged, stale or replayed: 401."""
         if self.verifier is None:
             return 404, "interactivity over HTTP is not configured (slack.signing_secret)"
-        if not self.verifier.is_valid_request(body, dict(headers)):
+        try:
+            valid = self.verifier.is_valid_request(body, dict(headers))
+        except (ValueError, TypeError, OverflowError):  # a timestamp of "", "abc" or 1e10
+            valid = False
+        if not valid:
             log.warning("rejected a Slack request: missing, wrong or stale signature")
             return 401, "invalid signature"
         lowered = {k.lower(): v for k, v in headers.items()}
@@ -160,6 +174,8 @@ class Interactions:
             payload = json.loads(form["payload"][0])
         except (KeyError, IndexError, ValueError):
             return 400, "no payload"
+        if not isinstance(payload, dict):
+            return 400, "the payload is not a JSON object"
         self.handle(payload, "slack-http")
         return 200, ""
 

@@ -14,12 +14,21 @@ from monitor.clock import Clock
 from monitor.metrics import Metrics
 from monitor.records import StoredEvent
 from monitor.state import StateStore
+from monitor.store_health import StoreHealth
 
 log = logging.getLogger("invmon.daemon")
 
 
 class DeliveryPump:
-    def __init__(self, alerter: Alerter, store: StateStore, metrics: Metrics, clock: Clock) -> None:
+    def __init__(
+        self,
+        alerter: Alerter,
+        store: StateStore,
+        metrics: Metrics,
+        clock: Clock,
+        health: StoreHealth,
+    ) -> None:
+        self.health = health
         self.alerter = alerter
         self.store = store
         self.metrics = metrics
@@ -50,9 +59,13 @@ class DeliveryPump:
 
     def deliver(self, force: bool = False) -> int:
         """Plan what is pending, then perform the deliveries that are due."""
-        self.dispatch(force)
-        handled = self.alerter.deliver()
-        self.metrics.observe_deliveries(self.alerter.ledger.counts(), self.alerter.worker.failures)
+        handled = 0
+        with self.health.guard("planning and delivering alerts"):
+            self.dispatch(force)
+            handled = self.alerter.deliver()
+            self.metrics.observe_deliveries(
+                self.alerter.ledger.counts(), self.alerter.worker.failures
+            )
         return handled
 
     def deliver_until_idle(self, seconds: float) -> None:
@@ -60,6 +73,8 @@ class DeliveryPump:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             self.deliver(force=True)
+            if self.health.problem is not None:
+                return  # the store does not work: nothing to deliver from
             due = self.alerter.ledger.next_due()
             if due is None or due > self.clock() + timedelta(seconds=seconds):
                 return

@@ -80,9 +80,9 @@ def select(loaded: LoadResult, only: Sequence[str]) -> LoadResult:
 
 
 def run_check(config: Config, dsn: str, directory: Path, only: Sequence[str] = ()) -> CheckOutcome:
-    policy = config.policy(with_database=True)
-    loaded = select(load_directory(directory, config.invariant_defaults(), policy), only)
-    with Runner(dsn, config.concurrency, config.database, allow=policy.allow) as runner:
+    loading = config.loading(with_database=True)
+    loaded = select(load_directory(directory, loading), only)
+    with Runner(dsn, config.concurrency, config.database, allow=loading.policy.allow) as runner:
         results = runner.run_all(loaded.invariants)
     results += failed_loads(loaded.problems, directory)
     return CheckOutcome(results, loaded.invariants, loaded.problems)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import getpass
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
+import psycopg
 
 from monitor import __version__
 from monitor.acks import AckMode, Action
@@ -34,11 +36,13 @@ from monitor.render import (
     to_json,
 )
 from monitor.results import exit_code
+from monitor.runner import describe_error
 
 if TYPE_CHECKING:
     from monitor.state import StateStore
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 EXIT_INVALID = 2
 
 
@@ -113,14 +117,27 @@ def resolve_config(
         fail(str(exc))
     updates: dict[str, Any] = {}
     if dsn:
-        try:
-            check_dsn(dsn)
-        except ValueError as exc:
-            fail(f"--dsn / INVMON_DSN: {exc}")
-        updates["dsn"] = dsn
+        updates["dsn"] = checked_dsn(dsn, "--dsn / INVMON_DSN")
     if invariants:
         updates["invariants"] = invariants
     return config.model_copy(update=updates)
+
+
+def checked_dsn(dsn: str, where: str) -> str:
+    try:
+        check_dsn(dsn)
+    except ValueError as exc:
+        fail(f"{where}: {exc}")
+    return dsn
+
+
+def test_server_dsn(admin_dsn: str | None) -> str | None:
+    """The server for scratch databases: --dsn, else INVMON_TEST_DSN, else None (a throwaway
+    server is started); checked here so a malformed one is a sentence without its password."""
+    if admin_dsn:
+        return checked_dsn(admin_dsn, "--dsn")
+    from_env = os.environ.get("INVMON_TEST_DSN")
+    return checked_dsn(from_env, "INVMON_TEST_DSN") if from_env else None
 
 
 def require_database(config: Config, purpose: str) -> str:
@@ -146,9 +163,7 @@ def read_schema(config: Config, schema_file: Path | None) -> str | None:
 
 def selected_invariants(config: Config, names: Sequence[str]) -> list[Invariant]:
     """The named invariants (all when none), refusing to go on past an invalid file."""
-    loaded = load_directory(
-        config.invariants, config.invariant_defaults(), config.policy(with_database=True)
-    )
+    loaded = load_directory(config.invariants, config.loading(with_database=True))
     if loaded.errors:
         click.echo(problems_text(loaded.errors), err=True)
         fail("fix the invalid invariant files first (see `invmon lint`)")
@@ -158,7 +173,13 @@ def selected_invariants(config: Config, names: Sequence[str]) -> list[Invariant]
         fail(str(exc))
 
 
-def open_store(config: Config, must_exist: bool = False) -> StateStore:
+def _store_where(config: Config) -> str:
+    return "state.dsn" if config.state.dsn else f"state.path {str(config.state.path)!r}"
+
+
+def open_store(config: Config, must_exist: bool = False, read_only: bool = False) -> StateStore:
+    """The state store; `must_exist` for commands that use what `invmon run` stored,
+    `read_only` for those that only look (a read-only file, a shared store not migrated)."""
     from monitor.state import StateStore
 
     if must_exist and not config.state.dsn and not config.state.path.exists():
@@ -167,10 +188,25 @@ def open_store(config: Config, must_exist: bool = False) -> StateStore:
             "or pass the same --config"
         )
     try:
-        return StateStore.open(path=config.state.path, dsn=config.state.dsn)
+        return StateStore.open(path=config.state.path, dsn=config.state.dsn, read_only=read_only)
     except Exception as exc:  # sqlite3 and psycopg errors alike: say where, not a traceback
-        where = "state.dsn" if config.state.dsn else f"state.path {str(config.state.path)!r}"
-        fail(f"cannot open the state store ({where}): {redact(str(exc))}")
+        fail(f"cannot open the state store ({_store_where(config)}): {redact(str(exc))}")
+
+
+def read_store(config: Config, reading: Callable[[StateStore], T]) -> T:
+    """What a reading command needs from the store, or one sentence saying why not."""
+    from monitor.store_health import STORE_ERRORS
+
+    store = open_store(config, must_exist=True, read_only=True)
+    try:
+        return reading(store)
+    except STORE_ERRORS as exc:
+        fail(
+            f"cannot read the state store ({_store_where(config)}): {redact(str(exc))}; "
+            "see README, 'Recovering the state store'"
+        )
+    finally:
+        store.close()
 
 
 # --- the commands -------------------------------------------------------------------------
@@ -256,11 +292,9 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
 @output_format("table", "json")
 def status(config_path: Path | None, fmt: str) -> None:
     """Open incidents and each invariant's last run, from the state store."""
-    store = open_store(resolve_config(config_path), must_exist=True)
-    try:
-        incidents, runs = store.open_incidents(), store.latest_runs()
-    finally:
-        store.close()
+    incidents, runs = read_store(
+        resolve_config(config_path), lambda s: (s.open_incidents(), s.latest_runs())
+    )
     if fmt == "json":
         document = {
             "open_incidents": [as_document(i) for i in incidents],
@@ -278,11 +312,9 @@ def status(config_path: Path | None, fmt: str) -> None:
 @output_format("table", "json")
 def history(name: str, config_path: Path | None, limit: int, fmt: str) -> None:
     """Recent runs and incidents of one invariant."""
-    store = open_store(resolve_config(config_path), must_exist=True)
-    try:
-        runs, incidents = store.runs(name, limit), store.incidents(name, limit)
-    finally:
-        store.close()
+    runs, incidents = read_store(
+        resolve_config(config_path), lambda s: (s.runs(name, limit), s.incidents(name, limit))
+    )
     if not runs and not incidents:
         fail(f"no history for {name!r} in the state store; check the name with `invmon status`")
     if fmt == "json":
@@ -415,7 +447,11 @@ def test_command(
     config = resolve_config(config_path, None, invariants_dir)
     selected = selected_invariants(config, names)
     schema_sql = read_schema(config, schema_file)
-    reports = run_fixtures(selected, schema_sql, admin_dsn, config.fence.allowances())
+    server = test_server_dsn(admin_dsn)
+    try:
+        reports = run_fixtures(selected, schema_sql, server, config.fence.allowances())
+    except psycopg.Error as exc:
+        fail(f"cannot use the test server: {redact(describe_error(exc))}")
     text, code = report_text(reports, strict)
     click.echo(text)
     sys.exit(code)
@@ -449,7 +485,12 @@ def demo(admin_dsn: str | None) -> None:
     """Start a throwaway PostgreSQL with planted violations and run every shipped invariant."""
     from monitor.demo import run_demo
 
-    sys.exit(run_demo(admin_dsn, click.echo))
+    server = checked_dsn(admin_dsn, "--dsn") if admin_dsn else None
+    try:
+        code = run_demo(server, click.echo)
+    except psycopg.Error as exc:
+        fail(f"cannot use the server: {redact(describe_error(exc))}")
+    sys.exit(code)
 
 
 if __name__ == "__main__":

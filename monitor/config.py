@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import psycopg
-import yaml
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import (
     BaseModel,
@@ -24,11 +23,14 @@ from pydantic import (
     model_validator,
 )
 
+from monitor import yamlsafe
 from monitor.acks import ACK_MODES, AckMode
 from monitor.durations import parse_duration
 from monitor.fence import Allowances, FencePolicy
 from monitor.header import Severity
-from monitor.loader import Defaults
+from monitor.loader import MAX_FILE_BYTES, Defaults, Loading
+from monitor.text import printable, shorten
+from monitor.yamlsafe import YamlProblem
 
 DEFAULT_CONFIG = Path("invmon.yaml")
 _REFERENCE = re.compile(r"\$\{([^}]+)\}")
@@ -98,6 +100,18 @@ class DaemonConfig(_Model):
     _t = field_validator("max_replica_lag", "jitter", "shutdown_grace", mode="before")(_duration)
 
 
+def parse_listen(value: str) -> tuple[str, int]:
+    """`host:port`, or `[v6 address]:port`, as (host, port); ValueError otherwise."""
+    host, _, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"write an IPv6 address in brackets, e.g. [::1]:9187, got {value!r}")
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"write host:port, e.g. 127.0.0.1:9187 or [::1]:9187, got {value!r}")
+    return host, int(port)
+
+
 class HttpConfig(_Model):
     listen: str | None = "127.0.0.1:9187"  # /healthz, /readyz, /metrics; null disables
 
@@ -105,9 +119,7 @@ class HttpConfig(_Model):
     @classmethod
     def _host_port(cls, value: str | None) -> str | None:
         if value is not None:
-            host, _, port = value.rpartition(":")
-            if not host or not port.isdigit() or not 0 <= int(port) < 65536:
-                raise ValueError(f"write host:port, e.g. 127.0.0.1:9187, got {value!r}")
+            parse_listen(value)
         return value
 
 
@@ -199,6 +211,12 @@ class FenceConfig(_Model):
         return FencePolicy(self.allowances(), unknown_is_error=not with_database)
 
 
+class LimitsConfig(_Model):
+    """Bounds on what invmon reads; each refusal says which limit it met."""
+
+    file_bytes: int = Field(default=MAX_FILE_BYTES, ge=1024, le=16 << 20)
+
+
 class Config(_Model):
     dsn: str | None = None
     invariants: Path = Path("invariants")
@@ -215,35 +233,44 @@ class Config(_Model):
     log: LogConfig = LogConfig()
     slack: SlackConfig = SlackConfig()
     fence: FenceConfig = FenceConfig()
+    limits: LimitsConfig = LimitsConfig()
 
     _d = field_validator("dsn")(check_dsn)
 
     def policy(self, with_database: bool) -> FencePolicy:
         return self.fence.policy(with_database)
 
-    def invariant_defaults(self) -> Defaults:
-        return self.defaults
+    def loading(self, with_database: bool) -> Loading:
+        """How invariant files are read: `with_database` when a database's own catalog
+        judges every query again before it runs (check, test, explain, run)."""
+        return Loading(self.defaults, self.policy(with_database), self.limits.file_bytes)
 
 
-def interpolate(value: Any, where: str = "") -> Any:
-    """Replace ${VAR}, ${VAR:-default} and ${file:PATH} in every string of a YAML tree."""
+_QUOTED = re.compile(r"'[^']*'?…?|\"[^\"]*\"?")
+MAX_CONFIG_BYTES = 1 << 20
+MAX_SECRET_BYTES = 64 * 1024  # a password, a token, a DSN; not /dev/zero
+
+
+def interpolate(value: Any, where: str = "", tainted: set[str] | None = None) -> Any:
+    """Replace ${VAR}, ${VAR:-default} and ${file:PATH} in every string of a YAML tree.
+    Each field that took a value from a reference is added to `tainted`: its value may be a
+    secret and is never shown in a message."""
+    tainted = set() if tainted is None else tainted
     if isinstance(value, dict):
-        return {k: interpolate(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+        return {
+            k: interpolate(v, f"{where}.{k}" if where else str(k), tainted)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [interpolate(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [interpolate(v, f"{where}.{i}", tainted) for i, v in enumerate(value)]
     if not isinstance(value, str):
         return value
 
     def resolve(match: re.Match[str]) -> str:
+        tainted.add(where)
         reference = match.group(1).strip()
         if reference.startswith("file:"):
-            path = Path(reference[5:]).expanduser()
-            try:
-                return path.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise ConfigError(
-                    f"field {where!r}: cannot read secret file {str(path)!r} ({exc.strerror})"
-                ) from None
+            return _read_secret(Path(reference[5:]).expanduser(), where)
         name, _, default = reference.partition(":-")
         if name in os.environ:
             return os.environ[name]
@@ -257,13 +284,35 @@ def interpolate(value: Any, where: str = "") -> Any:
     return _REFERENCE.sub(resolve, value)
 
 
+def _read_secret(path: Path, where: str) -> str:
+    shown = printable(str(path))
+    try:
+        if not path.is_file():
+            raise ConfigError(f"field {where!r}: secret file {shown!r} is not a regular file")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_SECRET_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(
+            f"field {where!r}: cannot read secret file {shown!r} ({exc.strerror})"
+        ) from None
+    if len(data) > MAX_SECRET_BYTES:
+        raise ConfigError(
+            f"field {where!r}: secret file {shown!r} is larger than {MAX_SECRET_BYTES:,} bytes"
+        )
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"field {where!r}: secret file {shown!r} is not UTF-8 text") from None
+
+
 def parse_config(data: Any, source: str) -> Config:
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of settings at the top level")
+    tainted: set[str] = set()
     try:
-        return Config.model_validate(interpolate(data))
+        return Config.model_validate(interpolate(data, tainted=tainted))
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     except ValidationError as exc:
@@ -271,12 +320,16 @@ def parse_config(data: Any, source: str) -> Config:
         for error in exc.errors():
             field = ".".join(str(part) for part in error["loc"]) or "(top level)"
             if error["type"] == "extra_forbidden":
-                messages.append(f"{source}: unknown field {field!r}; check its spelling")
+                messages.append(f"{source}: unknown field {shorten(field, 60)}; check its spelling")
                 continue
             reason = str(error["msg"]).removeprefix("Value error, ")
-            secret = "dsn" in field or "token" in field or "secret" in field
+            from_reference = any(field == t or field.startswith(t + ".") for t in tainted)
+            if from_reference:
+                # The reason may quote the value (a validator's "'x' is not a duration").
+                reason = _QUOTED.sub("the value from its ${…} reference", reason)
+            secret = from_reference or "dsn" in field or "token" in field or "secret" in field
             value = error.get("input")
-            shown = "" if secret or not _safe_to_show(value) else f" (got {value!r})"
+            shown = "" if secret or not _safe_to_show(value) else f" (got {shorten(value)})"
             messages.append(f"{source}: field {field!r}: {reason}{shown}")
         raise ConfigError("\n".join(messages)) from None
 
@@ -287,14 +340,20 @@ def load_config(path: Path | None) -> Config:
         if not DEFAULT_CONFIG.exists():
             return Config()
         path = DEFAULT_CONFIG
+    shown = printable(str(path))
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
+        raise ConfigError(f"{shown}: cannot read the config file ({exc.strerror})") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    return parse_config(data, str(path))
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{shown}: the config file is not UTF-8 text (byte {exc.start})"
+        ) from None
+    try:
+        data = yamlsafe.load(text, MAX_CONFIG_BYTES)
+    except YamlProblem as exc:
+        raise ConfigError(f"{shown}:{exc.line}: {exc.message}") from None
+    return parse_config(data, shown)

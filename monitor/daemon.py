@@ -43,6 +43,7 @@ from monitor.results import RunResult
 from monitor.runner import Runner
 from monitor.slots import Timetable
 from monitor.state import StateStore
+from monitor.store_health import StoreHealth
 
 log = logging.getLogger("invmon.daemon")
 
@@ -69,17 +70,28 @@ class Daemon:
         self.runner = runner
         self.alerter = alerter
         self.clock = clock
-        self.metrics = Metrics(store.counts)
-        self.gate = ReplicaGate(runner, store, config.daemon.max_replica_lag)
-        self.evaluator = Evaluator(runner, self.gate, store, self.metrics, config.daemon, clock)
-        self.pump = DeliveryPump(alerter, store, self.metrics, clock)
+        where = "state.dsn" if config.state.dsn else f"state.path {str(config.state.path)!r}"
+        self.store_health = StoreHealth(where)
+        self.metrics = Metrics(store.counts, lambda: self.store_health.problem is None)
+        self.gate = ReplicaGate(runner, store, config.daemon.max_replica_lag, self.store_health)
+        self.evaluator = Evaluator(
+            runner, self.gate, store, self.metrics, config.daemon, clock, self.store_health
+        )
+        self.pump = DeliveryPump(alerter, store, self.metrics, clock, self.store_health)
         self.interactions = Interactions(alerter, config.slack)
         self.socket_mode = (
             SocketModeReceiver(self.interactions, config.slack) if config.slack.app_token else None
         )
         self.timetable = Timetable(config.daemon.jitter)
         self.reloader = Reloader(
-            config, runner, store, self.metrics, definitions, self._install, clock
+            config,
+            runner,
+            store,
+            self.metrics,
+            definitions,
+            self._install,
+            clock,
+            self.store_health,
         )
         self.signals = SignalLoop(self._reload_on_signal)
         self.listener: Listener | None = None
@@ -181,9 +193,14 @@ class Daemon:
         self.pump.deliver_until_idle(seconds)
 
     def prune(self) -> None:
-        removed = self.store.prune_runs(self.clock() - self.config.state.retention)
-        if removed:
-            log.info("pruned old runs", extra={"fields": {"runs": removed}})
+        with self.store_health.guard("pruning old runs"):
+            removed = self.store.prune_runs(self.clock() - self.config.state.retention)
+            if removed:
+                log.info("pruned old runs", extra={"fields": {"runs": removed}})
+
+    def remind(self) -> None:
+        with self.store_health.guard("planning reminders"):
+            self.alerter.remind()
 
     # --- the long-running part -----------------------------------------------------------
 
@@ -210,9 +227,7 @@ class Daemon:
         scheduler.add_job(
             self.deliver, every_second, id="deliver", next_run_time=now, executor="alerts"
         )
-        scheduler.add_job(
-            self.alerter.remind, IntervalTrigger(minutes=1), id="remind", executor="alerts"
-        )
+        scheduler.add_job(self.remind, IntervalTrigger(minutes=1), id="remind", executor="alerts")
         scheduler.add_job(
             self.prune,
             IntervalTrigger(hours=6),
@@ -246,6 +261,8 @@ class Daemon:
         )
 
     def health_problem(self) -> str | None:
+        if self.store_health.problem is not None:
+            return self.store_health.problem
         if self.scheduler is None or not self.scheduler.running:
             return "scheduler is not running"
         age = time.monotonic() - self._heartbeat

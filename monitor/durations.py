@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from monitor.text import shorten
+
+MAX_SECONDS = 100 * 365 * 86400  # beyond, a typo: and timedelta itself ends near year 10000
+# PostgreSQL's statement_timeout is a 32-bit count of milliseconds: about 24.8 days.
+MAX_STATEMENT_TIMEOUT = timedelta(milliseconds=2**31 - 1)
+MIN_INTERVAL = timedelta(seconds=1)
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 
@@ -20,8 +26,9 @@ def parse_duration(value: str | int | float | timedelta) -> timedelta:
     """Read "250ms", "30s", "5m", "1h30m", "2d" or a bare number of seconds."""
     if isinstance(value, timedelta):
         return value
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as 30s or 5m, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        kind = "true/false" if isinstance(value, bool) else type(value).__name__
+        raise ValueError(f"expected a duration such as 30s or 5m, got a {kind}")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
@@ -31,10 +38,14 @@ def parse_duration(value: str | int | float | timedelta) -> timedelta:
         else:
             parts = _PART.findall(text)
             if not parts or "".join(n + u for n, u in parts) != text:
-                raise ValueError(f"{value!r} is not a duration; write it like 30s, 5m, 1h or 1h30m")
+                raise ValueError(
+                    f"{shorten(value, 40)} is not a duration; write it like 30s, 5m, 1h or 1h30m"
+                )
             seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise ValueError(f"a duration must be positive, got {value!r}")
+    if not 0 < seconds < MAX_SECONDS:
+        raise ValueError(
+            f"a duration must be positive and under 100 years, got {shorten(value, 40)}"
+        )
     return timedelta(seconds=seconds)
 
 
@@ -75,7 +86,13 @@ def parse_schedule(text: str) -> Schedule:
     """Read "every 15m" or a five-field cron expression such as "*/10 * * * *"."""
     spec = " ".join(str(text).split())
     if spec.lower().startswith("every "):
-        return IntervalSchedule(parse_duration(spec[6:]))
+        every = parse_duration(spec[6:])
+        if every < MIN_INTERVAL:
+            raise ValueError(
+                f"{text!r} is shorter than a second: each run is a query on the replica and "
+                "a row in the state store; run at most once a second"
+            )
+        return IntervalSchedule(every)
     fields = spec.split(" ")
     if len(fields) != 5:
         raise ValueError(
@@ -83,9 +100,11 @@ def parse_schedule(text: str) -> Schedule:
             "or a five-field cron expression such as '*/10 * * * *'"
         )
     try:
-        cron_trigger(spec)
+        trigger = cron_trigger(spec)
     except ValueError as exc:
         raise ValueError(f"{text!r} is not a valid cron expression: {exc}") from None
+    if trigger.get_next_fire_time(None, datetime(2000, 1, 1, tzinfo=UTC)) is None:
+        raise ValueError(f"{text!r} never fires (no such date), so the invariant would never run")
     return CronSchedule(spec)
 
 

@@ -17,6 +17,7 @@ from monitor.replica_gate import ReplicaGate
 from monitor.results import RunResult
 from monitor.runner import Runner
 from monitor.state import StateStore
+from monitor.store_health import StoreHealth
 
 log = logging.getLogger("invmon.daemon")
 
@@ -30,7 +31,9 @@ class Evaluator:
         metrics: Metrics,
         settings: DaemonConfig,
         clock: Clock,
+        health: StoreHealth,
     ) -> None:
+        self.health = health
         self.runner = runner
         self.gate = gate
         self.store = store
@@ -41,9 +44,10 @@ class Evaluator:
     def evaluate(self, inv: Invariant) -> RunResult:
         result = self._run(inv)
         finished = self.clock()
-        self.store.record_run(
-            inv.name, result, finished, inv.header.for_runs, self.settings.cannot_evaluate_after
-        )
+        with self.health.guard(f"recording a run of {inv.name}"):
+            self.store.record_run(
+                inv.name, result, finished, inv.header.for_runs, self.settings.cannot_evaluate_after
+            )
         self.metrics.observe(result, finished.timestamp())
         log.info(
             "evaluated %s: %s",

@@ -28,8 +28,10 @@ from typing import Any
 
 import yaml
 
+from monitor import yamlsafe
 from monitor.problems import Problem
 from monitor.validate import check_sql
+from monitor.yamlsafe import StrictLoader, YamlProblem
 
 SUFFIX = ".test.yaml"
 
@@ -39,22 +41,12 @@ class SqlExpression:
     text: str
 
 
-class DuplicateKey(yaml.YAMLError):
-    pass
+MAX_FIXTURE_BYTES = 1 << 20
 
 
-class _Loader(yaml.SafeLoader):
-    """Safe YAML that refuses a key written twice: `refunds:` twice under `rows:` would
-    otherwise silently drop the first list and leave the case testing less than it says."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise DuplicateKey(f"line {key_node.start_mark.line + 1}: {key!r} appears twice")
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+class _Loader(StrictLoader):
+    """The bounded loader (a key written twice, such as `refunds:` twice under `rows:`,
+    would silently drop the first list), plus `!sql`."""
 
 
 def _sql(loader: yaml.SafeLoader, node: yaml.Node) -> SqlExpression:
@@ -128,17 +120,14 @@ def canonical_key(values: Any) -> str:
 def load_fixture(path: Path, key_columns: tuple[str, ...]) -> Fixture:
     fixture = Fixture(path)
     try:
-        document = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
-    except DuplicateKey as exc:
-        where, _, message = str(exc).partition(": ")
-        fixture.problems.append(Problem(path, int(where.removeprefix("line ")), message))
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FIXTURE_BYTES + 1)
+        document = yamlsafe.load(raw.decode("utf-8-sig"), MAX_FIXTURE_BYTES, _Loader)
+    except YamlProblem as exc:
+        fixture.problems.append(Problem(path, exc.line, exc.message))
         return fixture
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else 1
-        fixture.problems.append(
-            Problem(path, line, f"not valid YAML ({getattr(exc, 'problem', exc)})")
-        )
+    except UnicodeDecodeError as exc:
+        fixture.problems.append(Problem(path, 1, f"not UTF-8 text (byte {exc.start})"))
         return fixture
     except OSError as exc:
         fixture.problems.append(Problem(path, 1, f"cannot read the fixture: {exc.strerror}"))

@@ -17,14 +17,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from monitor.durations import Schedule, parse_duration, parse_schedule
+from monitor import yamlsafe
+from monitor.durations import MAX_STATEMENT_TIMEOUT, Schedule, parse_duration, parse_schedule
+from monitor.text import shorten
+from monitor.yamlsafe import YamlProblem
 
 Severity = Literal["critical", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("critical", "warning", "info")
 
+MAX_HEADER_BYTES = 16 * 1024  # a header is a few lines; anything bigger is not one
 _COMMENT = re.compile(r"^\s*--\s?(.*)$")
 
 
@@ -67,11 +70,16 @@ class InvariantHeader(BaseModel):
             parse_schedule(value)
         return value
 
-    @field_validator("timeout")
+    @field_validator("timeout", mode="before")
     @classmethod
-    def _timeout_parses(cls, value: str | int | float | None) -> str | int | float | None:
+    def _timeout_parses(cls, value: Any) -> Any:
         if value is not None:
-            parse_duration(value)
+            delta = parse_duration(value)  # also refuses true/false, lists, maps
+            if delta > MAX_STATEMENT_TIMEOUT:
+                raise ValueError(
+                    f"{shorten(value, 20)} is longer than PostgreSQL allows a statement to run "
+                    "(statement_timeout is at most about 24 days)"
+                )
         return value
 
     @field_validator("key", "tags", mode="before")
@@ -132,12 +140,10 @@ def parse_header(split: SplitFile) -> InvariantHeader:
         )
     text = "\n".join(body for _, body in split.header_lines)
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = split.header_lines[min(mark.line, len(split.header_lines) - 1)][0] if mark else first
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise HeaderError(line, f"header is not valid YAML ({problem})") from None
+        data = yamlsafe.load(text, MAX_HEADER_BYTES)
+    except YamlProblem as exc:
+        line = split.header_lines[min(exc.line, len(split.header_lines)) - 1][0]
+        raise HeaderError(line, f"header {exc.message}") from None
     if not isinstance(data, dict):
         raise HeaderError(first, "header must be '-- key: value' lines, starting with description")
     try:
@@ -158,11 +164,12 @@ def _describe(split: SplitFile, error: Any, first: int) -> tuple[int, str]:
         known = sorted(_header_keys())
         close = difflib.get_close_matches(field, known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        return line, f"unknown header key {field!r}; {hint}known keys are {', '.join(known)}"
+        shown = shorten(field, 40)
+        return line, f"unknown header key {shown}; {hint}known keys are {', '.join(known)}"
     if error["type"] == "missing":
         return line, f"header key {field!r} is required"
     reason = str(error["msg"]).removeprefix("Value error, ")
-    return line, f"header key {field!r}: {reason} (got {error.get('input')!r})"
+    return line, f"header key {field!r}: {reason} (got {shorten(error.get('input'), 60)})"
 
 
 def _header_keys() -> set[str]:

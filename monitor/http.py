@@ -1,19 +1,46 @@
-"""The daemon's HTTP listener: /healthz, /readyz and /metrics.
+"""The daemon's HTTP listener: /healthz, /readyz, /metrics and POST /slack/actions.
 
-Stdlib http.server in a thread: three read-only endpoints do not justify a web framework.
+Served by waitress, a small, well-kept WSGI server that bounds what a client can cost: the
+request line and headers (16 KiB), the body (1 MiB; a missing, negative or non-numeric
+Content-Length is a 400, a larger body a 413, before the application sees it), the open
+connections (512), the time an idle or slow client may hold one (10 s), and the worker
+threads (4). Every answer has a body, and every failure a line in the structured log.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from threading import Thread
+from typing import Any
+
+from waitress import create_server
+
+from monitor.config import parse_listen
+from monitor.text import printable
 
 log = logging.getLogger("invmon.http")
 
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+TEXT = "text/plain; charset=utf-8"
+MAX_BODY = 1 << 20
+MAX_HEADERS = 16 * 1024
+MAX_CONNECTIONS = 512  # idle connections cost a socket, not a thread
+IDLE_SECONDS = 10
+THREADS = 4
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Content Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
 @dataclass(frozen=True)
@@ -32,71 +59,90 @@ class Routes:
     slack_actions: Callable[[bytes, Mapping[str, str]], tuple[int, str]] | None = None
 
 
-MAX_BODY = 1 << 20
+def _headers(environ: Mapping[str, Any]) -> dict[str, str]:
+    """The request's headers by their usual names (X-Slack-Signature...)."""
+    found = {
+        key[5:].replace("_", "-").title(): str(value)
+        for key, value in environ.items()
+        if key.startswith("HTTP_")
+    }
+    if environ.get("CONTENT_TYPE"):
+        found["Content-Type"] = str(environ["CONTENT_TYPE"])
+    return found
 
 
-def _handler(routes: Routes) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "invmon"
+class Application:
+    """The WSGI application: routes to answers; never an unanswered request."""
 
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, routes.metrics(), PROMETHEUS_TYPE)
-            elif path in ("/healthz", "/readyz"):
-                probe = routes.healthz if path == "/healthz" else routes.readyz
-                try:
-                    problem = probe.check()
-                except Exception as exc:  # a probe must answer, whatever broke
-                    problem = f"probe failed: {exc}"
-                body = (problem or "ok") + "\n"
-                self._send(503 if problem else 200, body.encode(), "text/plain; charset=utf-8")
-            else:
-                self._send(404, b"not found\n", "text/plain; charset=utf-8")
+    def __init__(self, routes: Routes) -> None:
+        self.routes = routes
 
-        def do_POST(self) -> None:
-            path = self.path.split("?", 1)[0]
-            length = int(self.headers.get("Content-Length") or 0)
-            if path != "/slack/actions" or routes.slack_actions is None:
-                self._send(404, b"not found\n", "text/plain; charset=utf-8")
-                return
-            if length > MAX_BODY:
-                self._send(413, b"too large\n", "text/plain; charset=utf-8")
-                return
-            body = self.rfile.read(length)
-            status, text = routes.slack_actions(body, dict(self.headers.items()))
-            self._send(status, text.encode(), "text/plain; charset=utf-8")
+    def __call__(self, environ: Mapping[str, Any], start: StartResponse) -> Iterable[bytes]:
+        method = str(environ.get("REQUEST_METHOD", ""))
+        path = str(environ.get("PATH_INFO", ""))
+        try:
+            status, body, kind = self.answer(method, path, environ)
+        except Exception:  # a bug behind a route: answer, log, and keep serving
+            log.exception("HTTP %s %s failed", method, printable(path[:200]))
+            status, body, kind = 500, b"internal error\n", TEXT
+        start(
+            f"{status} {REASONS.get(status, 'Error')}",
+            [("Content-Type", kind), ("Content-Length", str(len(body)))],
+        )
+        return [body]
 
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            log.debug("http " + format, *args)
-
-    return Handler
+    def answer(self, method: str, path: str, environ: Mapping[str, Any]) -> tuple[int, bytes, str]:
+        if path in ("/healthz", "/readyz", "/metrics") and method not in ("GET", "HEAD"):
+            return 405, b"use GET\n", TEXT
+        if path == "/metrics":
+            return 200, self.routes.metrics(), PROMETHEUS_TYPE
+        if path in ("/healthz", "/readyz"):
+            probe = self.routes.healthz if path == "/healthz" else self.routes.readyz
+            try:
+                problem = probe.check()
+            except Exception as exc:  # a probe must answer, whatever broke
+                problem = f"probe failed: {exc}"
+            return (503 if problem else 200), ((problem or "ok") + "\n").encode(), TEXT
+        if path == "/slack/actions" and self.routes.slack_actions is not None:
+            if method != "POST":
+                return 405, b"use POST\n", TEXT
+            # waitress has already refused a body over MAX_BODY or a bad Content-Length;
+            # this read is bounded anyway.
+            body = environ["wsgi.input"].read(MAX_BODY + 1)
+            if len(body) > MAX_BODY:
+                return 413, b"too large\n", TEXT
+            status, text = self.routes.slack_actions(body, _headers(environ))
+            return status, (text + "\n").encode(), TEXT
+        return 404, b"not found\n", TEXT
 
 
 class Listener:
     def __init__(self, listen: str, routes: Routes) -> None:
-        host, _, port = listen.rpartition(":")
-        self._server = ThreadingHTTPServer((host.strip("[]"), int(port)), _handler(routes))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="invmon-http", daemon=True
+        host, port = parse_listen(listen)
+        self._server = create_server(
+            Application(routes),
+            host=host,
+            port=port,
+            threads=THREADS,
+            connection_limit=MAX_CONNECTIONS,
+            channel_timeout=IDLE_SECONDS,
+            cleanup_interval=2,
+            max_request_header_size=MAX_HEADERS,
+            max_request_body_size=MAX_BODY,
+            ident="invmon",
+            expose_tracebacks=False,
+            asyncore_use_poll=True,
         )
+        self._thread = Thread(target=self._server.run, name="invmon-http", daemon=True)
 
     @property
     def address(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"{host!s}:{port}"
+        host, port = self._server.effective_host, self._server.effective_port
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
+        self._thread.join(5)

@@ -31,14 +31,17 @@ class LintReport:
 
 
 def lint_folder(config: Config, folder: Path, schema_sql: str | None) -> LintReport:
-    policy = config.policy(with_database=False)
+    loading = config.loading(with_database=False)
     if schema_sql is not None:
         from monitor.pgcatalog import builtin_catalog
         from monitor.schema_functions import SchemaCatalog
 
         # The schema's own functions are judged by the volatility they declare there.
-        policy = dataclasses.replace(policy, catalog=SchemaCatalog(builtin_catalog(), schema_sql))
-    loaded = load_directory(folder, config.invariant_defaults(), policy)
+        catalog = SchemaCatalog(builtin_catalog(), schema_sql)
+        loading = dataclasses.replace(
+            loading, policy=dataclasses.replace(loading.policy, catalog=catalog)
+        )
+    loaded = load_directory(folder, loading)
     if schema_sql is not None:
         from monitor.schema_check import check_against_schema, load_schema
 

@@ -6,6 +6,7 @@ problems that keep it from being one, so one bad PR cannot silence the other che
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -84,22 +85,92 @@ class LoadResult:
         return {p.path for p in self.errors}
 
 
-def discover(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.rglob("*.sql") if p.is_file())
+MAX_FILE_BYTES = 256 * 1024  # an invariant is one query; a bigger file is not one
+MAX_FILES = 10_000  # a folder of invariants, not a disk
+
+
+@dataclass(frozen=True)
+class Loading:
+    """How files are read: what headers leave unset, how the fence judges offline, and the
+    size a file may have (config `defaults:`, `fence:` and `limits.file_bytes`)."""
+
+    defaults: Defaults = field(default_factory=Defaults)
+    policy: FencePolicy = OFFLINE
+    max_file_bytes: int = MAX_FILE_BYTES
+
+
+def discover(directory: Path) -> tuple[list[Path], list[Problem]]:
+    """The invariant files under `directory`, and a problem for each thing that looks like
+    one but cannot be read: nothing is skipped without a word."""
+    found: list[Path] = []
+    problems: list[Problem] = []
+
+    def unreadable(error: OSError) -> None:
+        where = Path(error.filename or directory)
+        problems.append(Problem(where, 0, f"cannot read this folder ({error.strerror})"))
+
+    for root, folders, files in os.walk(directory, onerror=unreadable):
+        folders.sort()
+        for name in sorted(files):
+            path = Path(root, name)
+            if not name.lower().endswith(".sql"):
+                continue
+            if not name.endswith(".sql"):
+                problems.append(
+                    Problem(path, 0, "invariant files end in .sql (lower case); rename it")
+                )
+            elif path.is_symlink() and not path.exists():
+                problems.append(Problem(path, 0, "a link to a file that does not exist"))
+            elif not path.is_file():
+                problems.append(Problem(path, 0, "not a regular file"))
+            else:
+                found.append(path)
+            if len(found) + len(problems) > MAX_FILES:
+                problems.append(
+                    Problem(directory, 0, f"more than {MAX_FILES:,} files; the rest are not read")
+                )
+                return found, problems
+    return found, problems
 
 
 def name_for(path: Path, directory: Path) -> str:
     return path.relative_to(directory).with_suffix("").as_posix()
 
 
+def read_text(path: Path, max_bytes: int) -> tuple[str | None, Problem | None]:
+    """A file's text (a UTF-8 byte order mark dropped), or the problem that stops it;
+    never more than `max_bytes` is read."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(max_bytes + 1)
+    except OSError as exc:
+        return None, Problem(path, 1, f"cannot read the file ({exc.strerror})")
+    if len(raw) > max_bytes:
+        return None, Problem(
+            path,
+            1,
+            f"the file is larger than {max_bytes:,} bytes (limits.file_bytes); an invariant "
+            "is one query",
+        )
+    try:
+        return raw.decode("utf-8-sig"), None
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        return None, Problem(path, line, "not UTF-8 text")
+
+
+DEFAULT_LOADING = Loading()
+
+
 def load_file(
-    path: Path, name: str, defaults: Defaults, policy: FencePolicy = OFFLINE
+    path: Path, name: str, loading: Loading = DEFAULT_LOADING
 ) -> tuple[Invariant | None, list[Problem]]:
     """The invariant (None when an error stops it) and every problem found, warnings too."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [Problem(path, 1, f"cannot read the file: {exc}")]
+    defaults, policy = loading.defaults, loading.policy
+    text, unreadable = read_text(path, loading.max_file_bytes)
+    if text is None:
+        assert unreadable is not None
+        return None, [unreadable]
     split = split_file(text)
     problems: list[Problem] = []
     header: InvariantHeader | None = None
@@ -139,25 +210,25 @@ def load_file(
     ), problems
 
 
-def load_directory(
-    directory: Path, defaults: Defaults | None = None, policy: FencePolicy = OFFLINE
-) -> LoadResult:
-    defaults = defaults or Defaults()
+def load_directory(directory: Path, loading: Loading = DEFAULT_LOADING) -> LoadResult:
     result = LoadResult()
     if not directory.is_dir():
         result.problems.append(
             Problem(directory, 0, "invariants folder not found; pass --invariants DIR")
         )
         return result
-    return load_paths(discover(directory), directory, defaults, policy)
+    paths, skipped = discover(directory)
+    loaded = load_paths(paths, directory, loading)
+    loaded.problems[:0] = skipped
+    return loaded
 
 
 def load_paths(
-    paths: Iterable[Path], directory: Path, defaults: Defaults, policy: FencePolicy = OFFLINE
+    paths: Iterable[Path], directory: Path, loading: Loading = DEFAULT_LOADING
 ) -> LoadResult:
     result = LoadResult()
     for path in paths:
-        invariant, problems = load_file(path, name_for(path, directory), defaults, policy)
+        invariant, problems = load_file(path, name_for(path, directory), loading)
         if invariant is not None:
             result.invariants.append(invariant)
         result.problems.extend(problems)

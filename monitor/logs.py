@@ -14,6 +14,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from monitor.text import printable
+
 _SECRET_NAMES = r"password|passwd|pwd|secret|token|api[_-]?key"
 _SECRETS = [
     # key=value and key: value, bare or quoted (libpq quotes with '…' and backslashes;
@@ -55,11 +57,16 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return {str(k): masked(v) for k, v in fields.items()} if isinstance(fields, dict) else {}
 
 
+def _line(text: str) -> str:
+    """Masked, and on one line: a value holding a newline cannot forge a log line."""
+    return printable(redact(text))
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        extra = " ".join(f"{k}={_scalar(v)}" for k, v in _fields(record).items())
-        line = f"{stamp} {record.levelname:<7} {redact(record.getMessage())}"
+        extra = " ".join(f"{printable(k)}={_scalar(v)}" for k, v in _fields(record).items())
+        line = f"{stamp} {record.levelname:<7} {_line(record.getMessage())}"
         if extra:
             line += f"  {extra}"
         if record.exc_info:
@@ -83,7 +90,7 @@ class JsonFormatter(logging.Formatter):
 
 def _scalar(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return json.dumps(text) if (" " in text or not text) else text
+    return json.dumps(text) if (" " in text or not text) else printable(text)
 
 
 def setup_logging(fmt: str = "text", level: str = "INFO") -> None:

@@ -8,12 +8,15 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Enum, Gauge, Histogram, generate_latest
 
 from monitor.results import RunResult
+from monitor.store_health import STORE_ERRORS
 
 STATUSES = ["ok", "violated", "error", "stale"]
 
 
 class Metrics:
-    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
+    def __init__(
+        self, counts: Callable[[], dict[str, int]], store_ok: Callable[[], bool] = lambda: True
+    ) -> None:
         self.registry = CollectorRegistry()
         self.status = Enum(
             "invmon_invariant_status",
@@ -52,8 +55,14 @@ class Metrics:
         pending = Gauge(
             "invmon_events_pending", "Events not yet dispatched.", registry=self.registry
         )
-        open_incidents.set_function(lambda: counts()["open_incidents"])
-        pending.set_function(lambda: counts()["events_pending"])
+        open_incidents.set_function(lambda: _count(counts, "open_incidents"))
+        pending.set_function(lambda: _count(counts, "events_pending"))
+        Gauge(
+            "invmon_state_store_ok",
+            "1 when the state store's last use succeeded; 0 when it fails (damaged, locked, "
+            "unreachable): nothing is stored and no alert is planned.",
+            registry=self.registry,
+        ).set_function(lambda: 1.0 if store_ok() else 0.0)
         self.deliveries = Gauge(
             "invmon_deliveries",
             "Alert deliveries in the ledger, by state (PENDING, UNKNOWN, SENT, FAILED).",
@@ -93,3 +102,11 @@ class Metrics:
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+def _count(counts: Callable[[], dict[str, int]], name: str) -> float:
+    """A figure read from the state store at scrape time; NaN when the store fails."""
+    try:
+        return float(counts()[name])
+    except STORE_ERRORS:
+        return float("nan")

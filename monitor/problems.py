@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from monitor.text import printable
+
 
 @dataclass(frozen=True)
 class SqlProblem:
@@ -25,5 +27,6 @@ class Problem:
     level: str = "error"  # "error" stops the invariant from running; "warning" does not
 
     def __str__(self) -> str:
+        # A path or a message may hold anything a file name can (a newline): one line each.
         prefix = "" if self.level == "error" else f"{self.level}: "
-        return f"{self.path}:{self.line}: {prefix}{self.message}"
+        return printable(f"{self.path}:{self.line}: {prefix}{self.message}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime
 
 from monitor.clock import Clock
 from monitor.config import Config
@@ -17,6 +18,7 @@ from monitor.metrics import Metrics
 from monitor.problems import Problem
 from monitor.runner import Runner
 from monitor.state import StateStore
+from monitor.store_health import StoreHealth
 
 log = logging.getLogger("invmon.daemon")
 
@@ -34,7 +36,9 @@ class Reloader:
         definitions: Definitions,
         install: Install,
         clock: Clock,
+        health: StoreHealth,
     ) -> None:
+        self.health = health
         self.config = config
         self.runner = runner
         self.store = store
@@ -55,9 +59,7 @@ class Reloader:
                 len(running),
             )
             return Reload(kept_previous=sorted(running))
-        loaded = load_directory(
-            directory, self.config.invariant_defaults(), self.config.policy(with_database=True)
-        )
+        loaded = load_directory(directory, self.config.loading(with_database=True))
         invalid = self._problems_by_name(loaded)
         # The fence again, against the monitored database's own catalog: what lint could
         # not know (user-defined and extension functions, views) is decided here.
@@ -66,6 +68,17 @@ class Reloader:
             invalid.setdefault(name, []).extend(problems)
         valid = {i.name: i for i in loaded.invariants if i.name not in refused}
         return self._apply(valid, invalid)
+
+    def _record(self, invalid: dict[str, list[Problem]], removed: list[str], now: datetime) -> None:
+        for name, problems in invalid.items():
+            detail = "\n".join(str(p) for p in problems)
+            self.store.record_condition("invalid_file", name, True, now, detail)
+        # Fixed or deleted files: every open invalid-file incident not reported again.
+        for incident in self.store.open_incidents():
+            if incident.kind == "invalid_file" and incident.invariant not in invalid:
+                self.store.record_condition("invalid_file", incident.invariant, False, now)
+        for name in removed:
+            self.store.retire(name, now)
 
     def _problems_by_name(self, loaded: LoadResult) -> dict[str, list[Problem]]:
         by_name: dict[str, list[Problem]] = {}
@@ -90,16 +103,11 @@ class Reloader:
                         "fields": {"invariant": name, "kept_previous": name in change.kept_previous}
                     },
                 )
-            detail = "\n".join(str(p) for p in problems)
-            self.store.record_condition("invalid_file", name, True, now, detail)
-        # Fixed or deleted files: every open invalid-file incident not reported again.
-        for incident in self.store.open_incidents():
-            if incident.kind == "invalid_file" and incident.invariant not in invalid:
-                self.store.record_condition("invalid_file", incident.invariant, False, now)
         self.metrics.invalid_files.set(len(invalid))
         for name in change.removed:
             self.metrics.forget(name)
-            self.store.retire(name, now)
+        with self.health.guard("recording what the reload changed"):
+            self._record(invalid, change.removed, now)
         if change.added or change.updated or change.removed:
             log.info(
                 "invariants loaded",

@@ -13,6 +13,7 @@ from monitor.loader import Invariant
 from monitor.problems import Problem
 from monitor.records import Incident, Run
 from monitor.results import RunResult
+from monitor.text import printable
 
 STATUS_LABEL = {
     "ok": "✅ ok",
@@ -65,7 +66,7 @@ def _cell(value: Any, width: int = _CELL_WIDTH) -> str:
         # Timestamps are shown to the second; the JSON output keeps them whole.
         stamp = _ISO_TIMESTAMP.match(value)
         text = f"{stamp.group(1)} {stamp.group(2)}{stamp.group(4) or ''}" if stamp else value
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))  # no escape sequence reaches the terminal
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -99,14 +100,16 @@ def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
     details = []
     for r in results:
         if r.status == "error":
-            details.append(f"\n{r.invariant}: could not be evaluated\n    {r.error}")
+            reason = printable(r.error or "")
+            details.append(f"\n{printable(r.invariant)}: could not be evaluated\n    {reason}")
         elif r.status == "violated" and r.rows:
             shown = r.rows[:sample_rows]
             more = r.count - len(shown) if r.count is not None else 0
             cells = [[row.get(c) for c in r.columns] for row in shown]
-            table = text_table(r.columns, cells, "    ")
+            table = text_table([printable(c) for c in r.columns], cells, "    ")
             tail = f"\n    … and {more:,} more" if more > 0 else ""
-            details.append(f"\n{r.invariant}: {r.count:,} offending rows\n{table}{tail}")
+            name = printable(r.invariant)
+            details.append(f"\n{name}: {r.count:,} offending rows\n{table}{tail}")
     held = sum(r.status == "ok" for r in results)
     violated = sum(r.status == "violated" for r in results)
     errored = sum(r.status == "error" for r in results)

@@ -17,6 +17,7 @@ from psycopg_pool import PoolTimeout
 from monitor.replica import is_stale
 from monitor.runner import Runner, describe_error
 from monitor.state import REPLICA_SUBJECT, StateStore
+from monitor.store_health import StoreHealth
 
 FRESH_FOR = timedelta(seconds=1)  # one reading of the lag serves the runs of one second
 
@@ -31,7 +32,10 @@ class Gate:
 
 
 class ReplicaGate:
-    def __init__(self, runner: Runner, store: StateStore, max_lag: timedelta) -> None:
+    def __init__(
+        self, runner: Runner, store: StateStore, max_lag: timedelta, health: StoreHealth
+    ) -> None:
+        self.health = health
         self.runner = runner
         self.store = store
         self.max_lag = max_lag
@@ -46,10 +50,12 @@ class ReplicaGate:
             gate = self._measure()
             self._read = (now, gate)
             if gate.error is None and (gate.stale is not None) != self._recorded:
-                self._recorded = gate.stale is not None
-                self.store.record_condition(
-                    "replica_stale", REPLICA_SUBJECT, self._recorded, now, gate.stale
-                )
+                stale = gate.stale is not None
+                with self.health.guard("recording the replica's staleness"):
+                    self.store.record_condition(
+                        "replica_stale", REPLICA_SUBJECT, stale, now, gate.stale
+                    )
+                    self._recorded = stale  # written: else tried again at the next check
             return gate
 
     def _measure(self) -> Gate:

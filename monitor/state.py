@@ -48,8 +48,10 @@ class StateStore(StateQueries):
         super().__init__(storage)
 
     @classmethod
-    def open(cls, path: Path | None = None, dsn: str | None = None) -> StateStore:
-        return cls(open_storage(path, dsn))
+    def open(
+        cls, path: Path | None = None, dsn: str | None = None, read_only: bool = False
+    ) -> StateStore:
+        return cls(open_storage(path, dsn, read_only))
 
     @property
     def shared(self) -> bool:

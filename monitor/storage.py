@@ -84,14 +84,23 @@ class Storage(Protocol):
 class SqliteStorage:
     kind = "sqlite"
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=30
-        )
-        self._conn.execute("PRAGMA journal_mode=WAL")
+    def __init__(self, path: Path, read_only: bool = False) -> None:
+        self.read_only = read_only
+        if read_only:
+            # For `status` and `history`: a file they may not write (or one mounted read
+            # only) must still be readable, and reading must never change it.
+            target = f"file:{path.resolve().as_posix()}?mode=ro"
+            self._conn = sqlite3.connect(
+                target, uri=True, isolation_level=None, check_same_thread=False, timeout=30
+            )
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=30
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA foreign_keys=ON")
-        self._conn.execute("PRAGMA synchronous=FULL")
         # One connection shared by the daemon's threads; sqlite3 serialises access to it,
         # the lock makes each transaction atomic with respect to the others.
         self._lock = threading.RLock()
@@ -100,7 +109,7 @@ class SqliteStorage:
     @contextmanager
     def transaction(self) -> Iterator[Tx]:
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
             try:
                 yield _SqliteTx(self._conn)
             except BaseException:
@@ -140,11 +149,15 @@ class PostgresStorage:
 
 
 def open_storage(
-    path: Path | None = None, dsn: str | None = None
+    path: Path | None = None, dsn: str | None = None, read_only: bool = False
 ) -> SqliteStorage | PostgresStorage:
-    """PostgreSQL when `dsn` is given, else the SQLite file at `path`; migrated."""
-    storage = PostgresStorage(dsn) if dsn else SqliteStorage(path or Path("invmon-state.db"))
-    migrate(storage, storage.migrations)
+    """PostgreSQL when `dsn` is given, else the SQLite file at `path`; migrated, unless
+    `read_only` (for commands that only look: they must not change a shared store)."""
+    storage = (
+        PostgresStorage(dsn) if dsn else SqliteStorage(path or Path("invmon-state.db"), read_only)
+    )
+    if not read_only:
+        migrate(storage, storage.migrations)
     return storage
 
 

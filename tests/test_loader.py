@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from monitor.durations import CronSchedule, IntervalSchedule, parse_duration, parse_schedule
-from monitor.loader import Defaults, Invariant, load_directory
+from monitor.loader import Defaults, Invariant, Loading, load_directory
 
 GOOD = """\
 -- description: >-
@@ -57,7 +57,7 @@ def test_a_complete_header_is_read_into_the_invariant(tmp_path: Path) -> None:
 def test_unset_header_keys_take_the_configured_defaults(tmp_path: Path) -> None:
     write(tmp_path, "a.sql", "-- description: x holds\nSELECT 1 WHERE false\n")
     defaults = Defaults(schedule="*/10 * * * *", timeout=timedelta(seconds=7), sample=3)
-    [inv] = load_directory(tmp_path, defaults).invariants
+    [inv] = load_directory(tmp_path, Loading(defaults)).invariants
     assert (inv.severity, inv.schedule, inv.timeout, inv.sample, inv.key) == (
         "warning",
         CronSchedule("*/10 * * * *"),

@@ -1,0 +1,82 @@
+"""YAML written by people and pull requests (invariant headers, fixtures, the config),
+read with bounds: a size limit, no anchors or aliases (a 536-byte header of nested aliases
+expands to gigabytes), a nesting limit, no key written twice, and every failure a
+`YamlProblem` with its line, never a traceback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+MAX_DEPTH = 32
+
+
+class YamlProblem(Exception):
+    def __init__(self, line: int, message: str) -> None:
+        self.line = line  # 1-based, in the text given
+        self.message = message
+        super().__init__(f"line {line}: {message}")
+
+
+class StrictLoader(yaml.SafeLoader):
+    """Safe YAML that refuses a key written twice: the second would silently win."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key (a list): not a mapping key we can use
+                raise YamlProblem(
+                    key_node.start_mark.line + 1, "a key must be a plain value"
+                ) from None
+            if duplicate:
+                raise YamlProblem(key_node.start_mark.line + 1, f"{key!r} appears twice")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def check_shape(text: str) -> None:
+    """Refuse anchors, aliases and deep nesting before anything is built: walking the
+    parser's events costs memory for one event at a time."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            line = event.start_mark.line + 1 if event.start_mark else 1
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise YamlProblem(line, "anchors and aliases (&name, *name) are not allowed here")
+            if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise YamlProblem(line, f"nested more than {MAX_DEPTH} levels deep")
+            elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                depth -= 1
+    except yaml.MarkedYAMLError as exc:
+        raise _problem(exc) from None
+    except yaml.YAMLError as exc:
+        raise YamlProblem(1, f"not valid YAML ({exc})") from None
+
+
+def load(text: str, max_bytes: int, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
+    """The document in `text`, or YamlProblem."""
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise YamlProblem(1, f"is {size:,} bytes; the limit is {max_bytes:,}")
+    check_shape(text)
+    try:
+        return yaml.load(text, Loader=loader)  # a SafeLoader subclass
+    except YamlProblem:
+        raise
+    except yaml.MarkedYAMLError as exc:
+        raise _problem(exc) from None
+    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
+        # e.g. an integer of 100,000 digits: Python refuses to build it.
+        raise YamlProblem(1, f"cannot be read: {type(exc).__name__}: {str(exc)[:120]}") from None
+
+
+def _problem(exc: yaml.MarkedYAMLError) -> YamlProblem:
+    mark = exc.problem_mark or exc.context_mark
+    line = mark.line + 1 if mark else 1
+    return YamlProblem(line, f"not valid YAML ({exc.problem or exc.context or 'unreadable'})")

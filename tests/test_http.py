@@ -1,0 +1,190 @@
+"""The listener under hostile requests: bounded bodies, headers, connections and time;
+every request answered with a status and a body; nothing dropped with a traceback."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator, Mapping
+
+import pytest
+from helpers import wait_for
+
+from monitor.http import MAX_BODY, Listener, Probe, Routes
+
+SECRET = "signing-secret-for-tests"
+
+
+def answer(body: bytes, headers: Mapping[str, str]) -> tuple[int, str]:
+    """Stands in for Interactions.http in the raw-request tests."""
+    return 200, f"got {len(body)} bytes"
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    routes = Routes(
+        healthz=Probe(lambda: None),
+        readyz=Probe(lambda: "the database is down"),
+        metrics=lambda: b"invmon_up 1\n",
+        slack_actions=answer,
+    )
+    served = Listener("127.0.0.1:0", routes)
+    served.start()
+    yield served
+    served.stop()
+
+
+def raw(listener: Listener, request: bytes, timeout: float = 10) -> bytes:
+    """Sends `request` while reading the answer: a server that refuses a request early
+    answers and closes while the client is still sending, and that answer is what counts."""
+    host, port = listener.address.rsplit(":", 1)
+    chunks: list[bytes] = []
+    with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+
+        def send() -> None:
+            try:
+                conn.sendall(request)
+                conn.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # the server stopped reading; its answer is already on the way
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        try:
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        except ConnectionResetError:
+            pass  # after the answer, a reset for the bytes it never read
+        sender.join(timeout)
+    return b"".join(chunks)
+
+
+def status_of(response: bytes) -> int:
+    return int(response.split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize(
+    ("content_length", "status"),
+    [(b"-1", 400), (b"abc", 400), (b"1e3", 400), (str(MAX_BODY + 1).encode(), 413)],
+)
+def test_a_bad_or_too_large_content_length_is_refused_with_a_status(
+    listener: Listener, content_length: bytes, status: int
+) -> None:
+    request = (
+        b"POST /slack/actions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+        + content_length
+        + b"\r\n\r\n"
+    ) + b"x" * 1024
+    response = raw(listener, request)
+    assert status_of(response) == status, response[:200]
+    assert response.split(b"\r\n\r\n", 1)[1]  # with a body
+
+
+def test_a_chunked_body_over_the_limit_is_refused(listener: Listener) -> None:
+    chunk = b"x" * 65536
+    body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(20)) + b"0\r\n\r\n"
+    request = b"POST /slack/actions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    assert status_of(raw(listener, request + body)) == 413
+
+
+def test_too_many_headers_are_refused(listener: Listener) -> None:
+    headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(400))
+    response = raw(listener, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+    assert status_of(response) in (400, 431)
+
+
+def test_probes_answer_with_their_reason(listener: Listener) -> None:
+    assert raw(listener, b"GET /healthz HTTP/1.0\r\n\r\n").endswith(b"\r\n\r\nok\n")
+    ready = raw(listener, b"GET /readyz HTTP/1.0\r\n\r\n")
+    assert status_of(ready) == 503 and ready.endswith(b"the database is down\n")
+    assert status_of(raw(listener, b"POST /healthz HTTP/1.0\r\nContent-Length: 0\r\n\r\n")) == 405
+    assert status_of(raw(listener, b"GET /nope HTTP/1.0\r\n\r\n")) == 404
+
+
+def test_slow_clients_neither_block_the_probes_nor_stay_forever(listener: Listener) -> None:
+    host, port = listener.address.rsplit(":", 1)
+    slow = []
+    for _ in range(300):
+        conn = socket.create_connection((host, int(port)), timeout=30)
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and never finishes
+        slow.append(conn)
+    try:
+        started = time.monotonic()
+        assert raw(listener, b"GET /healthz HTTP/1.0\r\n\r\n").endswith(b"ok\n")
+        assert time.monotonic() - started < 5
+
+        def all_closed() -> bool:
+            return all(conn.recv(1024) == b"" for conn in slow)
+
+        wait_for(all_closed, 30, "the server to close the idle connections")
+    finally:
+        for conn in slow:
+            conn.close()
+
+
+# --- the signed Slack endpoint, with its real verifier --------------------------------------
+
+
+def signed(body: bytes, timestamp: str) -> dict[str, str]:
+    base = f"v0:{timestamp}:".encode() + body
+    digest = hmac.new(SECRET.encode(), base, hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": timestamp, "X-Slack-Signature": f"v0={digest}"}
+
+
+@pytest.fixture
+def slack_http(world: object) -> Iterator[object]:
+    from alerts.alerter import Alerter
+    from alerts.console import ConsoleTransport
+    from alerts.interactions import Interactions
+    from monitor.config import SlackConfig
+
+    store = world.store  # type: ignore[attr-defined]
+    config = SlackConfig(signing_secret=SECRET)
+    alerter = Alerter(store, config, lambda _: None, world.clock, ConsoleTransport())  # type: ignore[attr-defined]
+    yield Interactions(alerter, config)
+
+
+@pytest.mark.parametrize("timestamp", ["", "abc", "1e10", "-5", "99999999999999999999999"])
+def test_a_malformed_timestamp_is_a_401_not_a_traceback(slack_http: object, timestamp: str) -> None:
+    body = b"payload=%7B%7D"
+    status, text = slack_http.http(body, signed(body, timestamp))  # type: ignore[attr-defined]
+    assert (status, text) == (401, "invalid signature")
+
+
+@pytest.mark.parametrize(
+    ("payload", "status"),
+    [
+        ("[1, 2]", 400),
+        ('"text"', 400),
+        ('{"type": "block_actions", "user": "U1", "actions": "x", "channel": 5}', 200),
+        ('{"type": "block_actions", "user": {"id": "U1"}, "actions": [5, {"value": []}]}', 200),
+    ],
+)
+def test_a_signed_payload_of_the_wrong_shape_is_answered(
+    slack_http: object, payload: str, status: int
+) -> None:
+    body = urllib.parse.urlencode({"payload": payload}).encode()
+    now = str(int(time.time()))
+    answered, _ = slack_http.http(body, signed(body, now))  # type: ignore[attr-defined]
+    assert answered == status
+
+
+def test_the_listener_answers_on_ipv6(tmp_path: object) -> None:
+    routes = Routes(healthz=Probe(lambda: None), readyz=Probe(lambda: None), metrics=lambda: b"")
+    try:
+        served = Listener("[::1]:0", routes)
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    served.start()
+    try:
+        host, port = served.address.rsplit(":", 1)
+        assert host == "[::1]"
+        with socket.create_connection(("::1", int(port)), timeout=5) as conn:
+            conn.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            assert conn.recv(1024).startswith(b"HTTP/1.0 200")
+    finally:
+        served.stop()

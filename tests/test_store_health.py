@@ -1,0 +1,90 @@
+"""A state store that stops working is never a silent outage: the daemon goes on, says so
+on /healthz and /metrics and in one log line a minute, and `status` says what is wrong; a
+read-only store file can still be looked at."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+from helpers import cli, items_table
+
+from monitor.config import Config, HttpConfig, StateConfig
+from monitor.daemon import Daemon
+from monitor.state import StateStore
+
+INVARIANT = "-- description: no item is bad\n-- key: [id]\nSELECT id FROM items WHERE bad\n"
+
+
+def damage(path: Path) -> None:
+    """Garbage over the file's first page, header included: SQLite notices on its next
+    transaction (the header's change counter no longer matches its page cache)."""
+    with path.open("r+b") as handle:
+        handle.write(os.urandom(4096))
+
+
+def test_a_damaged_store_makes_the_daemon_unhealthy_and_it_keeps_evaluating(
+    database: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    items_table(database, bad=(2,))
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "bad.sql").write_text(INVARIANT)
+    state = tmp_path / "state.db"
+    store = StateStore.open(path=state)
+    config = Config(invariants=folder, http=HttpConfig(listen=None), state=StateConfig(path=state))
+    daemon = Daemon.build(config, database, store)
+    try:
+        daemon.reload()
+        assert daemon.evaluate("bad") is not None
+        assert daemon.store_health.problem is None
+        # Everything into the main file first, so the damage is where SQLite will read.
+        with sqlite3.connect(state) as other:
+            other.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        damage(state)
+        with caplog.at_level(logging.ERROR, logger="invmon.state"):
+            first = daemon.evaluate("bad")
+            second = daemon.evaluate("bad")
+            daemon.deliver()
+        assert first is not None and (first.status, first.count) == ("violated", 1)
+        assert second is not None
+        problem = daemon.store_health.problem
+        assert problem is not None
+        assert problem.startswith(f"the state store (state.path {str(state)!r}) failed while ")
+        assert daemon.health_problem() == problem
+        assert b"invmon_state_store_ok 0.0" in daemon.metrics.render()
+        assert len([r for r in caplog.records if r.name == "invmon.state"]) == 1  # per minute
+        assert "Recovering the state store" in caplog.records[0].getMessage()
+    finally:
+        daemon.close()
+        store.close()
+    done = cli("status", "--config", str(write_config(tmp_path, state)))
+    assert done.returncode == 2
+    assert done.stderr.startswith("invmon: cannot ") and "state.path" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def write_config(folder: Path, state: Path) -> Path:
+    path = folder / "invmon.yaml"
+    path.write_text(f"state:\n  path: {state}\n")
+    return path
+
+
+def test_status_reads_a_store_it_may_not_write(database: str, tmp_path: Path) -> None:
+    state = tmp_path / "state.db"
+    store = StateStore.open(path=state)
+    store.close()
+    state.chmod(0o444)
+    tmp_path.chmod(0o555)  # no -wal or -shm file may be created beside it either
+    try:
+        config_folder = tmp_path.parent / f"{tmp_path.name}-config"
+        config_folder.mkdir()
+        done = cli("status", "--config", str(write_config(config_folder, state)))
+    finally:
+        tmp_path.chmod(0o755)
+        state.chmod(0o644)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("No open incidents.")
