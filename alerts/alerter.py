@@ -74,7 +74,13 @@ class Alerter:
                 buttons=tuple(config.ack_modes) if config.interactive else (),
             ),
             clock,
-            WorkerSettings(config.lease, config.settle, config.csv_max_rows, config.max_backoff),
+            WorkerSettings(
+                config.lease,
+                config.settle,
+                config.csv_max_rows,
+                config.max_backoff,
+                config.csv_max_bytes,
+            ),
             owner,
         )
 

@@ -25,20 +25,45 @@ def columns_of(rows: Sequence[dict[str, Any]]) -> list[str]:
     return list(seen)
 
 
-def offending_csv(rows: Sequence[dict[str, Any]], cap: int) -> bytes:
-    """Every row whole (no cell is cut), up to `cap` rows; the caller says what was left out."""
+def offending_csv(
+    rows: Sequence[dict[str, Any]], max_rows: int, max_bytes: int
+) -> tuple[bytes, int]:
+    """(the file, how many rows it holds): whole rows, as stored, until `max_rows` rows or
+    `max_bytes` bytes; the title says how many were left out."""
     columns = columns_of(rows)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows[:cap]:
-        writer.writerow([_value(row.get(column)) for column in columns])
-    return buffer.getvalue().encode("utf-8")
+    out = bytearray()
+
+    def line(values: Sequence[str]) -> bytes:
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerow(values)
+        return buffer.getvalue().encode("utf-8")
+
+    out += line(columns)
+    written = 0
+    for row in rows[:max_rows]:
+        encoded = line([_value(row.get(column)) for column in columns])
+        if len(out) + len(encoded) > max_bytes:
+            break
+        out += encoded
+        written += 1
+    return bytes(out), written
 
 
-def csv_title(invariant: str, attached: int, total: int | None) -> str:
+def csv_title(invariant: str, attached: int, total: int | None, why: str = "") -> str:
+    """The file's title in the thread: how many rows it holds, and why not all of them."""
     if total is not None and total > attached:
+        reason = f": {why}" if why else ""
         return (
-            f"{invariant}: {attached:,} of {total:,} offending rows ({total - attached:,} left out)"
+            f"{invariant}: {attached:,} of {total:,} offending rows "
+            f"({total - attached:,} left out{reason})"
         )
     return f"{invariant}: {attached:,} offending row{'s' * (attached != 1)}"
+
+
+def left_out_because(kept: int, attached: int, max_rows: int, max_bytes: int) -> str:
+    """Why a file holds fewer rows than offend: its own caps, or the run kept only so many."""
+    if attached < min(kept, max_rows):
+        return f"the file stops at {max_bytes:,} bytes (slack.csv_max_bytes)"
+    if attached == max_rows and kept > max_rows:
+        return f"the file stops at {max_rows:,} rows (slack.csv_max_rows)"
+    return "a run keeps whole rows only for its sample (the header's `sample:`)"

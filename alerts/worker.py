@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from alerts.csvfile import csv_title, offending_csv
+from alerts.csvfile import csv_title, left_out_because, offending_csv
 from alerts.ledger import Delivery, Ledger
 from alerts.messages import (
     IncidentView,
@@ -51,6 +51,7 @@ class WorkerSettings:
     settle: timedelta = timedelta(seconds=10)
     csv_max_rows: int = 1000
     max_backoff: timedelta = timedelta(minutes=5)
+    csv_max_bytes: int = 4 << 20
 
 
 class Views:
@@ -208,10 +209,11 @@ class DeliveryWorker:
     def _upload(self, delivery: Delivery, root: Delivery) -> None:
         assert delivery.incident_id is not None
         rows = self.views.csv_rows(delivery.incident_id)
-        cap = self.settings.csv_max_rows
-        data = offending_csv(rows, cap)
+        max_rows, max_bytes = self.settings.csv_max_rows, self.settings.csv_max_bytes
+        data, attached = offending_csv(rows, max_rows, max_bytes)
         count = self.views.incident(delivery.incident_id).count
-        title = csv_title(delivery.invariant, min(len(rows), cap), count)
+        why = left_out_because(len(rows), attached, max_rows, max_bytes)
+        title = csv_title(delivery.invariant, attached, count, why)
         # Files carry no metadata, so the upload is recognised by its file id: stored before
         # the upload is completed (shared), and looked up with files.info when in doubt.
         file_id = self.transport.start_upload(f"{delivery.invariant.replace('/', '_')}.csv", data)

@@ -82,7 +82,13 @@ def select(loaded: LoadResult, only: Sequence[str]) -> LoadResult:
 def run_check(config: Config, dsn: str, directory: Path, only: Sequence[str] = ()) -> CheckOutcome:
     loading = config.loading(with_database=True)
     loaded = select(load_directory(directory, loading), only)
-    with Runner(dsn, config.concurrency, config.database, allow=loading.policy.allow) as runner:
+    with Runner(
+        dsn,
+        config.concurrency,
+        config.database,
+        allow=loading.policy.allow,
+        limits=config.limits.rows(),
+    ) as runner:
         results = runner.run_all(loaded.invariants)
     results += failed_loads(loaded.problems, directory)
     return CheckOutcome(results, loaded.invariants, loaded.problems)

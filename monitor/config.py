@@ -29,6 +29,7 @@ from monitor.durations import parse_duration
 from monitor.fence import Allowances, FencePolicy
 from monitor.header import Severity
 from monitor.loader import MAX_FILE_BYTES, Defaults, Loading
+from monitor.offending import DEFAULT_ROW_LIMITS, MIN_CELL, RowLimits
 from monitor.text import printable, shorten
 from monitor.yamlsafe import YamlProblem
 
@@ -147,6 +148,7 @@ class SlackConfig(_Model):
     routes: RoutesConfig = RoutesConfig()
     repeat_interval: timedelta = timedelta(hours=4)  # reminders while open and unacked
     csv_max_rows: int = Field(default=1000, ge=1, le=100_000)
+    csv_max_bytes: int = Field(default=4 << 20, ge=1024, le=1 << 30)  # the file stops here
     digest_threshold: int = Field(default=5, ge=2)  # this many openings at once: one digest
     digest_window: timedelta = timedelta(seconds=2)  # quiet time that ends a burst
     timeout: timedelta = timedelta(seconds=10)  # per Slack call
@@ -215,6 +217,16 @@ class LimitsConfig(_Model):
     """Bounds on what invmon reads; each refusal says which limit it met."""
 
     file_bytes: int = Field(default=MAX_FILE_BYTES, ge=1024, le=16 << 20)
+    # What one run brings back and keeps (offending.py): a longer value is cut by the
+    # database; rows past sample_bytes are counted, not kept; keys past keys_bytes are not
+    # tracked (so none is claimed gone).
+    cell_bytes: int = Field(default=DEFAULT_ROW_LIMITS.cell_bytes, ge=MIN_CELL, le=1 << 20)
+    row_bytes: int = Field(default=DEFAULT_ROW_LIMITS.row_bytes, ge=1024, le=16 << 20)
+    sample_bytes: int = Field(default=DEFAULT_ROW_LIMITS.sample_bytes, ge=1024, le=256 << 20)
+    keys_bytes: int = Field(default=DEFAULT_ROW_LIMITS.keys_bytes, ge=1024, le=256 << 20)
+
+    def rows(self) -> RowLimits:
+        return RowLimits(self.cell_bytes, self.row_bytes, self.sample_bytes, self.keys_bytes)
 
 
 class Config(_Model):

@@ -119,6 +119,7 @@ class Daemon:
             config.database,
             track_keys=config.daemon.track_keys,
             allow=config.fence.allowances(),
+            limits=config.limits.rows(),
         )
         runner.open()
         definitions = Definitions()

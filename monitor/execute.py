@@ -10,7 +10,8 @@ given it:
 2. judges the exact text it is about to send (the invariant wrapped by query.py) against
    this database's own catalog (fence.py), and refuses it with the file's line when the
    catalog says it could change anything;
-3. runs it and reads the exact count and at most `limit` rows.
+3. asks for the result's columns, then runs the bounded form of the query (query.py) and
+   keeps what comes back within the run's byte budgets (offending.py).
 """
 
 from __future__ import annotations
@@ -18,23 +19,28 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 
 from monitor.fence import TRUST_NOTHING, Allowances, fence
 from monitor.loader import Invariant
+from monitor.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, RowLimits
 from monitor.pgcatalog import LiveCatalog
 from monitor.problems import Problem, SqlProblem
-from monitor.query import USER_SQL_LINE, sampled_query
-from monitor.rows import json_safe, unique_column_names
+from monitor.query import MAX_COLUMNS, USER_SQL_LINE, Column, bounded_query, describing_query
+from monitor.rows import unique_column_names
+from monitor.text import shorten
 
 # A run that was cancelled leaves its transaction idle at most this long past its timeout.
 IDLE_MARGIN = timedelta(seconds=30)
+
+
+class Unrunnable(Exception):
+    """The invariant cannot be run as written; the message says why, in one sentence."""
 
 
 class Refused(Exception):
@@ -43,18 +49,6 @@ class Refused(Exception):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         super().__init__("; ".join(str(p) for p in problems))
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    count: int  # every offending row, counted by the database
-    columns: list[str]
-    rows: list[dict[str, Any]]  # JSON-safe, in key order, at most `limit` of them
-
-    @property
-    def complete(self) -> bool:
-        """Every offending row was brought back."""
-        return len(self.rows) >= self.count
 
 
 class _TextWhenOutOfRange:
@@ -174,7 +168,8 @@ def send_one_statement(cur: psycopg.Cursor[Any], text: str) -> None:
     """Send `text` as exactly one statement. Without parameters psycopg would use the simple
     query protocol, where the server runs every statement a text holds; in a pipeline it
     uses the extended protocol, where a second statement is an error. So even a text the
-    fence's parser read differently from the server's cannot smuggle a second statement."""
+    fence's parser read differently from the server's cannot smuggle a second statement.
+    (`Cursor.stream`, used for the rows, always uses the extended protocol.)"""
     with cur.connection.pipeline():
         cur.execute(text.encode(), prepare=False)
 
@@ -182,27 +177,87 @@ def send_one_statement(cur: psycopg.Cursor[Any], text: str) -> None:
 # For every connection that runs invariants: the encoding the fence assumes.
 CLIENT_ENCODING = "utf8"
 
+# Per result type: does its cast to text run a function (so the text differs from what the
+# server would send, e.g. bool -> 'true' where the server sends 't')?
+_TYPES = (
+    "SELECT t.oid::int8, EXISTS (SELECT FROM pg_catalog.pg_cast c WHERE c.castsource = t.oid"
+    " AND c.casttarget = 'pg_catalog.text'::pg_catalog.regtype AND c.castmethod = 'f')"
+    " FROM pg_catalog.pg_type t WHERE t.oid = ANY(%s::oid[])"
+)
+
+
+def _columns(cur: psycopg.Cursor[Any]) -> list[Column]:
+    """The invariant's result columns, as the row description just received says (the base
+    type of a domain), each with how its text is taken."""
+    description = cur.description or []
+    if len(description) > MAX_COLUMNS:
+        raise Unrunnable(
+            f"the query returns {len(description):,} columns; invmon reads at most {MAX_COLUMNS:,}"
+        )
+    names = unique_column_names([c.name for c in description])
+    oids = [c.type_code for c in description]
+    via_format = dict(cur.execute(_TYPES, [oids]).fetchall()) if oids else {}
+    return [
+        Column(name, oid, bool(via_format.get(oid, True)))
+        for name, oid in zip(names, oids, strict=True)
+    ]
+
+
+_UNKNOWN_TYPE = 0  # psycopg's fallback: the text as str, as for any type it does not know
+
+
+def _loads(conn: psycopg.Connection[Any], columns: list[Column]) -> list[Load]:
+    """For each column, the text loader psycopg would use for its type on this connection
+    (including register_loaders' own), so a value reads as a plain fetch would read it."""
+    loads: list[Load] = []
+    for column in columns:
+        loader = conn.adapters.get_loader(column.oid, pq.Format.TEXT)
+        if loader is None:
+            loader = conn.adapters.get_loader(_UNKNOWN_TYPE, pq.Format.TEXT)
+        assert loader is not None  # psycopg always has a text loader for unknown types
+        loads.append(loader(column.oid, conn).load)
+    return loads
+
+
+def _key_positions(columns: list[Column], invariant: Invariant) -> list[int]:
+    names = [c.name for c in columns]
+    missing = [k for k in invariant.key if k not in names]
+    if missing:
+        raise Unrunnable(
+            f"key column{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))} not among "
+            f"the query's columns: {shorten(names, 200)}"
+        )
+    return [names.index(k) for k in invariant.key]
+
 
 def execute(
     conn: psycopg.Connection[Any],
     invariant: Invariant,
     *,
-    limit: int,
+    sample: int,
+    track: int = 0,
+    limits: RowLimits = DEFAULT_ROW_LIMITS,
     lock_timeout: timedelta,
     live_fence: LiveFence,
 ) -> Evaluation:
-    """Evaluate one invariant on `conn` (loaders registered, no transaction open), bringing
-    back at most `limit` rows."""
-    query = sampled_query(invariant.sql, invariant.key, limit)
+    """Evaluate one invariant on `conn` (loaders registered, no transaction open): the exact
+    count, at most `sample` whole rows, and the keys of at most `track` rows (of `sample`
+    rows when the invariant has no key), all within `limits`."""
     with conn.transaction(), conn.cursor() as cur:
         begin_read_only(conn, invariant, lock_timeout)
+        described = describing_query(invariant.sql)
+        live_fence.refuse_unless_allowed(conn, described, invariant, USER_SQL_LINE)
+        send_one_statement(cur, described)
+        columns = _columns(cur)
+        key = _key_positions(columns, invariant)
+        cell = limits.cell(len(columns))
+        fetch = max(sample, track) if key else sample
+        query = bounded_query(invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell)
         live_fence.refuse_unless_allowed(conn, query, invariant, USER_SQL_LINE)
-        send_one_statement(cur, query)
-        fetched = cur.fetchall()  # at most `limit` rows: the LIMIT is in the query
-        description = cur.description or []
-    names = unique_column_names([c.name for c in description[:-1]])
-    rows = [
-        {name: json_safe(value) for name, value in zip(names, raw[:-1], strict=True)}
-        for raw in fetched
-    ]
-    return Evaluation(int(fetched[0][-1]) if fetched else 0, names, rows)
+        gathering = Gathering(
+            columns, _loads(conn, columns), key, full=sample, cell=cell, limits=limits
+        )
+        # One row in memory at a time (single-row mode), whatever `fetch` is.
+        for raw in cur.stream(query.encode()):
+            gathering.add(raw)
+    return gathering.result()

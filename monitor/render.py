@@ -38,6 +38,9 @@ def results_document(
                 "count": result.count,
                 "rows": result.rows,
                 "truncated": result.truncated,
+                "cut_values": result.cut_values,
+                "rows_withheld": result.rows_withheld,
+                "notes": bounds_notes(result),
                 "duration_ms": round(result.duration_ms, 1),
                 "error": result.error,
                 "severity": inv.severity if inv else None,
@@ -84,6 +87,22 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]], indent: str
     return "\n".join(lines)
 
 
+def bounds_notes(result: RunResult) -> list[str]:
+    """What the run's bounds left out of its rows, said where the rows are shown."""
+    notes = []
+    if result.cut_values:
+        notes.append(
+            f"{result.cut_values:,} value{'s' * (result.cut_values != 1)} longer than "
+            f"{result.cell_bytes:,} bytes cut by the database; each says its size and md5"
+        )
+    if result.rows_withheld:
+        notes.append(
+            f"{result.rows_withheld:,} row{'s' * (result.rows_withheld != 1)} of the sample "
+            "left out to keep the run within limits.sample_bytes"
+        )
+    return notes
+
+
 def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
     summary = text_table(
         ["invariant", "status", "count", "duration"],
@@ -108,6 +127,7 @@ def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
             cells = [[row.get(c) for c in r.columns] for row in shown]
             table = text_table([printable(c) for c in r.columns], cells, "    ")
             tail = f"\n    … and {more:,} more" if more > 0 else ""
+            tail += "".join(f"\n    ({note})" for note in bounds_notes(r))
             name = printable(r.invariant)
             details.append(f"\n{name}: {r.count:,} offending rows\n{table}{tail}")
     held = sum(r.status == "ok" for r in results)

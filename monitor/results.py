@@ -20,10 +20,13 @@ class RunResult:
     started_at: datetime | None = None
     duration_ms: float = 0.0
     attempts: int = 1
-    # Offending keys (see rows.offending_key) -> the whole row, for up to `track_keys`
-    # rows. Filled only when the runner tracks keys (the daemon).
+    # Offending keys (see rows.offending_key) -> the whole row for sample rows, else None;
+    # for up to `track_keys` rows. Filled only when the runner tracks keys (the daemon).
     keys: dict[str, Any] = field(default_factory=dict)
     keys_complete: bool = True  # False when more rows offend than were brought back
+    cut_values: int = 0  # values in `rows` the database cut to `cell_bytes`
+    cell_bytes: int = 0
+    rows_withheld: int = 0  # sample rows left out to keep the run within its byte budget
     replica_lag: float | None = None
 
     @property

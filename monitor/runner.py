@@ -24,18 +24,18 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from monitor.config import DatabaseConfig
 from monitor.execute import (
     CLIENT_ENCODING,
-    Evaluation,
     LiveFence,
     Refused,
+    Unrunnable,
     execute,
     register_loaders,
 )
 from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.loader import Invariant
+from monitor.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
 from monitor.problems import Problem
 from monitor.replica import ReplicaStatus, read_replica_status
 from monitor.results import RunResult
-from monitor.rows import offending_key
 
 # A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
 # about the invariant, so the run is tried again a bounded number of times.
@@ -79,6 +79,7 @@ class Runner:
         sleep: Callable[[float], None] = time.sleep,
         track_keys: int = 0,
         allow: Allowances = TRUST_NOTHING,
+        limits: RowLimits = DEFAULT_ROW_LIMITS,
     ) -> None:
         self.dsn = dsn
         self.concurrency = concurrency
@@ -86,6 +87,7 @@ class Runner:
         self._sleep = sleep
         # How many offending keys to bring back for incident tracking, beyond the sample.
         self.track_keys = track_keys
+        self.limits = limits
         self.fence = LiveFence(allow)
         self._active: set[psycopg.Connection[Any]] = set()
         self._active_lock = threading.Lock()
@@ -173,6 +175,8 @@ class Runner:
                 evaluation = self._evaluate(invariant)
             except Refused as exc:
                 error = f"refused by the read-only fence: {exc}"
+            except Unrunnable as exc:
+                error = str(exc)
             except _RETRYABLE as exc:
                 if attempts <= self.database.recovery_conflict_retries:
                     backoff = self.database.retry_backoff.total_seconds() * 2 ** (attempts - 1)
@@ -185,21 +189,19 @@ class Runner:
             except psycopg.Error as exc:
                 error = describe_error(exc)
             else:
-                keys = (
-                    {offending_key(row, invariant.key): row for row in evaluation.rows}
-                    if self.track_keys
-                    else {}
-                )
                 return RunResult.counted(
                     invariant.name,
                     evaluation.count,
                     evaluation.columns,
-                    evaluation.rows[: invariant.sample],
+                    evaluation.rows,
                     started_at=started,
                     duration_ms=(time.monotonic() - clock) * 1000,
                     attempts=attempts,
-                    keys=keys,
-                    keys_complete=evaluation.complete,
+                    keys=evaluation.keys if self.track_keys else {},
+                    keys_complete=evaluation.keys_complete,
+                    cut_values=evaluation.cut_values,
+                    cell_bytes=evaluation.cell_bytes,
+                    rows_withheld=evaluation.rows_withheld,
                 )
             return RunResult.failed(
                 invariant.name,
@@ -224,7 +226,9 @@ class Runner:
             return execute(
                 conn,
                 invariant,
-                limit=max(invariant.sample, self.track_keys),
+                sample=invariant.sample,
+                track=self.track_keys,
+                limits=self.limits,
                 lock_timeout=self.database.lock_timeout,
                 live_fence=self.fence,
             )

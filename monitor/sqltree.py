@@ -131,9 +131,27 @@ def _names(items: list[Any] | None) -> Name:
     )
 
 
+# The tree is read into Python objects (about 12 bytes of memory per byte of JSON), so its
+# size is bounded before that: 2 MB of JSON is far beyond any real invariant (a 1,000-column
+# query is 0.5 MB) and keeps judging a query within ~25 MB.
+MAX_TREE_BYTES = 2_000_000
+
+
+class TreeTooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        self.size = size
+        super().__init__(
+            f"the query is too large to judge: its parse tree takes {size:,} bytes, over "
+            f"{MAX_TREE_BYTES:,}; move long lists of values into a table"
+        )
+
+
 def parse(sql: str) -> dict[str, Any]:
-    """libpg_query's tree of `sql`; raises pglast's ParseError."""
-    return dict(json.loads(pg_parser.parse_sql_json(sql)))
+    """libpg_query's tree of `sql`; raises pglast's ParseError, or TreeTooLarge."""
+    text = pg_parser.parse_sql_json(sql)
+    if len(text) > MAX_TREE_BYTES:
+        raise TreeTooLarge(len(text))
+    return dict(json.loads(text))
 
 
 def analyze(sql: str) -> Analysis:
@@ -145,6 +163,8 @@ def analyze(sql: str) -> Analysis:
         message, *where = exc.args
         line = lines.of_char(where[0]) if where and isinstance(where[0], int) else 1
         return Analysis([SqlProblem(line, f"cannot parse the query: {message}")])
+    except TreeTooLarge as exc:
+        return Analysis([SqlProblem(lines.of_char(len(sql) - len(sql.lstrip())), str(exc))])
     statements = tree.get("stmts") or []
     if not statements:
         first = lines.of_char(len(sql) - len(sql.lstrip()))

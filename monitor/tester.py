@@ -19,7 +19,14 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from monitor.execute import CLIENT_ENCODING, LiveFence, Refused, execute, register_loaders
+from monitor.execute import (
+    CLIENT_ENCODING,
+    LiveFence,
+    Refused,
+    Unrunnable,
+    execute,
+    register_loaders,
+)
 from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.fixtures import (
     Case,
@@ -31,12 +38,15 @@ from monitor.fixtures import (
     load_fixture,
 )
 from monitor.loader import Invariant
+from monitor.offending import RowLimits
 from monitor.pgtemp import apply_sql, scratch_database, temporary_server
 from monitor.problems import Problem
 from monitor.rows import offending_key
 from monitor.runner import describe_error
 
 KEY_LIMIT = 10_000  # rows a case may produce; fixtures are small by nature
+# Every row of a case comes back whole: a case's rows are bounded by its file's size.
+FIXTURE_LIMITS = RowLimits(sample_bytes=256 << 20, keys_bytes=256 << 20)
 LOCK_TIMEOUT = timedelta(seconds=5)
 
 
@@ -108,10 +118,17 @@ def run_case(
                 for row in rows:
                     _insert(conn, table, row)
         evaluation = execute(
-            conn, invariant, limit=KEY_LIMIT, lock_timeout=LOCK_TIMEOUT, live_fence=live_fence
+            conn,
+            invariant,
+            sample=KEY_LIMIT,
+            limits=FIXTURE_LIMITS,
+            lock_timeout=LOCK_TIMEOUT,
+            live_fence=live_fence,
         )
     except Refused as exc:
         return CaseResult(case, False, error=f"refused by the read-only fence: {exc}")
+    except Unrunnable as exc:
+        return CaseResult(case, False, error=str(exc))
     except psycopg.Error as exc:
         return CaseResult(case, False, error=describe_error(exc))
     finally:

@@ -1,5 +1,5 @@
 """Small helpers shared by the tests: poll with a deadline, a clock the test moves, the
-monitored `items` table, run SQL, run the real CLI."""
+monitored `items` table, run SQL, run the real CLI, an invariant built without lint."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import psycopg
+
+from monitor.header import InvariantHeader
+from monitor.loader import Invariant, parse_schedule
 
 T = TypeVar("T")
 
@@ -99,3 +102,20 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
     finally:
         os.chdir(previous)
     return Ran(result.exit_code, result.stdout, result.stderr)
+
+
+def invariant(
+    name: str, sql: str, key: tuple[str, ...] = (), sample: int = 20, timeout: float = 30
+) -> Invariant:
+    """Built directly, bypassing lint, so the runner's own fences are what is tested."""
+    return Invariant(
+        name=name,
+        path=Path(f"{name}.sql"),
+        sql=sql,
+        sql_first_line=2,
+        header=InvariantHeader(description=f"{name} holds", key=list(key)),
+        severity="warning",
+        schedule=parse_schedule("every 15m"),
+        timeout=timedelta(seconds=timeout),
+        sample=sample,
+    )

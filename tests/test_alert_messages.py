@@ -7,7 +7,7 @@ import io
 import json
 from datetime import UTC, datetime, timedelta
 
-from alerts.csvfile import csv_title, offending_csv
+from alerts.csvfile import csv_title, left_out_because, offending_csv
 from alerts.messages import (
     HEADER_LIMIT,
     SECTION_LIMIT,
@@ -99,12 +99,31 @@ def test_an_error_is_never_worded_as_a_violation() -> None:
 
 def test_the_csv_holds_a_wide_row_whole() -> None:
     columns, rows = wide_rows(3)
-    data = offending_csv(rows, cap=2)
+    data, attached = offending_csv(rows, max_rows=2, max_bytes=1 << 20)
+    assert attached == 2
     parsed = list(csv.reader(io.StringIO(data.decode())))
     assert parsed[0] == columns
     assert parsed[1:] == [[str(rows[n][c]) for c in columns] for n in range(2)]
     assert csv_title("wide", 2, 3) == "wide: 2 of 3 offending rows (1 left out)"
     assert csv_title("wide", 3, 3) == "wide: 3 offending rows"
+
+
+def test_the_csv_stops_at_its_byte_cap_and_the_title_says_why() -> None:
+    rows = [{"id": n, "note": "x" * 100} for n in range(50)]
+    data, attached = offending_csv(rows, max_rows=1000, max_bytes=1024)
+    assert len(data) <= 1024
+    assert attached == len(data.decode().splitlines()) - 1 == 9
+    why = left_out_because(len(rows), attached, 1000, 1024)
+    assert csv_title("big", attached, 5000, why) == (
+        "big: 9 of 5,000 offending rows (4,991 left out: the file stops at 1,024 bytes "
+        "(slack.csv_max_bytes))"
+    )
+    assert left_out_because(20, 20, 1000, 1 << 20) == (
+        "a run keeps whole rows only for its sample (the header's `sample:`)"
+    )
+    assert left_out_because(5000, 1000, 1000, 1 << 30) == (
+        "the file stops at 1,000 rows (slack.csv_max_rows)"
+    )
 
 
 def test_only_exact_mentions_pass_through_and_everything_else_is_escaped() -> None:

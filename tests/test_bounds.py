@@ -95,6 +95,22 @@ def test_a_file_over_the_size_limit_is_refused_before_it_is_parsed(tmp_path: Pat
     assert peak < 2_000_000
 
 
+def test_a_query_too_large_to_judge_is_refused_within_a_memory_bound(tmp_path: Path) -> None:
+    values = ",".join(["1"] * 120_000)  # 240 KB of text, a 6 MB parse tree
+    text = f"-- description: a long list\nSELECT 1 AS a WHERE 1 IN ({values})\n"
+    tracemalloc.start()
+    try:
+        found = problems_of(tmp_path, text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(found) == 1 and found[0].startswith(
+        "2: the query is too large to judge: its parse tree takes 5,"
+    )
+    assert found[0].endswith("bytes, over 2,000,000; move long lists of values into a table")
+    assert peak < 30_000_000
+
+
 def test_a_byte_order_mark_is_not_a_missing_header(tmp_path: Path) -> None:
     assert problems_of(tmp_path, b"\xef\xbb\xbf" + GOOD.encode()) == []
 

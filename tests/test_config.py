@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import ConfigError, load_config, parse_config
+from monitor.config import ConfigError, LimitsConfig, load_config, parse_config
 
 
 def test_no_config_file_means_every_default(
@@ -88,3 +88,5 @@ def test_the_shipped_example_config_is_valid(monkeypatch: pytest.MonkeyPatch) ->
         False,
     )
     assert config.slack.routes.severity == {"critical": "#incidents"}
+    assert config.limits == LimitsConfig()  # the example shows the defaults
+    assert (config.slack.csv_max_rows, config.slack.csv_max_bytes) == (1000, 4 << 20)

@@ -21,14 +21,12 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
-from helpers import wait_for
+from helpers import invariant, wait_for
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from monitor.durations import parse_schedule
 from monitor.execute import LiveFence, Refused, execute, register_loaders
-from monitor.header import InvariantHeader
-from monitor.loader import Invariant, load_directory
+from monitor.loader import load_directory
 from monitor.pgtemp import apply_sql, scratch_database
 from monitor.sqltree import analyze
 
@@ -209,20 +207,6 @@ def effects(role: Role) -> Iterator[Effects]:
     watcher.close()
 
 
-def _invariant(name: str, query: str) -> Invariant:
-    return Invariant(
-        name=name,
-        path=Path(f"{name}.sql"),
-        sql=query,
-        sql_first_line=1,
-        header=InvariantHeader(description=name),
-        severity="warning",
-        schedule=parse_schedule("every 15m"),
-        timeout=timedelta(seconds=10),
-        sample=5,
-    )
-
-
 def _server_has_xml(conn: psycopg.Connection[Any]) -> bool:
     try:
         with conn.transaction():
@@ -311,11 +295,14 @@ def test_every_accepted_query_runs_as_the_role_and_changes_nothing(
     with psycopg.connect(role.dsn, autocommit=True) as conn:
         register_loaders(conn)
         xml = _server_has_xml(conn)
-        corpus = [_invariant(f"case_{i}", analyze(q).text) for i, q in enumerate(ACCEPTED.values())]
+        corpus = [
+            invariant(f"case_{i}", analyze(q).text, sample=5, timeout=10)
+            for i, q in enumerate(ACCEPTED.values())
+        ]
         for inv in [*corpus, *shipped]:
             if not xml and "xml" in inv.sql:
                 continue
-            execute(conn, inv, limit=5, lock_timeout=timedelta(seconds=2), live_fence=live_fence)
+            execute(conn, inv, sample=5, lock_timeout=timedelta(seconds=2), live_fence=live_fence)
             ran.append(inv.name)
     assert len(ran) >= len(ACCEPTED) - 3 + len(shipped)
     assert effects.observed() == []
@@ -394,12 +381,12 @@ def test_functions_that_lie_about_their_volatility_pass_the_catalog_and_are_stop
             register_loaders(conn)
             for what, (create, _) in LIARS.items():
                 function = create.split("public.")[1].split("(")[0]
-                inv = _invariant(function, f"SELECT public.{function}() AS x")
+                inv = invariant(function, f"SELECT public.{function}() AS x", sample=5, timeout=10)
                 try:
                     execute(
                         conn,
                         inv,
-                        limit=5,
+                        sample=5,
                         lock_timeout=timedelta(seconds=2),
                         live_fence=LiveFence(),
                     )

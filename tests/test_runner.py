@@ -5,34 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import sql
+from helpers import invariant, sql
 from psycopg.conninfo import conninfo_to_dict
 
 from monitor.config import DatabaseConfig
-from monitor.header import InvariantHeader
-from monitor.loader import Invariant, parse_schedule
 from monitor.runner import Runner
-
-
-def invariant(
-    name: str, sql: str, key: tuple[str, ...] = (), sample: int = 20, timeout: float = 30
-) -> Invariant:
-    """Built directly, bypassing lint, so the runner's own fences are what is tested."""
-    return Invariant(
-        name=name,
-        path=Path(f"{name}.sql"),
-        sql=sql,
-        sql_first_line=2,
-        header=InvariantHeader(description=f"{name} holds", key=list(key)),
-        severity="warning",
-        schedule=parse_schedule("every 15m"),
-        timeout=timedelta(seconds=timeout),
-        sample=sample,
-    )
 
 
 @pytest.fixture
@@ -308,7 +288,7 @@ def test_a_connection_in_another_encoding_is_refused_before_sending(database: st
         execute(
             conn,
             invariant("sjis", "SELECT 1 AS one"),
-            limit=1,
+            sample=1,
             lock_timeout=timedelta(seconds=1),
             live_fence=LiveFence(),
         )

@@ -20,7 +20,7 @@ from monitor.fixtures import Case, canonical_key, compare, fixture_path, load_fi
 from monitor.loader import Invariant, load_directory
 from monitor.pgtemp import apply_sql, scratch_database
 from monitor.rows import offending_key
-from monitor.tester import KEY_LIMIT, LOCK_TIMEOUT, run_case
+from monitor.tester import FIXTURE_LIMITS, KEY_LIMIT, LOCK_TIMEOUT, run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 INVARIANTS = ROOT / "invariants"
@@ -94,7 +94,12 @@ def test_the_demo_seed_plants_exactly_what_planted_yaml_says(
         rows_expected=expect.get("rows"),
     )
     evaluation = execute(
-        seeded, inv, limit=KEY_LIMIT, lock_timeout=LOCK_TIMEOUT, live_fence=LiveFence()
+        seeded,
+        inv,
+        sample=KEY_LIMIT,
+        limits=FIXTURE_LIMITS,
+        lock_timeout=LOCK_TIMEOUT,
+        live_fence=LiveFence(),
     )
     found = [offending_key(row, inv.key) for row in evaluation.rows]
     result = compare(case, found, evaluation.count, evaluation.rows)
