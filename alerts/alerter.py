@@ -84,11 +84,25 @@ class Alerter:
             owner,
         )
 
-    def channel(self, invariant: str) -> str:
+    def channel(self, incident: Incident | None, invariant: str) -> str:
+        """Where an incident's root goes: routed by its file as it was when the incident
+        opened (kept with it), else by the file as it is now, else the default channel."""
+        context = incident.context if incident is not None else None
+        if context is not None:
+            return channel_for(self.config, context.severity, context.owner, context.channel)
         header = self.describe(invariant)
         if header is None:
             return self.config.channel
         return channel_for(self.config, header.severity, header.owner, header.channel)
+
+    def channels(self, tx: Tx, event: StoredEvent, incident: Incident | None) -> list[str]:
+        """An opening goes where its incident routes; everything after it goes to the
+        threads its roots are in, whatever the file says now (it may be gone)."""
+        if event.kind not in OPENING:
+            roots = self.ledger.root_channels(tx, event.incident_id)
+            if roots:
+                return roots
+        return [self.channel(incident, event.invariant)]
 
     def ready(self, events: Sequence[StoredEvent]) -> bool:
         """Plan a batch once it has been quiet for `digest_window`, or is big enough for a
@@ -109,10 +123,12 @@ class Alerter:
         if not events or not (force or self.ready(events)):
             return []
         now = self.clock()
+        incidents = {e.incident_id: self.store.incident(e.incident_id) for e in events}
         openings: dict[str, list[StoredEvent]] = defaultdict(list)
         for event in events:
             if event.kind in OPENING:
-                openings[self.channel(event.invariant)].append(event)
+                incident = incidents[event.incident_id]
+                openings[self.channel(incident, event.invariant)].append(event)
         digested = {
             e.id
             for group in openings.values()
@@ -131,22 +147,23 @@ class Alerter:
                 if not self.store.claim_event(tx, event.id, now):
                     continue  # another daemon planned it
                 planned.append(event)
-                channel = self.channel(event.invariant)
-                specs = plan_event(event, channel)
-                if event.id in quiet:
-                    # Acknowledged or snoozed: the root still shows the new count, but the
-                    # thread gets no notice (a cleared "until new rows" ack is not quiet).
-                    specs = [s for s in specs if s.action != "post_reply"]
-                if event.id in digested:
-                    specs = [
-                        Spec("post_detail", s.key, True, s.payload)
-                        if s.action == "post_root"
-                        else s
-                        for s in specs
-                    ]
-                self.ledger.enqueue(
-                    tx, event, event.invariant, event.incident_id, channel, specs, now
-                )
+                for channel in self.channels(tx, event, incidents[event.incident_id]):
+                    specs = plan_event(event, channel)
+                    if event.id in quiet:
+                        # Acknowledged or snoozed: the root still shows the new count, but
+                        # the thread gets no notice (a cleared "until new rows" ack is not
+                        # quiet).
+                        specs = [s for s in specs if s.action != "post_reply"]
+                    if event.id in digested:
+                        specs = [
+                            Spec("post_detail", s.key, True, s.payload)
+                            if s.action == "post_root"
+                            else s
+                            for s in specs
+                        ]
+                    self.ledger.enqueue(
+                        tx, event, event.invariant, event.incident_id, channel, specs, now
+                    )
         return planned
 
     def _digest(self, tx: Tx, channel: str, group: Sequence[StoredEvent], now: datetime) -> None:
@@ -190,17 +207,19 @@ class Alerter:
             nth = int((now - incident.opened_at).total_seconds() // every)
             if nth < 1:
                 continue
-            channel = self.channel(incident.invariant)
-            root = self.ledger.root_of(incident.id, channel)
-            if root is None or root.state != "SENT":
-                continue
-            spec = reminder_spec(incident.invariant, incident.id, channel, nth)
             with self.store.storage.transaction() as tx:
-                queued += len(
-                    self.ledger.enqueue(
-                        tx, None, incident.invariant, incident.id, channel, [spec], now
+                channels = self.ledger.root_channels(tx, incident.id)
+            for channel in channels:
+                root = self.ledger.root_of(incident.id, channel)
+                if root is None or root.state != "SENT":
+                    continue
+                spec = reminder_spec(incident.invariant, incident.id, channel, nth)
+                with self.store.storage.transaction() as tx:
+                    queued += len(
+                        self.ledger.enqueue(
+                            tx, None, incident.invariant, incident.id, channel, [spec], now
+                        )
                     )
-                )
         return queued
 
     def deliver(self) -> int:

@@ -8,6 +8,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from monitor.text import counted
+
 
 def _value(value: Any) -> str:
     if value is None:
@@ -54,10 +56,10 @@ def csv_title(invariant: str, attached: int, total: int | None, why: str = "") -
     if total is not None and total > attached:
         reason = f": {why}" if why else ""
         return (
-            f"{invariant}: {attached:,} of {total:,} offending rows "
+            f"{invariant}: {attached:,} of {counted(total, 'offending row')} "
             f"({total - attached:,} left out{reason})"
         )
-    return f"{invariant}: {attached:,} offending row{'s' * (attached != 1)}"
+    return f"{invariant}: {counted(attached, 'offending row')}"
 
 
 def left_out_because(kept: int, attached: int, max_rows: int, max_bytes: int) -> str:
@@ -65,5 +67,5 @@ def left_out_because(kept: int, attached: int, max_rows: int, max_bytes: int) ->
     if attached < min(kept, max_rows):
         return f"the file stops at {max_bytes:,} bytes (slack.csv_max_bytes)"
     if attached == max_rows and kept > max_rows:
-        return f"the file stops at {max_rows:,} rows (slack.csv_max_rows)"
+        return f"the file stops at {counted(max_rows, 'row')} (slack.csv_max_rows)"
     return "a run keeps whole rows only for its sample (the header's `sample:`)"

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from monitor.clock import shown
+from monitor.text import counted
 
 SECTION_LIMIT = 3000
 HEADER_LIMIT = 150
@@ -116,7 +117,7 @@ def rows_table(columns: Sequence[str], rows: Sequence[dict[str, Any]], total: in
         shown += 1
     more = (total if total is not None else len(rows)) - shown
     if more > 0:
-        notes.append(f"{more:,} more row{'s' * (more != 1)} not shown")
+        notes.append(f"{counted(more, 'more row', 'more rows')} not shown")
     table = "\n".join(lines)
     note = f"\n_{escape('; '.join(notes))}_" if notes else ""
     return f"```{table}```{note}"
@@ -214,7 +215,7 @@ def root_message(view: IncidentView, now: datetime) -> Message:
         footer.append(f"<{view.runbook}|Runbook>")
     blocks.append(_context(" · ".join(footer)))
     blocks = [b for b in blocks if b.get("type") != "context" or b["elements"]]
-    count_text = f": {view.count:,} offending rows" if view.count else ""
+    count_text = f": {counted(view.count, 'offending row')}" if view.count else ""
     return Message(cut(f"{title}{count_text}", TEXT_LIMIT), blocks[:50])
 
 
@@ -277,11 +278,14 @@ def reply_message(kind: str, payload: dict[str, Any], view: IncidentView) -> Mes
     lasted = payload.get("lasted_seconds")
     took = human_duration(timedelta(seconds=lasted)) if lasted is not None else "?"
     text = {
-        "keys_appeared": f"➕ {len(keys):,} new offending row{'s' * (len(keys) != 1)}{total}: "
+        "keys_appeared": f"➕ {counted(len(keys), 'new offending row')}{total}: {_keys(keys)}",
+        "keys_gone": f"➖ {counted(len(keys), 'row')} no longer "
+        f"{'offends' if len(keys) == 1 else 'offend'}{total}: "
         f"{_keys(keys)}",
-        "keys_gone": f"➖ {len(keys):,} row{'s' * (len(keys) != 1)} no longer offend{total}: "
-        f"{_keys(keys)}",
-        "resolved": f"✅ Resolved after {took}: the query returns no rows.",
+        "resolved": f"✅ Closed after {took}: {escape(str(payload['reason']))}; it is no longer "
+        "evaluated."
+        if payload.get("reason")
+        else f"✅ Resolved after {took}: the query returns no rows.",
         "recovered": f"✅ Evaluating again after {took}.",
         "replica_fresh": f"✅ The replica caught up after {took}; evaluation resumed.",
         "file_fixed": f"✅ The file validates again after {took}.",
@@ -297,7 +301,7 @@ def with_subject(message: Message, subject: str) -> Message:
 
 def reminder_message(view: IncidentView, now: datetime) -> Message:
     opened = human_duration(now - view.opened_at) if view.opened_at else "?"
-    count = "" if view.count is None else f" {view.count:,} offending rows,"
+    count = "" if view.count is None else f" {counted(view.count, 'offending row')},"
     text = f"⏰ Still open:{count} for {opened}. Nobody has acknowledged it yet."
     return Message(text, [_section(text)])
 
@@ -307,7 +311,7 @@ def digest_message(views: Sequence[IncidentView], now: datetime) -> Message:
     title = f"🚨 {len(views)} incidents opened at once"
     lines = []
     for view in views:
-        count = "" if view.count is None else f" — {view.count:,} rows"
+        count = "" if view.count is None else f" — {counted(view.count, 'row')}"
         lines.append(f"• {escape(status_title(view, now))}{count}")
     blocks: list[dict[str, Any]] = [_header(title)]
     chunk: list[str] = []

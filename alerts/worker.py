@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from alerts.csvfile import csv_title, left_out_because, offending_csv
 from alerts.ledger import Delivery, Ledger
@@ -33,6 +32,7 @@ from alerts.transport import Transport, TransportError
 from monitor.acks import ack_line
 from monitor.clock import Clock
 from monitor.header import InvariantHeader
+from monitor.records import IncidentContext
 from monitor.state import StateStore
 
 log = logging.getLogger("invmon.alerts")
@@ -52,6 +52,19 @@ class WorkerSettings:
     csv_max_rows: int = 1000
     max_backoff: timedelta = timedelta(minutes=5)
     csv_max_bytes: int = 4 << 20
+
+
+def context_from(header: InvariantHeader | None) -> IncidentContext:
+    """For incidents stored before their context was kept: the file as it is now."""
+    if header is None:
+        return IncidentContext()
+    return IncidentContext(
+        header.severity or "warning",
+        header.description,
+        header.owner,
+        header.runbook,
+        header.channel,
+    )
 
 
 class Views:
@@ -75,7 +88,7 @@ class Views:
         incident = self.store.incident(incident_id)
         if incident is None:
             raise LookupError(f"incident #{incident_id} is not in the state store")
-        header = self.describe(incident.invariant)
+        context = incident.context or context_from(self.describe(incident.invariant))
         keys = self.store.incident_keys(incident_id)
         open_rows = [k.row for k in keys if k.gone_at is None and k.row]
         columns = list(open_rows[0]) if open_rows else []
@@ -83,10 +96,10 @@ class Views:
             incident_id=incident_id,
             invariant=incident.invariant,
             kind=incident.kind,
-            severity=(header.severity if header and header.severity else "warning"),
-            description=header.description if header else None,
-            owner=header.owner if header else None,
-            runbook=header.runbook if header else None,
+            severity=context.severity,
+            description=context.description,
+            owner=context.owner,
+            runbook=context.runbook,
             opened_at=incident.opened_at,
             resolved_at=incident.resolved_at,
             count=incident.last_count,
@@ -98,13 +111,22 @@ class Views:
             buttons=self.buttons,
         )
 
-    def csv_rows(self, incident_id: int) -> list[dict[str, Any]]:
-        """The rows that offended when the incident opened, whenever the upload happens:
-        a retried upload attaches the same file, not whatever is open by then."""
+    def csv_file(self, incident_id: int, max_rows: int, max_bytes: int) -> tuple[bytes, str]:
+        """(the CSV, its title): the rows that offended when the incident opened, as they
+        were then and duplicates kept, whenever the upload happens, so a retried or a
+        reconciled upload attaches the same file with the same title."""
         incident = self.store.incident(incident_id)
-        opened_at = incident.opened_at if incident else None
-        keys = self.store.incident_keys(incident_id)
-        return [k.row for k in keys if k.first_seen_at == opened_at and k.row]
+        if incident is None:
+            raise LookupError(f"incident #{incident_id} is not in the state store")
+        opening = self.store.opening_rows(incident_id)
+        if opening is not None:
+            rows = opening[1]
+        else:  # stored before opening rows were kept: the keys first seen at opening
+            keys = self.store.incident_keys(incident_id)
+            rows = [k.row for k in keys if k.first_seen_at == incident.opened_at and k.row]
+        data, attached = offending_csv(rows, max_rows, max_bytes)
+        why = left_out_because(len(rows), attached, max_rows, max_bytes)
+        return data, csv_title(incident.invariant, attached, incident.first_count, why)
 
 
 class DeliveryWorker:
@@ -208,12 +230,7 @@ class DeliveryWorker:
 
     def _upload(self, delivery: Delivery, root: Delivery) -> None:
         assert delivery.incident_id is not None
-        rows = self.views.csv_rows(delivery.incident_id)
-        max_rows, max_bytes = self.settings.csv_max_rows, self.settings.csv_max_bytes
-        data, attached = offending_csv(rows, max_rows, max_bytes)
-        count = self.views.incident(delivery.incident_id).count
-        why = left_out_because(len(rows), attached, max_rows, max_bytes)
-        title = csv_title(delivery.invariant, attached, count, why)
+        data, title = self._csv(delivery)
         # Files carry no metadata, so the upload is recognised by its file id: stored before
         # the upload is completed (shared), and looked up with files.info when in doubt.
         file_id = self.transport.start_upload(f"{delivery.invariant.replace('/', '_')}.csv", data)
@@ -328,10 +345,7 @@ class DeliveryWorker:
         # landed, and a file id can be completed only once, so completing it now is safe.
         try:
             self.transport.complete_upload(
-                delivery.slack_file_id,
-                csv_title(delivery.invariant, 0, None),
-                root.channel,
-                str(root.slack_ts),
+                delivery.slack_file_id, self._csv(delivery)[1], root.channel, str(root.slack_ts)
             )
         except TransportError as error:
             self._after_error(delivery, error)
@@ -339,6 +353,12 @@ class DeliveryWorker:
         self.ledger.sent(delivery, self.clock())
 
     # --- content -------------------------------------------------------------------------
+
+    def _csv(self, delivery: Delivery) -> tuple[bytes, str]:
+        assert delivery.incident_id is not None
+        return self.views.csv_file(
+            delivery.incident_id, self.settings.csv_max_rows, self.settings.csv_max_bytes
+        )
 
     def _root(self, delivery: Delivery) -> Delivery:
         if delivery.root_id is None:

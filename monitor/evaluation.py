@@ -13,6 +13,7 @@ from monitor.clock import Clock
 from monitor.config import DaemonConfig
 from monitor.loader import Invariant
 from monitor.metrics import Metrics
+from monitor.records import IncidentContext
 from monitor.replica_gate import ReplicaGate
 from monitor.results import RunResult
 from monitor.runner import Runner
@@ -20,6 +21,14 @@ from monitor.state import StateStore
 from monitor.store_health import StoreHealth
 
 log = logging.getLogger("invmon.daemon")
+
+
+def context_of(inv: Invariant) -> IncidentContext:
+    """What an incident opened by this invariant keeps of its file."""
+    header = inv.header
+    return IncidentContext(
+        inv.severity, header.description, header.owner, header.runbook, header.channel
+    )
 
 
 class Evaluator:
@@ -46,7 +55,12 @@ class Evaluator:
         finished = self.clock()
         with self.health.guard(f"recording a run of {inv.name}"):
             self.store.record_run(
-                inv.name, result, finished, inv.header.for_runs, self.settings.cannot_evaluate_after
+                inv.name,
+                result,
+                finished,
+                inv.header.for_runs,
+                self.settings.cannot_evaluate_after,
+                context_of(inv),
             )
         self.metrics.observe(result, finished.timestamp())
         log.info(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,7 +217,28 @@ def _case(
     if count is not None and (not isinstance(count, int) or count < 0):
         problems.append(Problem(path, line, f"{name!r}: `count` must be a whole number"))
         return None
+    expected_keys = list(keys or [])
+    if (
+        not keys
+        and rows_expected
+        and key_columns
+        and all(k in rows_expected[0] for k in key_columns)
+    ):
+        expected_keys = [canonical_key([r[k] for k in key_columns]) for r in rows_expected]
+    for repeated in sorted(k for k, n in Counter(expected_keys).items() if n > 1):
+        problems.append(
+            Problem(path, line, not_unique(name, key_columns, repeated), level="warning")
+        )
     return Case(name, line, rows, keys, count, rows_expected)
+
+
+def not_unique(case: str, key_columns: Sequence[str], key: str) -> str:
+    """Offending rows are tracked by key: two rows with one key are one in an incident."""
+    return (
+        f"{case!r}: the key ({', '.join(key_columns)}) is not unique: {key} is expected more "
+        "than once, and an incident tracks rows by key, so those rows would count as one "
+        "(the count and the CSV keep them all)"
+    )
 
 
 @dataclass(frozen=True)
@@ -228,8 +250,12 @@ class CaseResult:
     count: int | None = None
     error: str | None = None
     found: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
+        return "\n  ".join([self._verdict(), *(f"warning: {w}" for w in self.warnings)])
+
+    def _verdict(self) -> str:
         if self.error:
             return f"❌ {self.case.name}: {self.error}"
         if self.passed:

@@ -1,6 +1,6 @@
-"""`invmon lint`: every problem of every invariant file, with no database. The fence against
-the built-in catalog (and the functions a schema file declares), and with a schema file,
-the tables and columns each query names."""
+"""`invmon lint`: every problem of every invariant file and its fixture, with no database.
+The fence against the built-in catalog (and the functions a schema file declares), and with
+a schema file, the tables and columns each query names."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from monitor.config import Config
+from monitor.fixtures import fixture_path, load_fixture
 from monitor.loader import LoadResult, load_directory
 from monitor.problems import Problem
 
@@ -42,6 +43,10 @@ def lint_folder(config: Config, folder: Path, schema_sql: str | None) -> LintRep
             loading, policy=dataclasses.replace(loading.policy, catalog=catalog)
         )
     loaded = load_directory(folder, loading)
+    for inv in loaded.invariants:  # the fixture next to each file: read, not run
+        cases = fixture_path(inv.path)
+        if cases.exists():
+            loaded.problems += load_fixture(cases, inv.key).problems
     if schema_sql is not None:
         from monitor.schema_check import check_against_schema, load_schema
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,6 +30,31 @@ class Run:
 
 
 @dataclass(frozen=True)
+class IncidentContext:
+    """What an incident's messages say about its invariant and where they go, as its file
+    said when the incident opened: the file may change or be removed while it is open."""
+
+    severity: str = "warning"
+    description: str | None = None
+    owner: str | None = None
+    runbook: str | None = None
+    channel: str | None = None  # the file's own `channel:`, if it had one
+
+    def as_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> IncidentContext | None:
+        if not text:
+            return None
+        data = json.loads(text)
+        return cls(
+            **{k: data.get(k) for k in ("description", "owner", "runbook", "channel")},
+            severity=str(data.get("severity") or "warning"),
+        )
+
+
+@dataclass(frozen=True)
 class Incident:
     """A violation, a cannot-evaluate spell, a stale replica or an invalid file, while it
     lasts and after; with who acknowledged or snoozed it."""
@@ -48,6 +74,7 @@ class Incident:
     ack_mode: str | None = None
     snoozed_until: datetime | None = None
     snoozed_by: str | None = None
+    context: IncidentContext | None = None  # None for incidents stored before it was kept
 
 
 @dataclass(frozen=True)

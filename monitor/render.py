@@ -13,7 +13,7 @@ from monitor.loader import Invariant
 from monitor.problems import Problem
 from monitor.records import Incident, Run
 from monitor.results import RunResult
-from monitor.text import printable
+from monitor.text import counted, printable
 
 STATUS_LABEL = {
     "ok": "✅ ok",
@@ -97,7 +97,7 @@ def bounds_notes(result: RunResult) -> list[str]:
         )
     if result.rows_withheld:
         notes.append(
-            f"{result.rows_withheld:,} row{'s' * (result.rows_withheld != 1)} of the sample "
+            f"{counted(result.rows_withheld, 'row')} of the sample "
             "left out to keep the run within limits.sample_bytes"
         )
     return notes
@@ -129,7 +129,7 @@ def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
             tail = f"\n    … and {more:,} more" if more > 0 else ""
             tail += "".join(f"\n    ({note})" for note in bounds_notes(r))
             name = printable(r.invariant)
-            details.append(f"\n{name}: {r.count:,} offending rows\n{table}{tail}")
+            details.append(f"\n{name}: {counted(r.count or 0, 'offending row')}\n{table}{tail}")
     held = sum(r.status == "ok" for r in results)
     violated = sum(r.status == "violated" for r in results)
     errored = sum(r.status == "error" for r in results)
@@ -260,7 +260,7 @@ def results_markdown(results: Sequence[RunResult], problems: Sequence[Problem]) 
             lines += [
                 "",
                 f"<details><summary><code>{r.invariant}</code>: first {len(shown)} "
-                f"of {r.count:,} offending rows</summary>",
+                f"of {counted(r.count or 0, 'offending row')}</summary>",
                 "",
             ]
             lines.append("| " + " | ".join(_md_cell(c) for c in r.columns) + " |")

@@ -36,6 +36,7 @@ from monitor.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
 from monitor.problems import Problem
 from monitor.replica import ReplicaStatus, read_replica_status
 from monitor.results import RunResult
+from monitor.text import counted
 
 # A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
 # about the invariant, so the run is tried again a bounded number of times.
@@ -182,7 +183,7 @@ class Runner:
                     backoff = self.database.retry_backoff.total_seconds() * 2 ** (attempts - 1)
                     self._sleep(backoff)
                     continue
-                error = f"{describe_error(exc)} (gave up after {attempts} attempts)"
+                error = f"{describe_error(exc)} (gave up after {counted(attempts, 'attempt')})"
             except PoolTimeout:
                 reason = self.probe() or "all connections busy"
                 error = f"no database connection within the connect timeout: {reason}"

@@ -30,7 +30,7 @@ from monitor.incidents import (
     decide,
     toggle,
 )
-from monitor.records import Incident, StoredEvent
+from monitor.records import Incident, IncidentContext, StoredEvent
 from monitor.results import RunResult
 from monitor.state_queries import StateQueries
 from monitor.storage import PostgresStorage, Storage, Tx, open_storage
@@ -70,8 +70,10 @@ class StateStore(StateQueries):
         finished_at: datetime,
         for_runs: int = 1,
         error_threshold: int = 3,
+        context: IncidentContext | None = None,
     ) -> list[StoredEvent]:
-        """Store the run, move the incidents on, and write the events: all or nothing."""
+        """Store the run, move the incidents on, and write the events: all or nothing.
+        `context` is kept with any incident this run opens."""
         seen = Observation(
             status=result.status,
             count=result.count,
@@ -95,7 +97,7 @@ class StateStore(StateQueries):
                     invariant,
                 ),
             )
-            incident_ids = self._apply(tx, invariant, state, decision, result, now)
+            incident_ids = self._apply(tx, invariant, state, decision, result, now, context)
             drafts = decision.events
             if decision.keys_appeared and state.violation is not None:
                 drafts = [self._maybe_clear_ack(tx, state.violation.id, d) for d in drafts]
@@ -289,17 +291,36 @@ class StateStore(StateQueries):
         now: str,
         count: int | None,
         detail: str | None,
+        context: IncidentContext | None = None,
+        opening: RunResult | None = None,
     ) -> int:
+        rows = (
+            json.dumps({"columns": opening.columns, "rows": opening.rows})
+            if opening is not None
+            else None
+        )
         [(incident_id,)] = tx.rows(
             "INSERT INTO incidents (invariant, kind, opened_at, first_count, last_count,"
-            " last_seen_at, detail) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            (invariant, kind, now, count, count, now, detail),
+            " last_seen_at, detail, context_json, opening_json)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (
+                invariant,
+                kind,
+                now,
+                count,
+                count,
+                now,
+                detail,
+                context.as_json() if context else None,
+                rows,
+            ),
         )
         return int(incident_id)
 
     def _resolve(self, tx: Tx, incident_id: int, now: str, count: int | None) -> None:
         tx.run(
-            "UPDATE incidents SET resolved_at = ?, last_seen_at = ?, last_count = ? WHERE id = ?",
+            "UPDATE incidents SET resolved_at = ?, last_seen_at = ?,"
+            " last_count = COALESCE(?, last_count) WHERE id = ?",
             (now, now, count, incident_id),
         )
         tx.run(
@@ -315,18 +336,21 @@ class StateStore(StateQueries):
         decision: Decision,
         result: RunResult,
         now: str,
+        context: IncidentContext | None,
     ) -> dict[IncidentKind, int]:
         ids: dict[IncidentKind, int] = {}
         violation = state.violation
         if decision.open_violation:
             ids["violation"] = self._insert_incident(
-                tx, invariant, "violation", now, result.count, None
+                tx, invariant, "violation", now, result.count, None, context, result
             )
         elif violation is not None:
             ids["violation"] = violation.id
             if decision.resolve_violation:
                 self._resolve(tx, violation.id, now, 0)
-            else:
+            elif result.count is not None:
+                # Only a run that counted moves the figures on: an error or a stale run
+                # evaluated nothing, so the last count and when it was seen stay.
                 tx.run(
                     "UPDATE incidents SET last_count = ?, last_seen_at = ? WHERE id = ?",
                     (result.count, now, violation.id),
@@ -354,7 +378,7 @@ class StateStore(StateQueries):
         cannot = state.cannot_evaluate
         if decision.open_cannot_evaluate:
             ids["cannot_evaluate"] = self._insert_incident(
-                tx, invariant, "cannot_evaluate", now, None, result.error
+                tx, invariant, "cannot_evaluate", now, None, result.error, context
             )
         elif cannot is not None:
             ids["cannot_evaluate"] = cannot.id

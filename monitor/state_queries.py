@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from monitor.clock import maybe_parse, parse_stamp, stamp
-from monitor.records import Incident, IncidentKey, Run, StoredEvent
+from monitor.records import Incident, IncidentContext, IncidentKey, Run, StoredEvent
 from monitor.storage import Storage, Tx
 
 _INCIDENT_COLUMNS = (
@@ -28,6 +28,7 @@ _INCIDENT_COLUMNS = (
     "ack_mode",
     "snoozed_until",
     "snoozed_by",
+    "context_json",
 )
 _RUN_COLUMNS = (
     "id",
@@ -58,6 +59,16 @@ class StateQueries:
         if invariant is None:
             return self._events("ORDER BY id", ())
         return self._events("WHERE invariant = ? ORDER BY id", (invariant,))
+
+    def opening_rows(self, incident_id: int) -> tuple[list[str], list[dict[str, Any]]] | None:
+        """(columns, rows) of the run that opened a violation, as they were then, duplicates
+        kept; None for incidents stored before these were kept."""
+        with self._db.transaction() as tx:
+            found = tx.rows("SELECT opening_json FROM incidents WHERE id = ?", (incident_id,))
+        if not found or not found[0][0]:
+            return None
+        opening = json.loads(found[0][0])
+        return list(opening["columns"]), list(opening["rows"])
 
     def open_incidents(self) -> list[Incident]:
         return self._incidents("WHERE resolved_at IS NULL ORDER BY opened_at, id", ())
@@ -153,6 +164,7 @@ class StateQueries:
                     ack_mode=r["ack_mode"],
                     snoozed_until=maybe_parse(r["snoozed_until"]),
                     snoozed_by=r["snoozed_by"],
+                    context=IncidentContext.from_json(r["context_json"]),
                 )
             )
         return out

@@ -9,7 +9,9 @@ are independent and a query that would fail on the replica fails here too.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -36,6 +38,7 @@ from monitor.fixtures import (
     compare,
     fixture_path,
     load_fixture,
+    not_unique,
 )
 from monitor.loader import Invariant
 from monitor.offending import RowLimits
@@ -43,6 +46,7 @@ from monitor.pgtemp import apply_sql, scratch_database, temporary_server
 from monitor.problems import Problem
 from monitor.rows import offending_key
 from monitor.runner import describe_error
+from monitor.text import counted
 
 KEY_LIMIT = 10_000  # rows a case may produce; fixtures are small by nature
 # Every row of a case comes back whole: a case's rows are bounded by its file's size.
@@ -136,7 +140,13 @@ def run_case(
             conn.rollback()
         _clear(conn)
     keys = [offending_key(row, invariant.key) for row in evaluation.rows]
-    return compare(case, keys, evaluation.count, evaluation.rows)
+    result = compare(case, keys, evaluation.count, evaluation.rows)
+    repeated = sorted(k for k, n in Counter(keys).items() if n > 1) if invariant.key else []
+    found_twice = [
+        not_unique(case.name, invariant.key, k).replace("is expected", "was returned")
+        for k in repeated
+    ]
+    return dataclasses.replace(result, warnings=found_twice)
 
 
 def run_fixtures(
@@ -189,7 +199,8 @@ def report_text(reports: Sequence[InvariantReport], strict: bool) -> tuple[str, 
     cases = sum(len(r.results) for r in reports)
     passed = sum(r.passed for rep in reports for r in rep.results)
     lines.append(
-        f"\n{passed} of {cases} cases passed; {failed} invariant(s) failing, {untested} untested"
+        f"\n{passed} of {counted(cases, 'case')} passed; "
+        f"{counted(failed, 'invariant')} failing, {untested} untested"
     )
     code = 1 if failed else (2 if strict and untested else 0)
     return "\n".join(lines), code

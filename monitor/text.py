@@ -20,3 +20,8 @@ def shorten(value: object, limit: int = 80) -> str:
     """A short, printable rendering of any value, for an error message about it."""
     text = printable(repr(value))
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 offending row`, `2 offending rows`: the number with its noun agreeing."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

@@ -78,6 +78,7 @@ class FakeSlack:
         self.ephemerals: list[tuple[str, str, str]] = []  # (channel, user, text)
         self.usergroups: dict[str, list[str]] = {}
         self.socket_url: str | None = None  # what apps.connections.open hands out
+        self.scripted: dict[str, list[str]] = {}  # method -> faults for its next calls
         self.lock = threading.Lock()
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
@@ -123,12 +124,21 @@ class FakeSlack:
 
     # --- the API -------------------------------------------------------------------------
 
+    def fail_next(self, method: str, fault: str) -> None:
+        """The next call of `method` meets `fault`, whatever the seed says: for a test about
+        one particular outcome."""
+        assert fault in FAULTS
+        with self.lock:
+            self.scripted.setdefault(method, []).append(fault)
+
     def _fault(self, method: str) -> str:
         with self.lock:
             roll = self.rng.random()
             fault = "none"
             if roll < self.fault_rate:
                 fault = FAULTS[self.rng.randrange(len(FAULTS))]
+            if self.scripted.get(method):
+                fault = self.scripted[method].pop(0)
             self.calls.append((method, fault))
             return fault
 

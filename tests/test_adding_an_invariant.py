@@ -73,7 +73,7 @@ def test_a_new_invariant_with_a_fixture_passes_the_pr_checks_and_fails_when_brok
     done = run_checks(folder, admin_dsn, schema_database)
     assert done.returncode == 0, done.stdout + done.stderr
     cases = done.stdout.count("  ✅ ")
-    assert f"{cases} of {cases} cases passed; 0 invariant(s) failing, 0 untested" in done.stdout
+    assert f"{cases} of {cases} cases passed; 0 invariants failing, 0 untested" in done.stdout
     assert "  ✅ a refund larger than its dispute fires" in done.stdout.splitlines()
     assert "✅ oversized_refunds: cost " in done.stdout
 

@@ -43,7 +43,7 @@ def test_the_shipped_fixtures_all_pass_strictly(admin_dsn: str) -> None:
     total = done.stdout.count("  ✅ ")
     assert total > 0 and "❌" not in done.stdout
     assert done.stdout.strip().endswith(
-        f"{total} of {total} cases passed; 0 invariant(s) failing, 0 untested"
+        f"{total} of {total} cases passed; 0 invariants failing, 0 untested"
     )
 
 
