@@ -10,6 +10,7 @@ from pathlib import Path
 from monitor.config import Config
 from monitor.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.problems import Problem
+from monitor.redaction import NO_REDACTION
 from monitor.results import RunResult
 from monitor.runner import Runner
 
@@ -79,7 +80,15 @@ def select(loaded: LoadResult, only: Sequence[str]) -> LoadResult:
     return LoadResult([i for i in loaded.invariants if i.name in only], [])
 
 
-def run_check(config: Config, dsn: str, directory: Path, only: Sequence[str] = ()) -> CheckOutcome:
+def run_check(
+    config: Config,
+    dsn: str,
+    directory: Path,
+    only: Sequence[str] = (),
+    show_values: bool = False,
+) -> CheckOutcome:
+    """Every selected invariant evaluated once; rows masked (config `redact:`) unless
+    `show_values`."""
     loading = config.loading(with_database=True)
     loaded = select(load_directory(directory, loading), only)
     with Runner(
@@ -88,6 +97,7 @@ def run_check(config: Config, dsn: str, directory: Path, only: Sequence[str] = (
         config.database,
         allow=loading.policy.allow,
         limits=config.limits.rows(),
+        redaction=NO_REDACTION if show_values else config.redact.redaction(),
     ) as runner:
         results = runner.run_all(loaded.invariants)
     results += failed_loads(loaded.problems, directory)

@@ -231,6 +231,11 @@ def main() -> None:
     help="Statuses and counts only: no row values and no database error text (which can "
     "quote data). For previews whose reader may not read the data.",
 )
+@click.option(
+    "--show-values",
+    is_flag=True,
+    help="Print values that `redact:` would mask (emails, card numbers, …) as they are.",
+)
 def check(
     config_path: Path | None,
     dsn: str | None,
@@ -238,12 +243,19 @@ def check(
     only: tuple[str, ...],
     fmt: str,
     counts_only: bool,
+    show_values: bool,
 ) -> None:
     """Evaluate every invariant once and exit 0 (all hold), 1 (violated) or 2 (error)."""
     config = resolve_config(config_path, dsn, invariants_dir)
     database = require_database(config, "check")
+    if show_values:
+        click.echo(
+            "invmon: warning: --show-values prints offending rows unmasked; they may hold "
+            "personal data",
+            err=True,
+        )
     try:
-        outcome = run_check(config, database, config.invariants, only)
+        outcome = run_check(config, database, config.invariants, only, show_values)
     except UnknownInvariant as exc:
         fail(str(exc))
     if counts_only:

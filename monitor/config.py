@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +31,7 @@ from monitor.fence import Allowances, FencePolicy
 from monitor.header import Severity
 from monitor.loader import MAX_FILE_BYTES, Defaults, Loading
 from monitor.offending import DEFAULT_ROW_LIMITS, MIN_CELL, RowLimits
+from monitor.redaction import DEFAULT_COLUMNS, DETECTORS, Detector, Redaction
 from monitor.text import printable, shorten
 from monitor.yamlsafe import YamlProblem
 
@@ -213,6 +215,26 @@ class FenceConfig(_Model):
         return FencePolicy(self.allowances(), unknown_is_error=not with_database)
 
 
+class RedactConfig(_Model):
+    """Personal data in offending rows (monitor/redaction.py): masked on every path out."""
+
+    # Column-name patterns, matched against each word of a name (`customer_email`).
+    columns: list[str] = Field(default_factory=lambda: list(DEFAULT_COLUMNS))
+    values: list[Detector] = Field(default_factory=lambda: list(DETECTORS))
+    # The key of the masking hash; use ${file:…} or ${VAR}. Unset: the daemon keeps a random
+    # one in its state store (so masks are stable across restarts), `check` makes one a run.
+    key: str | None = None
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    def redaction(self, stored_key: bytes | None = None) -> Redaction:
+        key = self.key.encode() if self.key else stored_key or secrets.token_bytes(32)
+        return Redaction(key, tuple(self.columns), tuple(self.values))
+
+
 class LimitsConfig(_Model):
     """Bounds on what invmon reads; each refusal says which limit it met."""
 
@@ -246,6 +268,7 @@ class Config(_Model):
     slack: SlackConfig = SlackConfig()
     fence: FenceConfig = FenceConfig()
     limits: LimitsConfig = LimitsConfig()
+    redact: RedactConfig = RedactConfig()
 
     _d = field_validator("dsn")(check_dsn)
 

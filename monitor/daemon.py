@@ -15,6 +15,7 @@ the same path without threads through `run_due(now)`, as Celery beat's `Schedule
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,6 +52,12 @@ TICK = timedelta(seconds=1)
 HEARTBEAT_LIMIT = timedelta(seconds=15)  # /healthz fails when the timetable stops ticking
 
 __all__ = ["Daemon", "Reload", "utc_now"]
+
+
+def stored_key(store: StateStore, name: str) -> bytes:
+    """A random key made once and kept in the state store, so every daemon sharing it, and
+    every restart, masks a value the same way."""
+    return bytes.fromhex(store.kept_value(name, lambda: secrets.token_hex(32)))
 
 
 class Daemon:
@@ -120,6 +127,9 @@ class Daemon:
             track_keys=config.daemon.track_keys,
             allow=config.fence.allowances(),
             limits=config.limits.rows(),
+            redaction=config.redact.redaction(
+                None if config.redact.key else stored_key(store, "redaction_key")
+            ),
         )
         runner.open()
         definitions = Definitions()

@@ -32,6 +32,7 @@ from monitor.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, R
 from monitor.pgcatalog import LiveCatalog
 from monitor.problems import Problem, SqlProblem
 from monitor.query import MAX_COLUMNS, USER_SQL_LINE, Column, bounded_query, describing_query
+from monitor.redaction import Masker
 from monitor.rows import unique_column_names
 from monitor.text import shorten
 
@@ -237,12 +238,13 @@ def execute(
     sample: int,
     track: int = 0,
     limits: RowLimits = DEFAULT_ROW_LIMITS,
+    masker: Masker | None = None,
     lock_timeout: timedelta,
     live_fence: LiveFence,
 ) -> Evaluation:
     """Evaluate one invariant on `conn` (loaders registered, no transaction open): the exact
     count, at most `sample` whole rows, and the keys of at most `track` rows (of `sample`
-    rows when the invariant has no key), all within `limits`."""
+    rows when the invariant has no key), all within `limits`, masked by `masker`."""
     with conn.transaction(), conn.cursor() as cur:
         begin_read_only(conn, invariant, lock_timeout)
         described = describing_query(invariant.sql)
@@ -255,7 +257,13 @@ def execute(
         query = bounded_query(invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell)
         live_fence.refuse_unless_allowed(conn, query, invariant, USER_SQL_LINE)
         gathering = Gathering(
-            columns, _loads(conn, columns), key, full=sample, cell=cell, limits=limits
+            columns,
+            _loads(conn, columns),
+            key,
+            full=sample,
+            cell=cell,
+            limits=limits,
+            masker=masker,
         )
         # One row in memory at a time (single-row mode), whatever `fetch` is.
         for raw in cur.stream(query.encode()):

@@ -130,4 +130,11 @@ def migrations(pk: str, bigint: str, real: str) -> list[str]:
         ALTER TABLE incidents ADD COLUMN context_json TEXT;
         ALTER TABLE incidents ADD COLUMN opening_json TEXT;
         """,
+        # Values invmon makes once and keeps: the key that masks personal data in rows.
+        """
+        CREATE TABLE meta (
+            name TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        """,
     ]

@@ -1,9 +1,9 @@
 """What one evaluation brought back, within its bounds. Pure: rows in, an Evaluation out.
 
 The database already cut every long value and sent only keys past the sample (query.py);
-here each value is loaded as its type's loader would (or shown as cut), and the rows are
-kept within byte budgets, so a run holds a bounded amount whatever the
-invariant returns:
+here each value is loaded as its type's loader would (or shown as cut), personal data is
+masked (redaction.py), and the rows are kept within byte budgets, so a run holds a bounded
+amount whatever the invariant returns:
 
 - `sample_bytes`: whole rows kept per run (shown in alerts, stored, attached as CSV); rows
   of the sample past it are withheld, and the output says how many;
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.query import Column
+from monitor.redaction import NO_REDACTION, Masker
 from monitor.rows import JsonValue, json_safe, offending_key
 
 MIN_CELL = 64  # never cut shorter: the text of any fixed-size type fits
@@ -86,8 +87,10 @@ class Gathering:
         full: int,
         cell: int,
         limits: RowLimits,
+        masker: Masker | None = None,
     ) -> None:
         self._columns = list(columns)
+        self._masker = masker or NO_REDACTION.masker()
         self._loads = list(loads)
         self._names = [c.name for c in columns]
         self._key = list(key)
@@ -123,6 +126,7 @@ class Gathering:
             for position, (name, cell) in enumerate(zip(self._names, cells, strict=True)):
                 row[name], was_cut = self._value(position, cell)
                 cut_here += was_cut
+            row = self._masker.row(row)
             size = len(json.dumps(row, ensure_ascii=False))
             if self._row_bytes + size <= self._limits.sample_bytes:
                 kept, self._row_bytes = row, self._row_bytes + size
@@ -131,7 +135,9 @@ class Gathering:
             else:
                 self._withheld += 1
         if self._key_names:
-            key_row = {self._names[i]: self._value(i, cells[i])[0] for i in self._key}
+            key_row = self._masker.row(
+                {self._names[i]: self._value(i, cells[i])[0] for i in self._key}
+            )
             identity = offending_key(key_row, self._key_names)
         elif kept is not None:
             identity = offending_key(kept, ())  # without a key the row is its own identity

@@ -34,6 +34,7 @@ from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.loader import Invariant
 from monitor.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
 from monitor.problems import Problem
+from monitor.redaction import NO_REDACTION, Masker, Redaction
 from monitor.replica import ReplicaStatus, read_replica_status
 from monitor.results import RunResult
 from monitor.text import counted
@@ -81,6 +82,7 @@ class Runner:
         track_keys: int = 0,
         allow: Allowances = TRUST_NOTHING,
         limits: RowLimits = DEFAULT_ROW_LIMITS,
+        redaction: Redaction = NO_REDACTION,
     ) -> None:
         self.dsn = dsn
         self.concurrency = concurrency
@@ -89,6 +91,7 @@ class Runner:
         # How many offending keys to bring back for incident tracking, beyond the sample.
         self.track_keys = track_keys
         self.limits = limits
+        self.redaction = redaction
         self.fence = LiveFence(allow)
         self._active: set[psycopg.Connection[Any]] = set()
         self._active_lock = threading.Lock()
@@ -188,7 +191,8 @@ class Runner:
                 reason = self.probe() or "all connections busy"
                 error = f"no database connection within the connect timeout: {reason}"
             except psycopg.Error as exc:
-                error = describe_error(exc)
+                # The database's message can quote a value of a row ("invalid input: …").
+                error = self._masker(invariant).text(describe_error(exc))
             else:
                 return RunResult.counted(
                     invariant.name,
@@ -230,9 +234,13 @@ class Runner:
                 sample=invariant.sample,
                 track=self.track_keys,
                 limits=self.limits,
+                masker=self._masker(invariant),
                 lock_timeout=self.database.lock_timeout,
                 live_fence=self.fence,
             )
+
+    def _masker(self, invariant: Invariant) -> Masker:
+        return self.redaction.masker(invariant.header.redact, invariant.header.show)
 
     def vet(self, invariants: Sequence[Invariant]) -> dict[str, list[Problem]]:
         """The fence's word on each invariant against this database, before it is scheduled:

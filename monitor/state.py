@@ -195,6 +195,16 @@ class StateStore(StateQueries):
                 events.append(self._insert_event(tx, current.id, invariant, draft, now, None))
         return events
 
+    def kept_value(self, name: str, make: Callable[[], str]) -> str:
+        """A value made once and kept (the same for every daemon sharing this store)."""
+        with self._db.transaction() as tx:
+            tx.run(
+                "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                (name, make()),
+            )
+            [(value,)] = tx.rows("SELECT value FROM meta WHERE name = ?", (name,))
+        return str(value)
+
     def claim_event(self, tx: Tx, event_id: int, at: datetime) -> bool:
         """Mark an event planned, once: of two daemons planning it, one gets True. Called
         by alerting in the transaction that writes the event's deliveries."""

@@ -170,7 +170,8 @@ def test_a_broken_file_keeps_the_previous_version_running_until_fixed(
     assert [str(p) for p in change.invalid["typo"]] == [
         f"{folder}/typo.sql:1: unknown header key 'descriptoin'; did you mean 'description'? "
         "known keys are channel, "
-        "description, for, key, max_cost, owner, runbook, sample, schedule, severity, tags, timeout"
+        "description, for, key, max_cost, owner, redact, runbook, sample, schedule, severity, "
+        "show, tags, timeout"
     ]
     assert daemon.invariants["bad_rows"] is good
     assert daemon.evaluate("bad_rows").status == "ok"  # type: ignore[union-attr]
