@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from alerts.console import ConsoleTransport
 from alerts.ledger import Ledger
-from alerts.plans import OPENING, Spec, delivery_key, plan_event, reminder_spec
+from alerts.plans import OPENING, Spec, delivery_key, plan_event, reminder_spec, summary_spec
 from alerts.routing import channel_for
 from alerts.slack import SlackTransport
 from alerts.transport import Transport
@@ -26,6 +26,15 @@ from monitor.state import StateStore
 from monitor.storage import Tx
 
 log = logging.getLogger("invmon.alerts")
+DAY = timedelta(days=1)
+
+
+def summary_group(incident: Incident, now: datetime) -> str:
+    if incident.resolved_at is not None:
+        return "resolved"
+    if incident.snoozed_until is not None and incident.snoozed_until > now:
+        return "snoozed"
+    return "acked" if incident.acked_by else "open"
 
 
 def record_action(
@@ -220,6 +229,26 @@ class Alerter:
                             tx, None, incident.invariant, incident.id, channel, [spec], now
                         )
                     )
+        return queued
+
+    def summarise(self, now: datetime) -> int:
+        """Queue each channel's daily summary: what is open, acknowledged, snoozed, and
+        what resolved in the last day. Once per channel and day, whoever calls it."""
+        incidents = self.store.open_incidents() + self.store.resolved_since(now - DAY)
+        by_channel: dict[str, dict[str, list[int]]] = defaultdict(
+            lambda: {"open": [], "acked": [], "snoozed": [], "resolved": []}
+        )
+        queued = 0
+        with self.store.storage.transaction() as tx:
+            for incident in incidents:
+                group = summary_group(incident, now)
+                for channel in self.ledger.root_channels(tx, incident.id):
+                    by_channel[channel][group].append(incident.id)
+            for channel, groups in sorted(by_channel.items()):
+                spec = summary_spec(channel, now.date().isoformat(), groups)
+                queued += len(
+                    self.ledger.enqueue(tx, None, "(summary)", None, channel, [spec], now)
+                )
         return queued
 
     def deliver(self) -> int:

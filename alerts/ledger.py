@@ -126,7 +126,7 @@ class Ledger:
         tx: Tx,
         event: StoredEvent | None,
         invariant: str,
-        incident_id: int,
+        incident_id: int | None,
         channel: str,
         specs: Sequence[Spec],
         now: datetime,
@@ -134,8 +134,12 @@ class Ledger:
         """Insert the rows (once: the key is unique) and link roots to their incident."""
         created = []
         for spec in specs:
-            root_id = self._root_id(tx, incident_id, channel) if spec.needs_root else None
+            root_id = None
+            if spec.needs_root:
+                assert incident_id is not None, "only an incident's messages have a root"
+                root_id = self._root_id(tx, incident_id, channel)
             if spec.needs_root and root_id is None:
+                assert incident_id is not None
                 # An event about an incident whose opening was never announced here (Slack
                 # was configured later, or the route changed): announce it first.
                 opening = Spec(

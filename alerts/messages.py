@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -304,6 +304,39 @@ def reminder_message(view: IncidentView, now: datetime) -> Message:
     count = "" if view.count is None else f" {counted(view.count, 'offending row')},"
     text = f"⏰ Still open:{count} for {opened}. Nobody has acknowledged it yet."
     return Message(text, [_section(text)])
+
+
+SUMMARY_GROUPS = (
+    ("open", "🚨 Open"),
+    ("acked", "👀 Acknowledged"),
+    ("snoozed", "💤 Snoozed"),
+    ("resolved", "✅ Resolved in the last day"),
+)
+
+
+def summary_message(
+    day: str, groups: Mapping[str, Sequence[IncidentView]], now: datetime
+) -> Message:
+    """A channel's daily summary: each group with its incidents, in the order they opened."""
+    total = sum(len(v) for v in groups.values())
+    title = f"🗓️ Daily summary · {day}"
+    blocks: list[dict[str, Any]] = [_header(title)]
+    counts = []
+    for group, label in SUMMARY_GROUPS:
+        views = groups.get(group) or []
+        counts.append(f"{label.split(' ', 1)[1].lower()}: {len(views)}")
+        if not views:
+            continue
+        lines = [f"*{label}* ({len(views)})"]
+        for view in views[:40]:
+            count = "" if view.count is None else f" — {counted(view.count, 'row')}"
+            lines.append(f"• {escape(status_title(view, now))}{count}")
+        if len(views) > 40:
+            lines.append(f"… and {len(views) - 40:,} more")
+        blocks.append(_section(cut("\n".join(lines), SECTION_LIMIT)))
+    if total == 0:
+        blocks.append(_section("Nothing open, acknowledged, snoozed or resolved."))
+    return Message(cut(f"{title}: " + ", ".join(counts), TEXT_LIMIT), blocks[:50])
 
 
 def digest_message(views: Sequence[IncidentView], now: datetime) -> Message:

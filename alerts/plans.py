@@ -11,9 +11,21 @@ from typing import Any, Literal
 from monitor.records import StoredEvent
 
 Action = Literal[
-    "post_root", "post_reply", "update_root", "upload_csv", "post_digest", "post_detail"
+    "post_root",
+    "post_reply",
+    "update_root",
+    "upload_csv",
+    "post_digest",
+    "post_detail",
+    "post_summary",
 ]
-POSTS: tuple[Action, ...] = ("post_root", "post_reply", "post_digest", "post_detail")
+POSTS: tuple[Action, ...] = (
+    "post_root",
+    "post_reply",
+    "post_digest",
+    "post_detail",
+    "post_summary",
+)
 OPENING = {"opened", "cannot_evaluate", "replica_stale", "file_invalid"}
 CLOSING = {"resolved", "recovered", "replica_fresh", "file_fixed"}
 
@@ -45,6 +57,12 @@ def plan_event(event: StoredEvent, channel: str) -> list[Spec]:
         Spec("post_reply", delivery_key(*base, "reply"), True, payload),
         Spec("update_root", delivery_key(*base, "update"), True, payload),
     ]
+
+
+def summary_spec(channel: str, day: str, groups: dict[str, list[int]]) -> Spec:
+    """The daily summary of one channel: one per channel and day, whoever sends it."""
+    payload = {"kind": "summary", "day": day, **groups}
+    return Spec("post_summary", delivery_key("summary", channel, day), False, payload)
 
 
 def reminder_spec(invariant: str, incident_id: int, channel: str, nth: int) -> Spec:

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from alerts.csvfile import csv_title, left_out_because, offending_csv
 from alerts.ledger import Delivery, Ledger
 from alerts.messages import (
+    SUMMARY_GROUPS,
     IncidentView,
     Message,
     digest_message,
@@ -25,6 +26,7 @@ from alerts.messages import (
     reminder_message,
     reply_message,
     root_message,
+    summary_message,
     with_subject,
 )
 from alerts.plans import POSTS
@@ -196,7 +198,7 @@ class DeliveryWorker:
     def _perform(self, delivery: Delivery) -> None:
         now = self.clock()
         action = delivery.action
-        if action in ("post_root", "post_digest"):
+        if action in ("post_root", "post_digest", "post_summary"):
             message = self._root_content(delivery, now)
             posted = self.transport.post(
                 delivery.channel, message.text, message.blocks, delivery.idem_key
@@ -366,6 +368,13 @@ class DeliveryWorker:
         return self.ledger.get(delivery.root_id)
 
     def _root_content(self, root: Delivery, now: datetime) -> Message:
+        if root.action == "post_summary":
+            payload = root.payload
+            groups = {
+                group: [self.views.incident(int(i)) for i in payload.get(group, [])]
+                for group, _ in SUMMARY_GROUPS
+            }
+            return summary_message(str(payload.get("day")), groups, now)
         if root.action == "post_digest":
             ids = [int(i) for i in root.payload.get("incidents", [])]
             return digest_message([self.views.incident(i) for i in ids], now)

@@ -103,6 +103,28 @@ class DaemonConfig(_Model):
     _t = field_validator("max_replica_lag", "jitter", "shutdown_grace", mode="before")(_duration)
 
 
+class WatchdogConfig(_Model):
+    """invmon watching itself (monitor/watchdog.py)."""
+
+    interval: timedelta = timedelta(minutes=1)  # how often the self-checks run
+    slo: timedelta = timedelta(minutes=10)  # an alert still undelivered after this is one
+    ping_url: str | None = None  # dead man's switch (healthchecks.io style); ${…} it
+
+    _t = field_validator("interval", "slo", mode="before")(_duration)
+
+    @field_validator("ping_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("ping_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://", value):
+            raise ValueError("must be an http(s) URL")
+        return value
+
+
 def parse_listen(value: str) -> tuple[str, int]:
     """`host:port`, or `[v6 address]:port`, as (host, port); ValueError otherwise."""
     host, _, port = value.rpartition(":")
@@ -151,6 +173,9 @@ class SlackConfig(_Model):
     repeat_interval: timedelta = timedelta(hours=4)  # reminders while open and unacked
     csv_max_rows: int = Field(default=1000, ge=1, le=100_000)
     csv_max_bytes: int = Field(default=4 << 20, ge=1024, le=1 << 30)  # the file stops here
+    # "HH:MM" (UTC): each channel with incidents gets a summary of what is open,
+    # acknowledged, snoozed, and what resolved in the last day. Unset: none.
+    daily_summary: str | None = None
     digest_threshold: int = Field(default=5, ge=2)  # this many openings at once: one digest
     digest_window: timedelta = timedelta(seconds=2)  # quiet time that ends a burst
     timeout: timedelta = timedelta(seconds=10)  # per Slack call
@@ -169,6 +194,13 @@ class SlackConfig(_Model):
     def _empty_is_unset(cls, value: Any) -> Any:
         # `${SLACK_APP_TOKEN:-}` with the variable unset means "not configured".
         return None if value == "" else value
+
+    @field_validator("daily_summary")
+    @classmethod
+    def _time_of_day(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"([01][0-9]|2[0-3]):[0-5][0-9]", value):
+            raise ValueError(f"write a time of day in UTC as HH:MM, e.g. 09:00, got {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _lease_outlasts_calls(self) -> SlackConfig:
@@ -263,6 +295,7 @@ class Config(_Model):
     database: DatabaseConfig = DatabaseConfig()
     state: StateConfig = StateConfig()
     daemon: DaemonConfig = DaemonConfig()
+    watchdog: WatchdogConfig = WatchdogConfig()
     http: HttpConfig = HttpConfig()
     log: LogConfig = LogConfig()
     slack: SlackConfig = SlackConfig()

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from alerts.alerter import Alerter
@@ -42,9 +43,11 @@ from monitor.reloading import Reloader
 from monitor.replica_gate import ReplicaGate
 from monitor.results import RunResult
 from monitor.runner import Runner
+from monitor.self_checks import Loaded
 from monitor.slots import Timetable
 from monitor.state import StateStore
 from monitor.store_health import StoreHealth
+from monitor.watchdog import Watchdog
 
 log = logging.getLogger("invmon.daemon")
 
@@ -101,11 +104,23 @@ class Daemon:
             self.store_health,
         )
         self.signals = SignalLoop(self._reload_on_signal)
+        self.watchdog = Watchdog(
+            config.watchdog,
+            store,
+            self.store_health,
+            self.pump,
+            clock,
+            self._loaded,
+            self._running,
+            self.health_problem,
+            clock(),
+            config.daemon.jitter,
+        )
         self.listener: Listener | None = None
         self.scheduler: BackgroundScheduler | None = None
         self._workers: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()  # the invariants and the timetable
-        self._in_flight: set[str] = set()
+        self._in_flight: dict[str, datetime] = {}  # name -> when its run started
         self._idle = threading.Condition()
         self._heartbeat = time.monotonic()
         self._stopping = False
@@ -160,13 +175,21 @@ class Daemon:
             inv = self.invariants.get(name)
             if inv is None or self._stopping or self.signals.stopping or name in self._in_flight:
                 return None
-            self._in_flight.add(name)
+            self._in_flight[name] = self.clock()
         try:
             return self.evaluator.evaluate(inv)
         finally:
             with self._idle:
-                self._in_flight.discard(name)
+                self._in_flight.pop(name, None)
                 self._idle.notify_all()
+
+    def _loaded(self) -> dict[str, Loaded]:
+        with self._lock:
+            return {n: Loaded(i.schedule, i.timeout) for n, i in self.invariants.items()}
+
+    def _running(self) -> dict[str, datetime]:
+        with self._idle:
+            return dict(self._in_flight)
 
     def _due(self, now: datetime) -> list[str]:
         with self._lock:
@@ -209,6 +232,10 @@ class Daemon:
             if removed:
                 log.info("pruned old runs", extra={"fields": {"runs": removed}})
 
+    def summarise(self) -> None:
+        with self.store_health.guard("planning the daily summary"):
+            self.alerter.summarise(self.clock())
+
     def remind(self) -> None:
         with self.store_health.guard("planning reminders"):
             self.alerter.remind()
@@ -239,6 +266,14 @@ class Daemon:
             self.deliver, every_second, id="deliver", next_run_time=now, executor="alerts"
         )
         scheduler.add_job(self.remind, IntervalTrigger(minutes=1), id="remind", executor="alerts")
+        if self.config.slack.daily_summary:
+            hour, minute = self.config.slack.daily_summary.split(":")
+            scheduler.add_job(
+                self.summarise,
+                CronTrigger(hour=int(hour), minute=int(minute), timezone=UTC),
+                id="summary",
+                executor="alerts",
+            )
         scheduler.add_job(
             self.prune,
             IntervalTrigger(hours=6),
@@ -248,6 +283,8 @@ class Daemon:
         )
         scheduler.start()
         self.scheduler = scheduler
+        self.watchdog.started_at = self.clock()
+        self.watchdog.start()
         if self.listener:
             self.listener.start()
             log.info("listening on http://%s", self.listener.address)
@@ -303,6 +340,7 @@ class Daemon:
         grace = self.config.daemon.shutdown_grace.total_seconds()
         log.info("stopping: no new runs; waiting up to %.0fs for runs in flight", grace)
         self._stopping = True
+        self.watchdog.stop()
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         if not self._wait_idle(grace):

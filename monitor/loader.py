@@ -133,6 +133,9 @@ def discover(directory: Path) -> tuple[list[Path], list[Problem]]:
     return found, problems
 
 
+RESERVED_PREFIX = "invmon-self/"  # invmon's own checks (self_checks.py)
+
+
 def name_for(path: Path, directory: Path) -> str:
     return path.relative_to(directory).with_suffix("").as_posix()
 
@@ -173,6 +176,10 @@ def load_file(
         return None, [unreadable]
     split = split_file(text)
     problems: list[Problem] = []
+    if name.startswith(RESERVED_PREFIX):
+        problems.append(
+            Problem(path, 1, f"names under {RESERVED_PREFIX} are invmon's own checks; rename it")
+        )
     header: InvariantHeader | None = None
     try:
         header = parse_header(split)

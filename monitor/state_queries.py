@@ -4,13 +4,15 @@ typed records. StateStore (state.py) adds what changes them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from monitor.clock import maybe_parse, parse_stamp, stamp
 from monitor.records import Incident, IncidentContext, IncidentKey, Run, StoredEvent
 from monitor.storage import Storage, Tx
+
+T = TypeVar("T")
 
 _INCIDENT_COLUMNS = (
     "id",
@@ -60,6 +62,17 @@ class StateQueries:
             return self._events("ORDER BY id", ())
         return self._events("WHERE invariant = ? ORDER BY id", (invariant,))
 
+    def read(self, reading: Callable[[Tx], T]) -> T:
+        """`reading` in one transaction (self_checks.py's queries)."""
+        with self._db.transaction() as tx:
+            return reading(tx)
+
+    def last_recorded(self) -> dict[str, datetime]:
+        """When each invariant last had a run recorded, whatever its status."""
+        with self._db.transaction() as tx:
+            found = tx.rows("SELECT invariant, updated_at FROM invariant_state")
+        return {str(name): parse_stamp(str(at)) for name, at in found}
+
     def opening_rows(self, incident_id: int) -> tuple[list[str], list[dict[str, Any]]] | None:
         """(columns, rows) of the run that opened a violation, as they were then, duplicates
         kept; None for incidents stored before these were kept."""
@@ -69,6 +82,9 @@ class StateQueries:
             return None
         opening = json.loads(found[0][0])
         return list(opening["columns"]), list(opening["rows"])
+
+    def resolved_since(self, since: datetime) -> list[Incident]:
+        return self._incidents("WHERE resolved_at >= ? ORDER BY id", (stamp(since),))
 
     def open_incidents(self) -> list[Incident]:
         return self._incidents("WHERE resolved_at IS NULL ORDER BY opened_at, id", ())

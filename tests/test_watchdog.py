@@ -1,0 +1,152 @@
+"""invmon watches itself: a stalled schedule, a stuck run, alerts that do not go out, and a
+dead man's switch outside it; each said like any other invariant."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from fake_slack import TOKEN, FakeSlack
+from helpers import items_table, sql, wait_for
+from scenario import World
+
+from alerts.slack import SlackTransport
+from monitor.config import Config, HttpConfig, SlackConfig, WatchdogConfig
+from monitor.daemon import Daemon
+from monitor.durations import parse_schedule
+from monitor.self_checks import Loaded, stalled, stuck
+from monitor.state import StateStore
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+EVERY_15M = {"refunds": Loaded(parse_schedule("every 15m"), timedelta(seconds=30))}
+
+
+def test_an_invariant_is_stalled_after_two_intervals_and_its_timeout_without_a_run() -> None:
+    last = {"refunds": T0}
+    jitter = timedelta(seconds=10)
+    on_time = T0 + timedelta(minutes=30, seconds=30)
+    assert stalled(EVERY_15M, last, T0, on_time, jitter) == []
+    late = T0 + timedelta(minutes=30, seconds=41)
+    assert stalled(EVERY_15M, last, T0, late, jitter) == [
+        {"invariant": "refunds", "last_run": "2026-11-30T12:00:00.000000Z", "expected_every": "15m"}
+    ]
+    # Never run: counted from start-up.
+    assert [r["invariant"] for r in stalled(EVERY_15M, {}, T0, late, jitter)] == ["refunds"]
+
+
+def test_a_run_is_stuck_a_minute_past_its_timeout() -> None:
+    started = {"refunds": T0}
+    assert stuck(started, EVERY_15M, T0 + timedelta(seconds=90)) == []
+    assert stuck(started, EVERY_15M, T0 + timedelta(seconds=91)) == [
+        {"invariant": "refunds", "started_at": "2026-11-30T12:00:00.000000Z"}
+    ]
+
+
+def test_alerts_that_do_not_reach_slack_open_a_self_incident(world: World) -> None:
+    with FakeSlack(clock=world.clock) as fake:
+        fake.fault_rate = 1.0  # every call fails: nothing reaches the channel
+        daemon = world.daemon(fake)
+        world.clock.advance(60)
+        daemon.evaluate("bad_items")  # items 1..6 start fine: ok run
+        sql(world.dsn, "UPDATE items SET bad = id = 1")
+        world.clock.advance(60)
+        daemon.evaluate("bad_items")
+        for _ in range(5):
+            daemon.deliver()
+            world.clock.advance(30)
+        world.clock.advance(11 * 60)
+        results = {r.invariant: r for r in daemon.watchdog.check(world.clock())}
+        daemon.runner.close()
+    assert results["invmon-self/incidents_without_root"].count == 1
+    pending = results["invmon-self/deliveries_pending"].count or 0
+    unknown = results["invmon-self/deliveries_unknown"].count or 0
+    assert pending + unknown >= 1
+    # bad_items runs every 15m and last ran 13.5 minutes ago: not stalled.
+    assert results["invmon-self/schedule_stalled"].count == 0
+    opened = {i.invariant for i in world.store.open_incidents()}
+    assert "invmon-self/incidents_without_root" in opened
+
+
+class Pings:
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        pings = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                pings.paths.append(self.path)
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"OK")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/ping/abc-123"
+
+
+@pytest.fixture
+def pings() -> Iterator[Pings]:
+    found = Pings()
+    yield found
+    found.server.shutdown()
+
+
+def test_a_stopped_scheduler_is_said_in_slack_and_to_the_dead_mans_switch(
+    database: str, tmp_path: Path, pings: Pings
+) -> None:
+    items_table(database, bad=(1,))
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "bad_items.sql").write_text(
+        "-- description: No item is bad.\n-- schedule: every 1s\n-- timeout: 1s\n"
+        "-- key: [id]\nSELECT id FROM items WHERE bad\n"
+    )
+    store = StateStore.open(path=tmp_path / "state.db")
+    with FakeSlack() as fake:
+        config = Config(
+            invariants=folder,
+            http=HttpConfig(listen=None),
+            watchdog=WatchdogConfig(interval=timedelta(seconds=1), ping_url=pings.url),
+            slack=SlackConfig(token=TOKEN, api_url=fake.api_url, channel="#invariants"),
+        )
+        daemon = Daemon.build(
+            config, database, store, transport=SlackTransport(TOKEN, fake.api_url, timeout=2)
+        )
+        daemon.start()
+        try:
+            wait_for(lambda: store.last_recorded().get("bad_items"), 20, "the first run")
+            wait_for(lambda: "/ping/abc-123" in pings.paths, 20, "a healthy ping")
+            assert daemon.scheduler is not None
+            daemon.scheduler.pause()  # the test hook: the scheduler stops, the daemon lives
+            stalled_at = datetime.now(UTC)
+            wait_for(
+                lambda: any("invmon-self/schedule_stalled" in m.text for m in fake.roots()),
+                30,
+                "the stalled schedule in Slack",
+            )
+            took = datetime.now(UTC) - stalled_at
+            wait_for(lambda: "/ping/abc-123/fail" in pings.paths, 20, "a failing ping")
+        finally:
+            daemon.shutdown()
+            store.close()
+    assert pings.paths[0] == "/ping/abc-123/start"
+    # Two intervals (2s) + the timeout (1s) + jitter, then at most a watchdog turn (1s)
+    # and a delivery: well within two intervals of the watchdog past the stall.
+    assert took < timedelta(seconds=15), took
+    print(f"stalled schedule in Slack {took.total_seconds():.1f}s after the scheduler stopped")
+    [incident] = [
+        i
+        for i in StateStore.open(path=tmp_path / "state.db").open_incidents()
+        if i.invariant == "invmon-self/schedule_stalled"
+    ]
+    assert incident.context is not None and incident.context.severity == "critical"
