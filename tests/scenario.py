@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import random
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -12,6 +14,7 @@ from fake_slack import TOKEN, FakeSlack
 from helpers import FakeClock, sql
 
 from alerts.slack import SlackTransport
+from alerts.transport import TransportError
 from monitor.config import Config, DaemonConfig, HttpConfig, SlackConfig
 from monitor.daemon import Daemon
 from monitor.state import StateStore
@@ -117,3 +120,25 @@ def script(world: World, daemon: Daemon, step: int) -> None:
     sql(world.dsn, CHANGES[step])
     world.clock.advance(60)
     daemon.evaluate("bad_items")
+
+
+def crash(daemon: Daemon, fake: FakeSlack, rng: random.Random) -> None:
+    """Simulate a worker killed at a random point: after claiming a row, and sometimes after
+    Slack accepted the call but before the answer was recorded."""
+    claimed = daemon.alerter.ledger.claim("doomed-worker", daemon.clock(), timedelta(seconds=30))
+    if claimed is None or rng.random() < 0.5:
+        return
+    delivery, state = claimed
+    if state == "PENDING" and delivery.action in ("post_root", "post_reply") and rng.random() < 0.7:
+        with contextlib.suppress(TransportError):
+            daemon.alerter.worker._perform(delivery)  # the effect lands...
+        # ...and the worker dies before recording it: the claim stays as it was.
+        with daemon.store.storage.transaction() as tx:
+            tx.run(
+                "UPDATE deliveries SET state = 'UNKNOWN', lease_owner = 'doomed-worker',"
+                " lease_until = ? WHERE id = ?",
+                (
+                    (daemon.clock() + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                    delivery.id,
+                ),
+            )

@@ -4,7 +4,6 @@ seeded faults and simulated crashes."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import threading
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 from fake_slack import TOKEN, FakeSlack
 from helpers import FakeClock, items_table
-from scenario import INVARIANT, World, assert_one_clean_incident, script, settle
+from scenario import INVARIANT, World, assert_one_clean_incident, crash, script, settle
 
 from alerts.slack import SlackTransport
 from alerts.transport import TransportError
@@ -203,28 +202,6 @@ def test_without_slack_alerts_are_printed_through_the_same_ledger(
     assert "🔴 CRITICAL · bad_items violated" in out
     assert "📎 CSV attached: bad_items: 2 offending rows" in out
     assert daemon.alerter.ledger.counts() == {"SENT": 2}
-
-
-def crash(daemon: Daemon, fake: FakeSlack, rng: random.Random) -> None:
-    """Simulate a worker killed at a random point: after claiming a row, and sometimes after
-    Slack accepted the call but before the answer was recorded."""
-    claimed = daemon.alerter.ledger.claim("doomed-worker", daemon.clock(), timedelta(seconds=30))
-    if claimed is None or rng.random() < 0.5:
-        return
-    delivery, state = claimed
-    if state == "PENDING" and delivery.action in ("post_root", "post_reply") and rng.random() < 0.7:
-        with contextlib.suppress(TransportError):
-            daemon.alerter.worker._perform(delivery)  # the effect lands...
-        # ...and the worker dies before recording it: the claim stays as it was.
-        with daemon.store.storage.transaction() as tx:
-            tx.run(
-                "UPDATE deliveries SET state = 'UNKNOWN', lease_owner = 'doomed-worker',"
-                " lease_until = ? WHERE id = ?",
-                (
-                    (daemon.clock() + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                    delivery.id,
-                ),
-            )
 
 
 def run_seed(world: World, seed: int) -> None:
