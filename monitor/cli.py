@@ -120,7 +120,16 @@ def resolve_config(
         updates["dsn"] = checked_dsn(dsn, "--dsn / INVMON_DSN")
     if invariants:
         updates["invariants"] = invariants
-    return config.model_copy(update=updates)
+    resolved = config.model_copy(update=updates)
+    return resolved.without_unresolved("dsn") if dsn else resolved
+
+
+def require(config: Config, *fields: str) -> None:
+    """The fields this command needs must have their ${VAR}s set (Config.require)."""
+    try:
+        config.require(*fields)
+    except ConfigError as exc:
+        fail(str(exc))
 
 
 def checked_dsn(dsn: str, where: str) -> str:
@@ -141,6 +150,7 @@ def test_server_dsn(admin_dsn: str | None) -> str | None:
 
 
 def require_database(config: Config, purpose: str) -> str:
+    require(config, "dsn")
     if not config.dsn:
         fail(f"no database to {purpose}: pass --dsn, set INVMON_DSN, or set dsn in invmon.yaml")
     require_folder(config)
@@ -180,6 +190,7 @@ def _store_where(config: Config) -> str:
 def open_store(config: Config, must_exist: bool = False, read_only: bool = False) -> StateStore:
     """The state store; `must_exist` for commands that use what `invmon run` stored,
     `read_only` for those that only look (a read-only file, a shared store not migrated)."""
+    require(config, "state")
     from monitor.state import StateStore
 
     if must_exist and not config.state.dsn and not config.state.path.exists():
@@ -283,6 +294,7 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
     from monitor.logs import setup_logging
 
     config = resolve_config(config_path, dsn, invariants_dir)
+    require(config)  # a daemon starts with every reference set, or not at all
     setup_logging(config.log.format, config.log.level)
     database = require_database(config, "monitor")
     store = open_store(config)
@@ -454,14 +466,25 @@ def test_command(
     strict: bool,
 ) -> None:
     """Run each invariant's fixture cases (NAME.test.yaml) in a throwaway database."""
+    from monitor.pgtemp import SchemaLoadError
     from monitor.tester import report_text, run_fixtures
 
     config = resolve_config(config_path, None, invariants_dir)
     selected = selected_invariants(config, names)
     schema_sql = read_schema(config, schema_file)
+    where = str(schema_file or config.schema_path or "schema")
     server = test_server_dsn(admin_dsn)
     try:
-        reports = run_fixtures(selected, schema_sql, server, config.fence.allowances())
+        reports = run_fixtures(
+            selected,
+            schema_sql,
+            server,
+            config.fence.allowances(),
+            where,
+            lambda warning: click.echo(f"warning: {warning}", err=True),
+        )
+    except SchemaLoadError as exc:
+        fail(str(exc))
     except psycopg.Error as exc:
         fail(f"cannot use the test server: {redact(describe_error(exc))}")
     text, code = report_text(reports, strict)
@@ -472,12 +495,19 @@ def test_command(
 @main.command()
 @click.argument("directory", required=False, type=click.Path(path_type=Path, file_okay=False))
 @CONFIG
+@INVARIANTS
 @SCHEMA
-def lint(directory: Path | None, config_path: Path | None, schema_file: Path | None) -> None:
-    """Validate every invariant file; print all problems as path:line: message."""
+def lint(
+    directory: Path | None,
+    config_path: Path | None,
+    invariants_dir: Path | None,
+    schema_file: Path | None,
+) -> None:
+    """Validate every invariant file and its fixture; print all problems as path:line:
+    message. The folder is DIRECTORY or --invariants, as for the other commands."""
     from monitor.lint import lint_folder
 
-    config = resolve_config(config_path, None, directory)
+    config = resolve_config(config_path, None, directory or invariants_dir)
     require_folder(config)
     report = lint_folder(config, config.invariants, read_schema(config, schema_file))
     if report.problems:

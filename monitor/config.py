@@ -19,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -304,6 +305,30 @@ class Config(_Model):
     redact: RedactConfig = RedactConfig()
 
     _d = field_validator("dsn")(check_dsn)
+    # Fields left at their default because their ${VAR} is not set (field -> variable):
+    # an error only for a command that needs them (`require`), so `lint` and `test` run in
+    # a CI job that has none of the production's variables.
+    _unresolved: dict[str, str] = PrivateAttr(default_factory=dict)
+    _source: str = PrivateAttr(default="invmon.yaml")
+
+    def require(self, *fields: str) -> None:
+        """Fail for each field (or field under these, or any when none given) whose
+        reference is not set."""
+        missing = [
+            (field, name)
+            for field, name in sorted(self._unresolved.items())
+            if not fields or any(field == f or field.startswith(f + ".") for f in fields)
+        ]
+        if missing:
+            raise ConfigError(
+                "\n".join(f"{self._source}: {unset_message(f, n)}" for f, n in missing)
+            )
+
+    def without_unresolved(self, field: str) -> Config:
+        """After a command-line value replaced `field`: its reference no longer matters."""
+        copy = self.model_copy()
+        copy._unresolved = {k: v for k, v in self._unresolved.items() if k != field}
+        return copy
 
     def policy(self, with_database: bool) -> FencePolicy:
         return self.fence.policy(with_database)
@@ -319,20 +344,46 @@ MAX_CONFIG_BYTES = 1 << 20
 MAX_SECRET_BYTES = 64 * 1024  # a password, a token, a DSN; not /dev/zero
 
 
-def interpolate(value: Any, where: str = "", tainted: set[str] | None = None) -> Any:
+class _Unset:
+    """A field whose ${VAR} is not set: left out, so the field keeps its default, and
+    reported only by a command that needs it (Config.require)."""
+
+
+UNSET = _Unset()
+
+
+def interpolate(
+    value: Any,
+    where: str = "",
+    tainted: set[str] | None = None,
+    unresolved: dict[str, str] | None = None,
+) -> Any:
     """Replace ${VAR}, ${VAR:-default} and ${file:PATH} in every string of a YAML tree.
     Each field that took a value from a reference is added to `tainted`: its value may be a
-    secret and is never shown in a message."""
+    secret and is never shown in a message. With `unresolved`, a field whose variable is not
+    set is left out and recorded there (field -> variable) instead of failing the load."""
     tainted = set() if tainted is None else tainted
     if isinstance(value, dict):
-        return {
-            k: interpolate(v, f"{where}.{k}" if where else str(k), tainted)
-            for k, v in value.items()
-        }
+        out = {}
+        for k, v in value.items():
+            inner = interpolate(v, f"{where}.{k}" if where else str(k), tainted, unresolved)
+            if inner is not UNSET:
+                out[k] = inner
+        return out
     if isinstance(value, list):
-        return [interpolate(v, f"{where}.{i}", tainted) for i, v in enumerate(value)]
+        items = [interpolate(v, f"{where}.{i}", tainted, unresolved) for i, v in enumerate(value)]
+        if any(item is UNSET for item in items):
+            assert unresolved is not None
+            unresolved.setdefault(where, next(iter(_missing(value))))
+            return UNSET
+        return items
     if not isinstance(value, str):
         return value
+    if unresolved is not None:
+        missing = _missing(value)
+        if missing:
+            unresolved[where] = missing[0]
+            return UNSET
 
     def resolve(match: re.Match[str]) -> str:
         tainted.add(where)
@@ -344,12 +395,30 @@ def interpolate(value: Any, where: str = "", tainted: set[str] | None = None) ->
             return os.environ[name]
         if ":-" in reference:
             return default
-        raise ConfigError(
-            f"field {where!r}: environment variable {name} is not set; "
-            f"export it or write ${{{name}:-default}}"
-        )
+        raise ConfigError(unset_message(where, name))
 
     return _REFERENCE.sub(resolve, value)
+
+
+def _missing(value: Any) -> list[str]:
+    """The variables a value refers to, without a default, that are not set."""
+    texts = value if isinstance(value, list) else [value]
+    out = []
+    for text in texts:
+        for match in _REFERENCE.finditer(str(text)):
+            reference = match.group(1).strip()
+            name = reference.partition(":-")[0]
+            unset = name not in os.environ and ":-" not in reference
+            if unset and not reference.startswith("file:"):
+                out.append(name)
+    return out
+
+
+def unset_message(field: str, name: str) -> str:
+    return (
+        f"field {field!r}: environment variable {name} is not set; "
+        f"export it or write ${{{name}:-default}}"
+    )
 
 
 def _read_secret(path: Path, where: str) -> str:
@@ -379,8 +448,12 @@ def parse_config(data: Any, source: str) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of settings at the top level")
     tainted: set[str] = set()
+    unresolved: dict[str, str] = {}
     try:
-        return Config.model_validate(interpolate(data, tainted=tainted))
+        config = Config.model_validate(interpolate(data, tainted=tainted, unresolved=unresolved))
+        config._unresolved = unresolved
+        config._source = source
+        return config
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     except ValidationError as exc:

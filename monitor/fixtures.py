@@ -118,6 +118,18 @@ def canonical_key(values: Any) -> str:
     return json.dumps(values, ensure_ascii=False)
 
 
+def _hint(raw: bytes, line: int) -> str:
+    """YAML reads `{at: !sql f(1, 2)}` as a mapping cut at each comma; say how to write it."""
+    lines = raw.decode("utf-8", "replace").splitlines()
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    if "!sql" in text and "{" in text:
+        return (
+            "; inside {…} a `!sql` value with commas must be quoted, "
+            "e.g. {placed_at: !sql 'make_timestamptz(2026, 1, 1, 0, 0, 0)'}"
+        )
+    return ""
+
+
 def load_fixture(path: Path, key_columns: tuple[str, ...]) -> Fixture:
     fixture = Fixture(path)
     try:
@@ -125,7 +137,7 @@ def load_fixture(path: Path, key_columns: tuple[str, ...]) -> Fixture:
             raw = handle.read(MAX_FIXTURE_BYTES + 1)
         document = yamlsafe.load(raw.decode("utf-8-sig"), MAX_FIXTURE_BYTES, _Loader)
     except YamlProblem as exc:
-        fixture.problems.append(Problem(path, exc.line, exc.message))
+        fixture.problems.append(Problem(path, exc.line, exc.message + _hint(raw, exc.line)))
         return fixture
     except UnicodeDecodeError as exc:
         fixture.problems.append(Problem(path, 1, f"not UTF-8 text (byte {exc.start})"))

@@ -15,8 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+from pglast import parser as pg_parser
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+
+from monitor.schema_dump import dump_statements
 
 
 @contextmanager
@@ -55,3 +58,38 @@ def apply_sql(dsn: str, text: str) -> None:
     """Run a script (schema, seed) in one transaction."""
     with psycopg.connect(dsn) as conn:
         conn.execute(text.encode())
+
+
+class SchemaLoadError(Exception):
+    """A statement of the schema file failed; the message names its line."""
+
+
+def load_schema_dump(dsn: str, text: str, where: str) -> list[str]:
+    """Load a schema file (plain SQL or `pg_dump --schema-only` output) in one transaction;
+    the warnings about what was left out. See schema_dump.py for what is skipped or tried."""
+    try:
+        statements = dump_statements(text)
+    except pg_parser.ParseError as exc:
+        raise SchemaLoadError(f"{where}: cannot parse the schema file: {exc.args[0]}") from None
+    warnings = []
+    skipped = 0
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        for statement in statements:
+            if statement.handling == "skip":
+                skipped += 1
+                continue
+            try:
+                with conn.transaction():  # a savepoint: a tried statement may fail alone
+                    conn.execute(statement.text.encode())
+            except psycopg.Error as exc:
+                message = exc.diag.message_primary or str(exc).splitlines()[0]
+                if statement.handling == "try":
+                    warnings.append(f"{where}:{statement.line}: left out: {message}")
+                    continue
+                raise SchemaLoadError(f"{where}:{statement.line}: {message}") from None
+    if skipped:
+        warnings.append(
+            f"{where}: {skipped} owner and privilege statement{'s' * (skipped != 1)} left out"
+            " (pg_dump --no-owner --no-privileges writes none)"
+        )
+    return warnings

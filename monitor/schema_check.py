@@ -7,13 +7,13 @@ their named output columns.
 
 from __future__ import annotations
 
+import difflib
 import re
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ErrorLevel, OptimizeError, ParseError, TokenError
-from sqlglot.optimizer.qualify import qualify
-from sqlglot.schema import MappingSchema
+from sqlglot.errors import ErrorLevel, ParseError, TokenError
+from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from monitor.problems import SqlProblem
 
@@ -87,47 +87,87 @@ def check_against_schema(sql: str, tables: Tables, start: int = 1) -> list[SqlPr
             )
     if problems or uses_catalog:
         return problems  # the schema file cannot describe the catalog's columns
-    try:
-        qualify(
-            statement.copy(),
-            schema=MappingSchema(dict(tables), dialect="postgres"),
-            dialect="postgres",
-            validate_qualify_columns=True,
-        )
-    except OptimizeError as exc:
-        text = str(exc)
-        found = re.search(r"Unknown column: (\w+)|Column '([^']+)' could not be resolved", text)
-        column = (found.group(1) or found.group(2)) if found else None
-        if column is None:
-            return [SqlProblem(start, f"cannot check against the schema: {text}", "warning")]
-        line = _line(sql, column, start)
-        if _known_anywhere(column, tables, statement):
-            # Quoting, inheritance, a function's output or an ambiguity: not provably wrong.
-            return [
-                SqlProblem(
-                    line, f"could not resolve column {column!r} against the schema", "warning"
-                )
-            ]
-        return [
-            SqlProblem(
-                line,
-                f"unknown column {column!r}: no table in this query has it in the schema file",
-            )
-        ]
-    return []
+    return column_problems(statement, tables, start)
 
 
-def _known_anywhere(column: str, tables: Tables, statement: exp.Expr) -> bool:
-    """The name exists in some table, or the query itself defines it (an alias)."""
-    lowered = column.lower()
-    if any(lowered == c.lower() for columns in tables.values() for c in columns):
-        return True
-    aliases = {a.name.lower() for a in statement.find_all(exp.TableAlias) if a.name}
-    aliases |= {
-        c.name.lower()
-        for a in statement.find_all(exp.TableAlias)
-        for c in a.columns
-        if isinstance(c, exp.Identifier)
+def _columns_of(source: object, tables: dict[str, dict[str, str]]) -> set[str] | None:
+    """The columns a FROM source offers, lower-cased; None when it cannot be known here (a
+    function, a CTE or subquery with `*`)."""
+    if isinstance(source, exp.Table):
+        known = tables.get(source.name.lower())
+        return set(known) if known is not None else None
+    expression = getattr(source, "expression", None)
+    if not isinstance(expression, exp.Query):
+        return None  # unnest(), generate_series(), VALUES: named by their alias, if at all
+    names = expression.named_selects
+    if not names or "*" in names:
+        return None
+    return {n.lower() for n in names}
+
+
+def column_problems(statement: exp.Expr, tables: Tables, start: int = 1) -> list[SqlProblem]:
+    """Each column checked in its own scope: `o.state` against the table `o` stands for;
+    an unqualified name against the tables in scope (and outer ones, for a correlated
+    subquery). Every clause counts: SELECT, WHERE, JOIN, GROUP BY, HAVING, FILTER, ORDER BY."""
+    lowered = {
+        name.lower(): {c.lower(): t for c, t in cols.items()} for name, cols in tables.items()
     }
-    aliases |= {a.alias.lower() for a in statement.find_all(exp.Alias) if a.alias}
-    return lowered in aliases
+    problems: list[SqlProblem] = []
+    for scope in traverse_scope(statement):
+        select = scope.expression
+        if not isinstance(select, exp.Select):
+            continue
+        offered: dict[str, set[str] | None] = {}
+        chain: Scope | None = scope
+        while chain is not None:
+            for alias, source in chain.sources.items():
+                offered.setdefault(alias.lower(), _columns_of(source, lowered))
+            chain = chain.parent
+        own = {alias.lower() for alias in scope.sources}
+        outputs = {e.alias.lower() for e in select.expressions if isinstance(e, exp.Alias)}
+        for column in select.find_all(exp.Column):
+            if column.find_ancestor(exp.Select) is not select or column.name == "*":
+                continue
+            name, qualifier = column.name.lower(), column.table.lower()
+            line = start + int(column.this.meta.get("line", 1)) - 1
+            if qualifier:
+                columns = offered.get(qualifier)
+                if columns is None or name in columns:
+                    continue
+                table = _table_name(scope, qualifier)
+                problems.append(
+                    SqlProblem(
+                        line,
+                        f"unknown column {qualifier}.{name}: {table} has no column {name!r}"
+                        + _did_you_mean(name, columns),
+                    )
+                )
+                continue
+            if any(offered.get(a) is None for a in own) or name in outputs:
+                continue  # a source whose columns are unknown here could hold it
+            everywhere = set().union(*(c for c in offered.values() if c is not None))
+            if name not in everywhere:
+                names = ", ".join(sorted(_table_name(scope, a) for a in own)) or "no table"
+                problems.append(
+                    SqlProblem(
+                        line,
+                        f"unknown column {name!r}: not in {names}"
+                        + _did_you_mean(name, everywhere),
+                    )
+                )
+    return problems
+
+
+def _table_name(scope: Scope, alias: str) -> str:
+    chain: Scope | None = scope
+    while chain is not None:
+        for name, source in chain.sources.items():
+            if name.lower() == alias:
+                return f"table {source.name}" if isinstance(source, exp.Table) else f"{name!r}"
+        chain = chain.parent
+    return repr(alias)
+
+
+def _did_you_mean(name: str, columns: set[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(columns), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -42,7 +42,7 @@ from monitor.fixtures import (
 )
 from monitor.loader import Invariant
 from monitor.offending import RowLimits
-from monitor.pgtemp import apply_sql, scratch_database, temporary_server
+from monitor.pgtemp import load_schema_dump, scratch_database, temporary_server
 from monitor.problems import Problem
 from monitor.rows import offending_key
 from monitor.runner import describe_error
@@ -63,7 +63,7 @@ class InvariantReport:
     @property
     def untested(self) -> bool:
         """No case in which it fires: a check nobody has seen fail."""
-        return self.fixture is None or not any(r.case.fires and r.passed for r in self.results)
+        return self.fixture is None or not any(r.case.fires for r in self.results)
 
     @property
     def failed(self) -> bool:
@@ -111,6 +111,10 @@ def _clear(conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"TRUNCATE {row[0]} RESTART IDENTITY CASCADE".encode())
 
 
+class _RowRefused(Exception):
+    """A case's row the database would not take: said at the case's line in its file."""
+
+
 def run_case(
     conn: psycopg.Connection[Any], invariant: Invariant, case: Case, live_fence: LiveFence
 ) -> CaseResult:
@@ -120,7 +124,13 @@ def run_case(
         with conn.transaction():
             for table, rows in case.rows.items():
                 for row in rows:
-                    _insert(conn, table, row)
+                    try:
+                        _insert(conn, table, row)
+                    except psycopg.Error as exc:
+                        where = f"{fixture_path(invariant.path)}:{case.line}"
+                        raise _RowRefused(
+                            f"{where}: a row of {table}: {describe_error(exc)}"
+                        ) from None
         evaluation = execute(
             conn,
             invariant,
@@ -129,6 +139,8 @@ def run_case(
             lock_timeout=LOCK_TIMEOUT,
             live_fence=live_fence,
         )
+    except _RowRefused as exc:
+        return CaseResult(case, False, error=str(exc))
     except Refused as exc:
         return CaseResult(case, False, error=f"refused by the read-only fence: {exc}")
     except Unrunnable as exc:
@@ -154,7 +166,11 @@ def run_fixtures(
     schema_sql: str | None,
     admin_dsn: str | None = None,
     allow: Allowances = TRUST_NOTHING,
+    schema_where: str = "schema",
+    warn: Callable[[str], None] = lambda _: None,
 ) -> list[InvariantReport]:
+    """Each invariant's cases in a scratch database made from the schema file (which may
+    be `pg_dump` output: see schema_dump.py); raises SchemaLoadError naming its line."""
     reports = []
     fixtures = {
         inv.name: load_fixture(fixture_path(inv.path), inv.key)
@@ -164,7 +180,8 @@ def run_fixtures(
     }
     with test_server(admin_dsn) as server, scratch_database(server, "invmon_fixtures") as dsn:
         if schema_sql:
-            apply_sql(dsn, schema_sql)
+            for warning in load_schema_dump(dsn, schema_sql, schema_where):
+                warn(warning)
         live_fence = LiveFence(allow)
         with psycopg.connect(dsn, autocommit=True, client_encoding=CLIENT_ENCODING) as conn:
             register_loaders(conn)

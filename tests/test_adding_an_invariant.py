@@ -88,6 +88,6 @@ def test_a_new_invariant_with_a_fixture_passes_the_pr_checks_and_fails_when_brok
     linted = run_checks(folder, admin_dsn, schema_database)
     assert linted.returncode == 2
     assert (
-        f"{folder}/oversized_refunds.sql:11: unknown column 'amount': no table in this "
-        "query has it in the schema file"
+        f"{folder}/oversized_refunds.sql:11: unknown column r.amount: table refunds has no "
+        "column 'amount'; did you mean 'amount_eur'?"
     ) in linted.stdout

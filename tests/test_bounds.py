@@ -256,7 +256,7 @@ def test_the_log_redactor_masks_every_way_a_password_is_written(line: str, maske
     [
         ("postgresql://postgres:hunter2@127.0.0.1:1/postgres", "server: connection failed"),
         ("host=127.0.0.1 password=hunter2 port=notaport", 'invalid integer value "notaport"'),
-        ("host='unterminated password=hunter2", "--dsn: cannot be read as a PostgreSQL"),
+        ("host='unterminated password=hunter2", ": cannot be read as a PostgreSQL"),
     ],
 )
 def test_a_bad_admin_dsn_is_one_sentence_for_test_and_demo(
@@ -265,8 +265,10 @@ def test_a_bad_admin_dsn_is_one_sentence_for_test_and_demo(
     (tmp_path / "invariants").mkdir()
     (tmp_path / "invariants" / "x.sql").write_text(GOOD)
     (tmp_path / "invariants" / "x.test.yaml").write_text("cases:\n  - name: empty\n")
-    for command in (["test", "--dsn", dsn], ["demo", "--dsn", dsn]):
-        done = cli(*command, cwd=tmp_path)
+    runs = [(["test", "--dsn", dsn], {}), (["demo", "--dsn", dsn], {})]
+    runs.append((["test"], {"INVMON_TEST_DSN": dsn}))
+    for command, env in runs:
+        done = cli(*command, cwd=tmp_path, env=env)
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert says in done.stderr, (command, done.stderr)
         assert "Traceback" not in done.stdout + done.stderr

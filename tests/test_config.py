@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from helpers import cli
 
 from monitor.config import ConfigError, LimitsConfig, load_config, parse_config
 
@@ -43,8 +44,10 @@ def test_an_unset_variable_names_the_field_and_the_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("NOPE_DSN", raising=False)
+    config = parse_config({"dsn": "${NOPE_DSN}"}, "invmon.yaml")
+    assert config.dsn is None  # loaded: only a command that needs the DSN stops
     with pytest.raises(ConfigError) as caught:
-        parse_config({"dsn": "${NOPE_DSN}"}, "invmon.yaml")
+        config.require("dsn")
     assert str(caught.value) == (
         "invmon.yaml: field 'dsn': environment variable NOPE_DSN is not set; "
         "export it or write ${NOPE_DSN:-default}"
@@ -90,3 +93,32 @@ def test_the_shipped_example_config_is_valid(monkeypatch: pytest.MonkeyPatch) ->
     assert config.slack.routes.severity == {"critical": "#incidents"}
     assert config.limits == LimitsConfig()  # the example shows the defaults
     assert (config.slack.csv_max_rows, config.slack.csv_max_bytes) == (1000, 4 << 20)
+
+
+def test_an_unset_reference_stops_only_the_commands_that_need_it(
+    tmp_path: Path, database: str
+) -> None:
+    (tmp_path / "invmon.yaml").write_text(
+        "dsn: ${INVMON_REPLICA_DSN}\nslack:\n  token: ${SLACK_BOT_TOKEN}\n"
+        "state:\n  dsn: ${INVMON_STATE_DSN}\n"
+    )
+    (tmp_path / "invariants").mkdir()
+    (tmp_path / "invariants" / "ok.sql").write_text(
+        "-- description: x\nSELECT 1 AS a WHERE false\n"
+    )
+    env: dict[str, str] = {}  # cli() clears INVMON_*; SLACK_BOT_TOKEN is unset in tests
+    assert cli("lint", cwd=tmp_path).returncode == 0
+    assert cli("test", cwd=tmp_path, env={"INVMON_TEST_DSN": database}).returncode == 0
+    checked = cli("check", "--dsn", database, cwd=tmp_path, env=env)
+    assert checked.returncode == 0, checked.stderr
+    needs_dsn = cli("check", cwd=tmp_path)
+    assert needs_dsn.returncode == 2
+    assert needs_dsn.stderr.strip() == (
+        "invmon: invmon.yaml: field 'dsn': environment variable INVMON_REPLICA_DSN is not set; "
+        "export it or write ${INVMON_REPLICA_DSN:-default}"
+    )
+    status = cli("status", cwd=tmp_path)
+    assert status.returncode == 2 and "field 'state.dsn'" in status.stderr
+    daemon = cli("run", "--dsn", database, cwd=tmp_path)
+    assert daemon.returncode == 2
+    assert "field 'slack.token'" in daemon.stderr and "field 'state.dsn'" in daemon.stderr

@@ -1,0 +1,115 @@
+"""lint is exact: each column checked against the table its alias stands for, in every
+clause; lines as in the file; the summary counts what lint found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import cli
+
+from monitor.schema_check import check_against_schema, load_schema
+
+SCHEMA = """
+CREATE TABLE orders (id bigint PRIMARY KEY, status text NOT NULL, quantity int);
+CREATE TABLE payments (id bigint PRIMARY KEY, order_id bigint, state text, amount numeric);
+"""
+TABLES = load_schema(SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("sql", "found"),
+    [
+        (
+            "SELECT o.id FROM orders AS o WHERE o.state = 'paid'",
+            "1: unknown column o.state: table orders has no column 'state'; did you mean 'status'?",
+        ),
+        (
+            "SELECT o.id FROM orders AS o GROUP BY o.id\nHAVING sum(quantty) < 0",
+            "2: unknown column 'quantty': not in table orders; did you mean 'quantity'?",
+        ),
+        (
+            "SELECT o.id FROM orders AS o GROUP BY o.id\n"
+            "HAVING count(*) FILTER (WHERE o.stat = 'x') > 1",
+            "2: unknown column o.stat: table orders has no column 'stat'; did you mean 'status'?",
+        ),
+        (
+            "SELECT p.id FROM payments p\nJOIN orders o ON o.id = p.order_id\nWHERE p.status = 'x'",
+            "3: unknown column p.status: table payments has no column 'status'; "
+            "did you mean 'state'?",
+        ),
+    ],
+)
+def test_a_column_must_exist_on_the_table_its_alias_stands_for(sql: str, found: str) -> None:
+    assert [f"{p.line}: {p.message}" for p in check_against_schema(sql, TABLES)] == [found]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT o.id, o.status AS st FROM orders o ORDER BY st",
+        "SELECT o.id FROM orders o WHERE EXISTS (SELECT 1 FROM payments p WHERE p.order_id = o.id)",
+        "SELECT id FROM orders WHERE quantity < 0",
+        "SELECT x.n FROM (SELECT count(*) AS n FROM orders) AS x WHERE x.n > 1",
+        "WITH paid AS (SELECT order_id FROM payments) SELECT order_id FROM paid",
+        "SELECT o.id FROM orders o, generate_series(1, 3) AS g WHERE g > 1",
+    ],
+)
+def test_valid_queries_stay_valid(sql: str) -> None:
+    assert check_against_schema(sql, TABLES) == []
+
+
+def test_lines_and_the_summary_are_what_lint_found(tmp_path: Path) -> None:
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "schema.sql").write_text(SCHEMA)
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "a.sql").write_text(
+        "-- description: x\n\n-- An ordinary comment after a blank line.\n"
+        "SELECT o.id FROM orders AS o\nWHERE o.state = 'paid'\n"
+    )
+    (folder / "b.sql").write_text("-- description: two\nSELECT 1 AS a;\nSELECT 2 AS b\n")
+    (folder / "c.sql").write_text("-- description: fine\nSELECT id FROM orders WHERE false\n")
+    done = cli("lint", str(folder), "--schema", str(tmp_path / "db" / "schema.sql"))
+    assert done.returncode == 2
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{folder}/a.sql:5: unknown column o.state"), lines
+    assert lines[1].startswith(f"{folder}/b.sql:3: "), lines
+    assert "1 invariant valid, 2 with errors" in done.stderr
+
+
+def test_fixture_mistakes_are_said_at_their_line_with_a_hint(tmp_path: Path, database: str) -> None:
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "late.sql").write_text(
+        "-- description: x\n-- key: [id]\nSELECT id FROM orders WHERE quantity < 0\n"
+    )
+    (folder / "late.test.yaml").write_text(
+        "cases:\n  - name: at\n    rows:\n"
+        "      orders: [{id: 1, status: x, placed: !sql make_date(2026, 1, 1)}]\n"
+        "    expect: {keys: [1]}\n"
+    )
+    linted = cli("lint", "--invariants", str(folder))
+    assert linted.returncode == 2
+    assert "late.test.yaml:4:" in linted.stdout
+    assert "inside {…} a `!sql` value with commas must be quoted" in linted.stdout
+    (folder / "late.test.yaml").write_text(
+        "cases:\n  - name: fires\n    rows:\n      orders: [{id: 1, quantity: -1}]\n"
+        "    expect: {keys: [1]}\n"
+    )
+    schema = tmp_path / "schema.sql"
+    schema.write_text(SCHEMA)
+    tested = cli(
+        "test",
+        "--invariants",
+        str(folder),
+        "--schema",
+        str(schema),
+        env={"INVMON_TEST_DSN": database},
+    )
+    assert tested.returncode == 1
+    assert (
+        f"❌ fires: {folder}/late.test.yaml:2: a row of orders: null value in column "
+        '"status" of relation "orders" violates not-null constraint'
+    ) in tested.stdout
+    assert "untested:" not in tested.stdout  # it has a firing case; that case failed
