@@ -13,6 +13,7 @@ from monitor.problems import Problem
 from monitor.redaction import NO_REDACTION
 from monitor.results import RunResult
 from monitor.runner import Runner
+from monitor.selection import select
 
 
 @dataclass
@@ -46,10 +47,6 @@ FENCE_ERRORS = ("refused by the read-only fence:", "invalid invariant file:")
 WITHHELD = "could not be evaluated (the database's message is withheld: it can quote data)"
 
 
-class UnknownInvariant(Exception):
-    pass
-
-
 def failed_loads(problems: Sequence[Problem], directory: Path) -> list[RunResult]:
     """A file that failed to load is reported as an `error` result, never dropped."""
     by_path: dict[Path, list[Problem]] = {}
@@ -67,19 +64,6 @@ def failed_loads(problems: Sequence[Problem], directory: Path) -> list[RunResult
     return results
 
 
-def select(loaded: LoadResult, only: Sequence[str]) -> LoadResult:
-    if not only:
-        return loaded
-    known = {i.name for i in loaded.invariants}
-    missing = [name for name in only if name not in known]
-    if missing:
-        available = ", ".join(sorted(known)) or "none"
-        raise UnknownInvariant(
-            f"no invariant named {', '.join(map(repr, missing))}; available: {available}"
-        )
-    return LoadResult([i for i in loaded.invariants if i.name in only], [])
-
-
 def run_check(
     config: Config,
     dsn: str,
@@ -90,7 +74,9 @@ def run_check(
     """Every selected invariant evaluated once; rows masked (config `redact:`) unless
     `show_values`."""
     loading = config.loading(with_database=True)
-    loaded = select(load_directory(directory, loading), only)
+    loaded = load_directory(directory, loading)
+    if only:  # the selected files; problems of the others are not this run's business
+        loaded = LoadResult(select(loaded.invariants, only, directory), [])
     with Runner(
         dsn,
         config.concurrency,

@@ -20,7 +20,7 @@ import psycopg
 
 from monitor import __version__
 from monitor.acks import AckMode, Action
-from monitor.check import UnknownInvariant, run_check, select
+from monitor.check import run_check
 from monitor.config import Config, ConfigError, check_dsn, load_config
 from monitor.durations import parse_duration
 from monitor.loader import Invariant, load_directory
@@ -37,6 +37,7 @@ from monitor.render import (
 )
 from monitor.results import exit_code
 from monitor.runner import describe_error
+from monitor.selection import NothingSelected, select
 
 if TYPE_CHECKING:
     from monitor.state import StateStore
@@ -83,6 +84,14 @@ SCHEMA = click.option(
     "schema_file",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Schema file, e.g. `pg_dump --schema-only` (default: `schema:` in config).",
+)
+SELECT = click.option(
+    "--select",
+    "selectors",
+    multiple=True,
+    metavar="SELECTOR",
+    help="Only these (repeatable): a name, a folder `payments/`, a glob `pay*/*`, "
+    "`tag:money`, or a file path.",
 )
 TEST_SERVER = click.option(
     "--dsn",
@@ -171,15 +180,15 @@ def read_schema(config: Config, schema_file: Path | None) -> str | None:
     return schema.read_text(encoding="utf-8")
 
 
-def selected_invariants(config: Config, names: Sequence[str]) -> list[Invariant]:
-    """The named invariants (all when none), refusing to go on past an invalid file."""
+def selected_invariants(config: Config, selectors: Sequence[str]) -> list[Invariant]:
+    """The selected invariants (all when none), refusing to go on past an invalid file."""
     loaded = load_directory(config.invariants, config.loading(with_database=True))
     if loaded.errors:
         click.echo(problems_text(loaded.errors), err=True)
         fail("fix the invalid invariant files first (see `invmon lint`)")
     try:
-        return select(loaded, names).invariants
-    except UnknownInvariant as exc:
+        return select(loaded.invariants, selectors, config.invariants)
+    except NothingSelected as exc:
         fail(str(exc))
 
 
@@ -234,7 +243,8 @@ def main() -> None:
 @CONFIG
 @DSN
 @INVARIANTS
-@click.option("--only", multiple=True, metavar="NAME", help="Evaluate only this invariant.")
+@SELECT
+@click.option("--only", multiple=True, metavar="NAME", hidden=True)  # the old spelling
 @output_format("table", "json", "markdown")
 @click.option(
     "--counts-only",
@@ -251,6 +261,7 @@ def check(
     config_path: Path | None,
     dsn: str | None,
     invariants_dir: Path | None,
+    selectors: tuple[str, ...],
     only: tuple[str, ...],
     fmt: str,
     counts_only: bool,
@@ -266,8 +277,8 @@ def check(
             err=True,
         )
     try:
-        outcome = run_check(config, database, config.invariants, only, show_values)
-    except UnknownInvariant as exc:
+        outcome = run_check(config, database, config.invariants, selectors + only, show_values)
+    except NothingSelected as exc:
         fail(str(exc))
     if counts_only:
         outcome = outcome.counts_only()
@@ -420,12 +431,14 @@ def snooze(incident: int, duration: str, config_path: Path | None) -> None:
 @DSN
 @INVARIANTS
 @click.argument("names", nargs=-1)
+@SELECT
 @click.option("--analyze", is_flag=True, help="EXPLAIN ANALYZE: runs the queries (read-only).")
 def explain(
     config_path: Path | None,
     dsn: str | None,
     invariants_dir: Path | None,
     names: tuple[str, ...],
+    selectors: tuple[str, ...],
     analyze: bool,
 ) -> None:
     """Planner cost of each invariant; exit 1 when one is over its max_cost."""
@@ -433,7 +446,7 @@ def explain(
 
     config = resolve_config(config_path, dsn, invariants_dir)
     database = require_database(config, "explain against")
-    selected = selected_invariants(config, names)
+    selected = selected_invariants(config, names + selectors)
     try:
         results = explain_all(
             database,
@@ -454,6 +467,7 @@ def explain(
 @click.argument("names", nargs=-1)
 @CONFIG
 @INVARIANTS
+@SELECT
 @SCHEMA
 @TEST_SERVER
 @click.option("--strict", is_flag=True, help="An invariant with no firing case is an error.")
@@ -461,6 +475,7 @@ def test_command(
     names: tuple[str, ...],
     config_path: Path | None,
     invariants_dir: Path | None,
+    selectors: tuple[str, ...],
     schema_file: Path | None,
     admin_dsn: str | None,
     strict: bool,
@@ -470,7 +485,7 @@ def test_command(
     from monitor.tester import report_text, run_fixtures
 
     config = resolve_config(config_path, None, invariants_dir)
-    selected = selected_invariants(config, names)
+    selected = selected_invariants(config, names + selectors)
     schema_sql = read_schema(config, schema_file)
     where = str(schema_file or config.schema_path or "schema")
     server = test_server_dsn(admin_dsn)
@@ -496,11 +511,13 @@ def test_command(
 @click.argument("directory", required=False, type=click.Path(path_type=Path, file_okay=False))
 @CONFIG
 @INVARIANTS
+@SELECT
 @SCHEMA
 def lint(
     directory: Path | None,
     config_path: Path | None,
     invariants_dir: Path | None,
+    selectors: tuple[str, ...],
     schema_file: Path | None,
 ) -> None:
     """Validate every invariant file and its fixture; print all problems as path:line:
@@ -510,6 +527,11 @@ def lint(
     config = resolve_config(config_path, None, directory or invariants_dir)
     require_folder(config)
     report = lint_folder(config, config.invariants, read_schema(config, schema_file))
+    if selectors:
+        try:
+            report = report.only(selectors, config.invariants)
+        except NothingSelected as exc:
+            fail(str(exc))
     if report.problems:
         click.echo(problems_text(report.problems))
     click.echo(report.summary(), err=True)

@@ -5,12 +5,14 @@ a schema file, the tables and columns each query names."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from monitor.config import Config
-from monitor.fixtures import fixture_path, load_fixture
-from monitor.loader import LoadResult, load_directory
+from monitor.fixtures import SUFFIX, fixture_path, load_fixture
+from monitor.loader import LoadResult, load_directory, name_for
 from monitor.problems import Problem
+from monitor.selection import NothingSelected, name_matches
 
 
 @dataclasses.dataclass
@@ -24,6 +26,26 @@ class LintReport:
     @property
     def failed(self) -> bool:
         return bool(self.loaded.errors)
+
+    def only(self, selectors: Sequence[str], folder: Path) -> LintReport:
+        """The report for the selected files, loaded or not (with their fixtures)."""
+        tags = {i.name: i.header.tags for i in self.loaded.invariants}
+
+        def selected(path: Path) -> bool:
+            if path.name.endswith(SUFFIX):  # a fixture goes with its invariant
+                path = path.with_name(path.name.removesuffix(SUFFIX) + ".sql")
+            sql = path
+            try:
+                name = name_for(sql, folder)
+            except ValueError:
+                return False
+            return any(name_matches(name, tags.get(name, []), s, folder) for s in selectors)
+
+        problems = [p for p in self.loaded.problems if selected(p.path)]
+        chosen = [i for i in self.loaded.invariants if selected(i.path)]
+        if not problems and not chosen:
+            raise NothingSelected(f"--select {', '.join(map(repr, selectors))} matches no file")
+        return LintReport(LoadResult(chosen, problems))
 
     def summary(self) -> str:
         broken = self.loaded.failed_paths()

@@ -105,12 +105,13 @@ def test_the_table_shows_status_count_and_first_sample_rows(shop: tuple[str, Pat
     assert "… and 7 more" in done.stdout
 
 
-def test_an_unknown_only_name_is_refused_with_the_available_names(shop: tuple[str, Path]) -> None:
+def test_an_unknown_selection_is_refused_with_the_available_names(shop: tuple[str, Path]) -> None:
     dsn, folder = shop
-    done = cli("check", "--dsn", dsn, "--invariants", str(folder), "--only", "nope")
+    done = cli("check", "--dsn", dsn, "--invariants", str(folder), "--select", "nope")
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "invmon: no invariant named 'nope'; available: negative_totals, unpaid_orders"
+        "invmon: --select 'nope' matches no invariant; names: negative_totals, unpaid_orders; "
+        "tags: none"
     )
 
 
