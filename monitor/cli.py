@@ -21,6 +21,7 @@ import psycopg
 from monitor import __version__
 from monitor.acks import AckMode, Action
 from monitor.check import run_check
+from monitor.ci_output import Finding, JunitCase, from_problems, github_annotations, junit_xml
 from monitor.config import Config, ConfigError, check_dsn, load_config
 from monitor.durations import parse_duration
 from monitor.loader import Invariant, load_directory
@@ -85,6 +86,11 @@ SCHEMA = click.option(
     type=click.Path(path_type=Path, dir_okay=False),
     help="Schema file, e.g. `pg_dump --schema-only` (default: `schema:` in config).",
 )
+JUNIT = click.option(
+    "--junit",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the results as JUnit XML to this file (for any CI).",
+)
 SELECT = click.option(
     "--select",
     "selectors",
@@ -105,6 +111,19 @@ def output_format(*choices: str) -> Callable[[F], F]:
     return click.option(
         "--format", "fmt", type=click.Choice(choices), default=choices[0], show_default=True
     )
+
+
+def write_junit(path: Path, suite: str, cases: Sequence[JunitCase]) -> None:
+    try:
+        path.write_text(junit_xml(suite, cases), encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write --junit {str(path)!r}: {exc.strerror}")
+
+
+def annotate(found: Sequence[Finding]) -> None:
+    """Under GitHub Actions, each finding also becomes an annotation at its file and line."""
+    if os.environ.get("GITHUB_ACTIONS") == "true" and found:
+        click.echo(github_annotations(found))
 
 
 def _quiet_libraries() -> None:
@@ -433,6 +452,7 @@ def snooze(incident: int, duration: str, config_path: Path | None) -> None:
 @click.argument("names", nargs=-1)
 @SELECT
 @click.option("--analyze", is_flag=True, help="EXPLAIN ANALYZE: runs the queries (read-only).")
+@output_format("text", "json")
 def explain(
     config_path: Path | None,
     dsn: str | None,
@@ -440,9 +460,10 @@ def explain(
     names: tuple[str, ...],
     selectors: tuple[str, ...],
     analyze: bool,
+    fmt: str,
 ) -> None:
     """Planner cost of each invariant; exit 1 when one is over its max_cost."""
-    from monitor.explain import explain_all, explain_text
+    from monitor.explain import explain_all, explain_document, explain_text
 
     config = resolve_config(config_path, dsn, invariants_dir)
     database = require_database(config, "explain against")
@@ -459,7 +480,16 @@ def explain(
     except Exception as exc:  # a refused connection: one sentence, not a traceback
         fail(f"cannot explain: {redact(str(exc))}")
     text, code = explain_text(results)
-    click.echo(text)
+    click.echo(to_json(explain_document(results)) if fmt == "json" else text)
+    by_name = {i.name: i for i in selected}
+    annotate(
+        [
+            Finding(by_name[r.invariant].path, 1, "error", "invmon explain", line)
+            for r in results
+            if r.over_budget or r.summary is None
+            for line in [explain_text([r])[0]]
+        ]
+    )
     sys.exit(code)
 
 
@@ -471,6 +501,8 @@ def explain(
 @SCHEMA
 @TEST_SERVER
 @click.option("--strict", is_flag=True, help="An invariant with no firing case is an error.")
+@output_format("text", "json")
+@JUNIT
 def test_command(
     names: tuple[str, ...],
     config_path: Path | None,
@@ -479,10 +511,13 @@ def test_command(
     schema_file: Path | None,
     admin_dsn: str | None,
     strict: bool,
+    fmt: str,
+    junit: Path | None,
 ) -> None:
     """Run each invariant's fixture cases (NAME.test.yaml) in a throwaway database."""
+    from monitor.case_report import findings, junit_cases, report_document, report_text
     from monitor.pgtemp import SchemaLoadError
-    from monitor.tester import report_text, run_fixtures
+    from monitor.tester import run_fixtures
 
     config = resolve_config(config_path, None, invariants_dir)
     selected = selected_invariants(config, names + selectors)
@@ -503,7 +538,10 @@ def test_command(
     except psycopg.Error as exc:
         fail(f"cannot use the test server: {redact(describe_error(exc))}")
     text, code = report_text(reports, strict)
-    click.echo(text)
+    click.echo(to_json(report_document(reports, strict)) if fmt == "json" else text)
+    if junit is not None:
+        write_junit(junit, "invmon test", junit_cases(reports, strict))
+    annotate(findings(reports, strict))
     sys.exit(code)
 
 
@@ -513,12 +551,14 @@ def test_command(
 @INVARIANTS
 @SELECT
 @SCHEMA
+@JUNIT
 def lint(
     directory: Path | None,
     config_path: Path | None,
     invariants_dir: Path | None,
     selectors: tuple[str, ...],
     schema_file: Path | None,
+    junit: Path | None,
 ) -> None:
     """Validate every invariant file and its fixture; print all problems as path:line:
     message. The folder is DIRECTORY or --invariants, as for the other commands."""
@@ -535,6 +575,9 @@ def lint(
     if report.problems:
         click.echo(problems_text(report.problems))
     click.echo(report.summary(), err=True)
+    if junit is not None:
+        write_junit(junit, "invmon lint", report.junit_cases())
+    annotate(from_problems(report.problems))
     sys.exit(EXIT_INVALID if report.failed else 0)
 
 

@@ -153,3 +153,22 @@ def explain_text(results: Sequence[Explained]) -> tuple[str, int]:
         )
     code = 2 if any(r.summary is None for r in results) else (1 if over else 0)
     return "\n".join(lines), code
+
+
+def explain_document(results: Sequence[Explained]) -> dict[str, Any]:
+    return {
+        "results": [
+            {
+                "invariant": r.invariant,
+                "cost": r.summary.total_cost if r.summary else None,
+                "rows": r.summary.rows if r.summary else None,
+                "actual_ms": r.summary.actual_ms if r.summary else None,
+                "notable": r.summary.notable if r.summary else [],
+                "max_cost": r.max_cost,
+                "over_budget": r.over_budget,
+                "error": r.error,
+            }
+            for r in results
+        ],
+        "exit_code": explain_text(results)[1],
+    }

@@ -263,6 +263,7 @@ class CaseResult:
     error: str | None = None
     found: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
 
     def describe(self) -> str:
         return "\n  ".join([self._verdict(), *(f"warning: {w}" for w in self.warnings)])

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from monitor.ci_output import JunitCase
 from monitor.config import Config
 from monitor.fixtures import SUFFIX, fixture_path, load_fixture
 from monitor.loader import LoadResult, load_directory, name_for
@@ -46,6 +47,23 @@ class LintReport:
         if not problems and not chosen:
             raise NothingSelected(f"--select {', '.join(map(repr, selectors))} matches no file")
         return LintReport(LoadResult(chosen, problems))
+
+    def junit_cases(self) -> list[JunitCase]:
+        """One case per file: failed with its problems, or passed."""
+        by_path: dict[Path, list[Problem]] = {}
+        for problem in self.problems:
+            by_path.setdefault(problem.path, []).append(problem)
+        for inv in self.loaded.invariants:
+            by_path.setdefault(inv.path, [])
+        return [
+            JunitCase(
+                "lint",
+                str(path),
+                failure="\n".join(str(p) for p in found if p.level == "error") or None,
+                file=str(path),
+            )
+            for path, found in sorted(by_path.items())
+        ]
 
     def summary(self) -> str:
         broken = self.loaded.failed_paths()

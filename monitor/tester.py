@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,10 +44,8 @@ from monitor.fixtures import (
 from monitor.loader import Invariant
 from monitor.offending import RowLimits
 from monitor.pgtemp import load_schema_dump, scratch_database, temporary_server
-from monitor.problems import Problem
 from monitor.rows import offending_key
 from monitor.runner import describe_error
-from monitor.text import counted
 
 KEY_LIMIT = 10_000  # rows a case may produce; fixtures are small by nature
 # Every row of a case comes back whole: a case's rows are bounded by its file's size.
@@ -189,35 +188,9 @@ def run_fixtures(
                 fixture = fixtures[inv.name]
                 report = InvariantReport(inv, fixture)
                 for case in fixture.cases if fixture else []:
-                    report.results.append(run_case(conn, inv, case, live_fence))
+                    started = time.monotonic()
+                    result = run_case(conn, inv, case, live_fence)
+                    took = time.monotonic() - started
+                    report.results.append(dataclasses.replace(result, seconds=took))
                 reports.append(report)
     return reports
-
-
-def report_text(reports: Sequence[InvariantReport], strict: bool) -> tuple[str, int]:
-    """The report and the exit code: 0 all pass; 1 a case failed; 2 untested under --strict."""
-    lines: list[str] = []
-    problems: list[Problem] = []
-    for report in reports:
-        lines.append(f"{report.invariant.name}")
-        if report.fixture:
-            problems += report.fixture.problems
-            lines += [f"  {r.describe()}" for r in report.results]
-        if report.untested:
-            level = "error" if strict else "warning"
-            where = fixture_path(report.invariant.path).name
-            lines.append(
-                f"  {level}: untested: no case in {where} shows it firing; an invariant that "
-                "never returns a row is a check that cannot fail"
-            )
-    lines += [str(p) for p in problems]
-    failed = sum(r.failed for r in reports)
-    untested = sum(r.untested for r in reports)
-    cases = sum(len(r.results) for r in reports)
-    passed = sum(r.passed for rep in reports for r in rep.results)
-    lines.append(
-        f"\n{passed} of {counted(cases, 'case')} passed; "
-        f"{counted(failed, 'invariant')} failing, {untested} untested"
-    )
-    code = 1 if failed else (2 if strict and untested else 0)
-    return "\n".join(lines), code

@@ -82,11 +82,13 @@ def test_a_new_invariant_with_a_fixture_passes_the_pr_checks_and_fails_when_brok
     failed = run_checks(folder, admin_dsn, schema_database)
     assert failed.returncode == 1
     assert "  ❌ a refund larger than its dispute fires: unexpected keys [2]" in failed.stdout
+    assert failed.stderr.splitlines()[-1] == "invariants check FAILED at: fixture cases (exit 1)"
 
     typo = NEW_INVARIANT.replace("WHERE r.amount_eur >", "WHERE r.amount >")
     (folder / "oversized_refunds.sql").write_text(typo)
     linted = run_checks(folder, admin_dsn, schema_database)
     assert linted.returncode == 2
+    assert linted.stderr.splitlines()[-1].startswith("invariants check FAILED at: lint (exit 2)")
     assert (
         f"{folder}/oversized_refunds.sql:11: unknown column r.amount: table refunds has no "
         "column 'amount'; did you mean 'amount_eur'?"
