@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +32,7 @@ from monitor.execute import (
     register_loaders,
 )
 from monitor.fence import TRUST_NOTHING, Allowances
+from monitor.fillers import Needed, NoFiller, filler
 from monitor.fixtures import (
     Case,
     CaseResult,
@@ -81,6 +83,45 @@ def test_server(admin_dsn: str | None) -> Iterator[str]:
         yield started
 
 
+_NEEDED = """
+SELECT a.attname, format_type(a.atttypid, a.atttypmod), bt.typcategory, format_type(bt.oid, NULL),
+       (SELECT e.enumlabel FROM pg_enum e WHERE e.enumtypid = bt.oid
+        ORDER BY e.enumsortorder LIMIT 1),
+       (SELECT k.confrelid::regclass::text FROM pg_constraint k
+        WHERE k.conrelid = c.oid AND k.contype = 'f' AND a.attnum = ANY (k.conkey) LIMIT 1)
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid
+JOIN pg_type t ON t.oid = a.atttypid
+JOIN pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+WHERE c.oid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull
+  AND NOT a.atthasdef AND a.attidentity = '' AND a.attgenerated = ''
+ORDER BY a.attnum
+"""
+
+
+class Tables:
+    """What the scratch database says each table needs, asked once per table."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+        self._needed: dict[str, list[Needed]] = {}
+        self._rows: dict[str, int] = {}
+
+    def needed(self, table: str) -> list[Needed]:
+        if table not in self._needed:
+            name = sql.Identifier(*table.split(".")).as_string(self._conn)
+            self._needed[table] = [
+                Needed(*found) for found in self._conn.execute(_NEEDED, (name,)).fetchall()
+            ]
+        return self._needed[table]
+
+    def filled(self, table: str, row: dict[str, Any]) -> dict[str, Any]:
+        """The row with a filler for each required column it does not name."""
+        n = self._rows[table] = self._rows.get(table, 0) + 1
+        missing = [need for need in self.needed(table) if need.column not in row]
+        return {**{need.column: filler(need, n) for need in missing}, **row}
+
+
 def _insert(conn: psycopg.Connection[Any], table: str, row: dict[str, Any]) -> None:
     columns = list(row)
     values: list[sql.Composable] = []
@@ -114,21 +155,42 @@ class _RowRefused(Exception):
     """A case's row the database would not take: said at the case's line in its file."""
 
 
+def _refused(exc: psycopg.Error, table: str) -> str:
+    """The database's reason, said in the fixture's terms for a foreign key."""
+    detail = exc.diag.message_detail or ""
+    found = re.match(r'Key \((.+)\)=\((.+)\) is not present in table "(.+)"', detail)
+    if exc.sqlstate == "23503" and found:
+        column, value, target = found.groups()
+        return (
+            f"{table}.{column} = {value} refers to a {target} row the case does not list; "
+            f"add it under `rows:` as {target}"
+        )
+    return describe_error(exc)
+
+
 def run_case(
-    conn: psycopg.Connection[Any], invariant: Invariant, case: Case, live_fence: LiveFence
+    conn: psycopg.Connection[Any],
+    invariant: Invariant,
+    case: Case,
+    live_fence: LiveFence,
+    tables: Tables | None = None,
 ) -> CaseResult:
     """Insert the case's rows, then evaluate the invariant exactly as the daemon does (the
-    same executor: READ ONLY, its timeout, the fence against this database)."""
+    same executor: READ ONLY, its timeout, the fence against this database). Columns the
+    case does not name get fillers (fillers.py)."""
+    tables = tables or Tables(conn)
     try:
         with conn.transaction():
             for table, rows in case.rows.items():
                 for row in rows:
+                    where = f"{fixture_path(invariant.path)}:{case.line}"
                     try:
-                        _insert(conn, table, row)
+                        _insert(conn, table, tables.filled(table, row))
+                    except NoFiller as exc:
+                        raise _RowRefused(f"{where}: a row of {table}: {exc}") from None
                     except psycopg.Error as exc:
-                        where = f"{fixture_path(invariant.path)}:{case.line}"
                         raise _RowRefused(
-                            f"{where}: a row of {table}: {describe_error(exc)}"
+                            f"{where}: a row of {table}: {_refused(exc, table)}"
                         ) from None
         evaluation = execute(
             conn,
@@ -184,12 +246,13 @@ def run_fixtures(
         live_fence = LiveFence(allow)
         with psycopg.connect(dsn, autocommit=True, client_encoding=CLIENT_ENCODING) as conn:
             register_loaders(conn)
+            tables = Tables(conn)
             for inv in invariants:
                 fixture = fixtures[inv.name]
                 report = InvariantReport(inv, fixture)
                 for case in fixture.cases if fixture else []:
                     started = time.monotonic()
-                    result = run_case(conn, inv, case, live_fence)
+                    result = run_case(conn, inv, case, live_fence, tables)
                     took = time.monotonic() - started
                     report.results.append(dataclasses.replace(result, seconds=took))
                 reports.append(report)

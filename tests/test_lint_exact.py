@@ -12,7 +12,8 @@ from monitor.schema_check import check_against_schema, load_schema
 
 SCHEMA = """
 CREATE TABLE orders (id bigint PRIMARY KEY, status text NOT NULL, quantity int);
-CREATE TABLE payments (id bigint PRIMARY KEY, order_id bigint, state text, amount numeric);
+CREATE TABLE payments (id bigint PRIMARY KEY, order_id bigint REFERENCES orders, state text,
+                       amount numeric);
 """
 TABLES = load_schema(SCHEMA)
 
@@ -95,6 +96,7 @@ def test_fixture_mistakes_are_said_at_their_line_with_a_hint(tmp_path: Path, dat
     assert "inside {…} a `!sql` value with commas must be quoted" in linted.stdout
     (folder / "late.test.yaml").write_text(
         "cases:\n  - name: fires\n    rows:\n      orders: [{id: 1, quantity: -1}]\n"
+        "      payments: [{id: 5, order_id: 9}]\n"
         "    expect: {keys: [1]}\n"
     )
     schema = tmp_path / "schema.sql"
@@ -109,7 +111,7 @@ def test_fixture_mistakes_are_said_at_their_line_with_a_hint(tmp_path: Path, dat
     )
     assert tested.returncode == 1
     assert (
-        f"❌ fires: {folder}/late.test.yaml:2: a row of orders: null value in column "
-        '"status" of relation "orders" violates not-null constraint'
+        f"❌ fires: {folder}/late.test.yaml:2: a row of payments: payments.order_id = 9 "
+        "refers to a orders row the case does not list; add it under `rows:` as orders"
     ) in tested.stdout
     assert "untested:" not in tested.stdout  # it has a firing case; that case failed

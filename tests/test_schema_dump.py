@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from helpers import cli
 
+from monitor.fillers import Needed, NoFiller, filler
 from monitor.schema_dump import dump_statements
 
 DUMP = Path(__file__).parent / "dumps" / "pg_dump_15_20.sql"  # real pg_dump 15.20 output
@@ -72,3 +74,58 @@ def test_a_failing_schema_statement_is_a_sentence_at_its_line(
     )
     assert done.returncode == 2
     assert done.stderr.strip() == f'invmon: {schema}:3: relation "nowhere" does not exist'
+
+
+def test_a_case_names_only_the_columns_its_invariant_reads(database: str, tmp_path: Path) -> None:
+    folder = tmp_path / "invariants"
+    write_case(folder)
+    (folder / "big_orders.test.yaml").write_text(
+        "cases:\n"
+        "  - name: only what matters\n"  # email (NOT NULL UNIQUE) and placed_at are filled
+        "    rows:\n"
+        "      shop.customers: [{id: 1}, {id: 2}]\n"
+        "      shop.orders:\n"
+        "        - {id: 7, customer_id: 1, total: 5000}\n"
+        "        - {id: 8, customer_id: 2, total: 5}\n"
+        "    expect: {keys: [7]}\n"
+        "  - name: an order of nobody\n"
+        "    rows:\n"
+        "      shop.orders: [{id: 9, total: 5000}]\n"
+        "    expect: {keys: [9]}\n"
+    )
+    done = cli(
+        "test",
+        "--invariants",
+        str(folder),
+        "--schema",
+        str(DUMP),
+        env={"INVMON_TEST_DSN": database},
+    )
+    assert "✅ only what matters" in done.stdout, done.stdout
+    assert (
+        f"❌ an order of nobody: {folder}/big_orders.test.yaml:9: a row of shop.orders: "
+        "customer_id is NOT NULL and refers to shop.customers: list the shop.customers row "
+        "under `rows:` and set customer_id to it"
+    ) in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("need", "first", "second"),
+    [
+        (Needed("qty", "integer", "N", "integer"), 1, 2),
+        (Needed("code", "character varying(4)", "S", "character varying"), "de-1", "de-2"),
+        (Needed("ok", "boolean", "B", "boolean"), False, False),
+        (Needed("state", "order_status", "E", "order_status", "new"), "new", "new"),
+        (Needed("tags", "text[]", "A", "text[]"), [], []),
+        (Needed("doc", "jsonb", "U", "jsonb"), {}, {}),
+    ],
+)
+def test_fillers_fit_their_type_and_differ_per_row(
+    need: Needed, first: object, second: object
+) -> None:
+    assert (filler(need, 1), filler(need, 2)) == (first, second)
+
+
+def test_a_column_without_a_filler_says_what_to_write() -> None:
+    with pytest.raises(NoFiller, match=r"^area \(polygon\) is NOT NULL with no default"):
+        filler(Needed("area", "polygon", "G", "polygon"), 1)
