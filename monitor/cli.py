@@ -38,6 +38,7 @@ from monitor.render import (
 )
 from monitor.results import exit_code
 from monitor.runner import describe_error
+from monitor.scaffold import Planned
 from monitor.selection import NothingSelected, select
 
 if TYPE_CHECKING:
@@ -503,6 +504,7 @@ def explain(
 @click.option("--strict", is_flag=True, help="An invariant with no firing case is an error.")
 @output_format("text", "json")
 @JUNIT
+@click.option("--watch", is_flag=True, help="Run again, for what changed, on every save.")
 def test_command(
     names: tuple[str, ...],
     config_path: Path | None,
@@ -513,6 +515,7 @@ def test_command(
     strict: bool,
     fmt: str,
     junit: Path | None,
+    watch: bool,
 ) -> None:
     """Run each invariant's fixture cases (NAME.test.yaml) in a throwaway database."""
     from monitor.case_report import findings, junit_cases, report_document, report_text
@@ -520,29 +523,109 @@ def test_command(
     from monitor.tester import run_fixtures
 
     config = resolve_config(config_path, None, invariants_dir)
-    selected = selected_invariants(config, names + selectors)
-    schema_sql = read_schema(config, schema_file)
-    where = str(schema_file or config.schema_path or "schema")
     server = test_server_dsn(admin_dsn)
+    schema_path = schema_file or config.schema_path
+    where = str(schema_path or "schema")
+
+    def once(only: set[str] | None = None) -> int:
+        selected = selected_invariants(config, names + selectors)
+        if only is not None:
+            selected = [i for i in selected if i.name in only]
+        try:
+            reports = run_fixtures(
+                selected,
+                read_schema(config, schema_file),
+                server,
+                config.fence.allowances(),
+                where,
+                lambda warning: click.echo(f"warning: {warning}", err=True),
+            )
+        except SchemaLoadError as exc:
+            fail(str(exc))
+        except psycopg.Error as exc:
+            fail(f"cannot use the test server: {redact(describe_error(exc))}")
+        text, code = report_text(reports, strict)
+        click.echo(to_json(report_document(reports, strict)) if fmt == "json" else text)
+        if junit is not None:
+            write_junit(junit, "invmon test", junit_cases(reports, strict))
+        annotate(findings(reports, strict))
+        return code
+
+    if not watch:
+        sys.exit(once())
+    from monitor.watching import watch as watching
+
+    def again(only: set[str] | None) -> None:
+        click.echo(f"\n== {'all' if only is None else ', '.join(sorted(only)) or 'nothing'}")
+        try:
+            once(only)
+        except click.ClickException as exc:  # a broken file: say it, keep watching
+            click.echo(f"invmon: {exc.format_message()}", err=True)
+        click.echo("(watching for changes; Ctrl-C stops)")
+
     try:
-        reports = run_fixtures(
-            selected,
-            schema_sql,
-            server,
-            config.fence.allowances(),
-            where,
-            lambda warning: click.echo(f"warning: {warning}", err=True),
-        )
-    except SchemaLoadError as exc:
-        fail(str(exc))
-    except psycopg.Error as exc:
-        fail(f"cannot use the test server: {redact(describe_error(exc))}")
-    text, code = report_text(reports, strict)
-    click.echo(to_json(report_document(reports, strict)) if fmt == "json" else text)
-    if junit is not None:
-        write_junit(junit, "invmon test", junit_cases(reports, strict))
-    annotate(findings(reports, strict))
-    sys.exit(code)
+        watching(config.invariants, schema_path, again)
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+def write_planned(root: Path, planned: Sequence[Planned]) -> None:
+    """Write each file under `root`, never over one that exists; say what happened."""
+    for item in planned:
+        target = root / item.path
+        if target.exists():
+            click.echo(f"kept     {target} (it exists)")
+            continue
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(item.text, encoding="utf-8")
+            if item.executable:
+                target.chmod(0o755)
+        except OSError as exc:
+            fail(f"cannot write {str(target)!r}: {exc.strerror}")
+        click.echo(f"created  {target}")
+
+
+@main.command()
+@click.argument("directory", default=".", type=click.Path(path_type=Path, file_okay=False))
+def init(directory: Path) -> None:
+    """Start a repository of invariants: config, schema placeholder, an example invariant
+    with its cases, the PR workflow, its check script, PR template and CODEOWNERS."""
+    from monitor.demo import shipped_folder
+    from monitor.scaffold import invmon_source, repository
+
+    kit = shipped_folder("deploy/ci", "monitor.ci_kit")
+    write_planned(directory, repository(kit, invmon_source()))
+    click.echo(
+        "\nNext: put the production schema in db/schema.sql (the command is in the file), "
+        "then `invmon lint` and `invmon test`; `invmon new NAME` starts the next invariant."
+    )
+
+
+@main.command()
+@click.argument("name")
+@CONFIG
+@INVARIANTS
+@SCHEMA
+@click.option("--table", help="The table it is about (default: the schema's first).")
+def new(
+    name: str,
+    config_path: Path | None,
+    invariants_dir: Path | None,
+    schema_file: Path | None,
+    table: str | None,
+) -> None:
+    """Write NAME.sql and NAME.test.yaml in the invariants folder, from the schema."""
+    from monitor.scaffold import new_invariant
+    from monitor.schema_check import load_schema
+
+    config = resolve_config(config_path, None, invariants_dir)
+    schema_sql = read_schema(config, schema_file)
+    tables = load_schema(schema_sql) if schema_sql else {}
+    if table is not None and table not in tables:
+        known = ", ".join(sorted(tables)) or "none (no schema file)"
+        fail(f"--table {table!r} is not in the schema; tables: {known}")
+    write_planned(config.invariants, new_invariant(name, table, tables))
 
 
 @main.command()

@@ -20,6 +20,7 @@ Parsing and comparing are pure; running the cases is monitor/tester.py.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -183,7 +184,8 @@ def _case(
     name = raw["name"]
     unknown = set(raw) - {"name", "rows", "expect"}
     if unknown:
-        problems.append(Problem(path, line, f"{name!r}: unknown field(s) {sorted(unknown)}"))
+        hint = _did_you_mean(unknown, {"name", "rows", "expect"})
+        problems.append(Problem(path, line, f"{name!r}: unknown field(s) {sorted(unknown)}{hint}"))
         return None
     rows = raw.get("rows") or {}
     if not isinstance(rows, dict) or not all(
@@ -192,18 +194,13 @@ def _case(
         problems.append(Problem(path, line, f"{name!r}: `rows` maps each table to a list of rows"))
         return None
     expect = raw.get("expect")
+    if isinstance(expect, dict) and set(expect) - EXPECT_FIELDS:
+        extra = sorted(map(str, set(expect) - EXPECT_FIELDS))
+        hint = _did_you_mean(set(extra), EXPECT_FIELDS) or "; use keys, count or rows"
+        problems.append(Problem(path, line, f"{name!r}: unknown `expect` field(s) {extra}{hint}"))
+        return None
     if not isinstance(expect, dict) or not (EXPECT_FIELDS & set(expect)):
         problems.append(Problem(path, line, f"{name!r}: `expect` needs `keys`, `count` or `rows`"))
-        return None
-    if set(expect) - EXPECT_FIELDS:
-        extra = sorted(set(expect) - EXPECT_FIELDS)
-        problems.append(
-            Problem(
-                path,
-                line,
-                f"{name!r}: unknown `expect` field(s) {extra}; use keys, count or rows",
-            )
-        )
         return None
     rows_expected = expect.get("rows")
     if rows_expected is not None and (
@@ -242,6 +239,15 @@ def _case(
             Problem(path, line, not_unique(name, key_columns, repeated), level="warning")
         )
     return Case(name, line, rows, keys, count, rows_expected)
+
+
+def _did_you_mean(unknown: set[str], known: set[str]) -> str:
+    guesses = [
+        f"{u!r} -> {close[0]!r}"
+        for u in sorted(map(str, unknown))
+        if (close := difflib.get_close_matches(u, sorted(known), n=1, cutoff=0.6))
+    ]
+    return f"; did you mean {', '.join(guesses)}?" if guesses else ""
 
 
 def not_unique(case: str, key_columns: Sequence[str], key: str) -> str:

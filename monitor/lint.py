@@ -83,12 +83,14 @@ def lint_folder(config: Config, folder: Path, schema_sql: str | None) -> LintRep
             loading, policy=dataclasses.replace(loading.policy, catalog=catalog)
         )
     loaded = load_directory(folder, loading)
+    fixtures = []
     for inv in loaded.invariants:  # the fixture next to each file: read, not run
         cases = fixture_path(inv.path)
         if cases.exists():
-            loaded.problems += load_fixture(cases, inv.key).problems
+            fixtures.append(load_fixture(cases, inv.key))
+            loaded.problems += fixtures[-1].problems
     if schema_sql is not None:
-        from monitor.schema_check import check_against_schema, load_schema
+        from monitor.schema_check import check_against_schema, fixture_problems, load_schema
 
         tables = load_schema(schema_sql)
         for inv in loaded.invariants:
@@ -97,4 +99,6 @@ def lint_folder(config: Config, folder: Path, schema_sql: str | None) -> LintRep
                 Problem(inv.path, p.line + offset, p.message, p.level)
                 for p in check_against_schema(inv.sql, tables)
             ]
+        for fixture in fixtures:
+            loaded.problems += fixture_problems(fixture, tables)
     return LintReport(loaded)

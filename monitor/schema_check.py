@@ -15,7 +15,8 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from monitor.problems import SqlProblem
+from monitor.fixtures import Fixture
+from monitor.problems import Problem, SqlProblem
 
 Tables = dict[str, dict[str, str]]
 
@@ -171,3 +172,34 @@ def _table_name(scope: Scope, alias: str) -> str:
 def _did_you_mean(name: str, columns: set[str]) -> str:
     close = difflib.get_close_matches(name, sorted(columns), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def fixture_problems(fixture: Fixture, tables: Tables) -> list[Problem]:
+    """Each case's tables and columns against the schema file, at the case's line."""
+    lowered = {n.lower(): {c.lower() for c in cols} for n, cols in tables.items()}
+    problems = []
+    for case in fixture.cases:
+        for table in case.rows:
+            name = table.split(".")[-1].lower()
+            if name not in lowered:
+                problems.append(
+                    Problem(
+                        fixture.path,
+                        case.line,
+                        f"{case.name!r}: table {table!r} is not in the schema file"
+                        + _did_you_mean(name, set(lowered)),
+                    )
+                )
+                continue
+            columns = {str(c) for row in case.rows[table] for c in row}
+            for column in sorted(columns):
+                if column.lower() not in lowered[name]:
+                    problems.append(
+                        Problem(
+                            fixture.path,
+                            case.line,
+                            f"{case.name!r}: {table} has no column {column!r}"
+                            + _did_you_mean(column.lower(), lowered[name]),
+                        )
+                    )
+    return problems

@@ -76,7 +76,19 @@ def load(text: str, max_bytes: int, loader: type[yaml.SafeLoader] = StrictLoader
         raise YamlProblem(1, f"cannot be read: {type(exc).__name__}: {str(exc)[:120]}") from None
 
 
+HINTS = {
+    # The most common slip: a value with ": " in it (a description, a runbook title).
+    "mapping values are not allowed here": 'a value that contains ": " must be quoted, '
+    'e.g. description: "Every order: exactly one payment"',
+    "found character '@' that cannot start any": "a value starting with @ "
+    'must be quoted, e.g. owner: "@payments-oncall"',
+    "found character '`' that cannot start any": "a value starting with ` must be quoted",
+}
+
+
 def _problem(exc: yaml.MarkedYAMLError) -> YamlProblem:
     mark = exc.problem_mark or exc.context_mark
     line = mark.line + 1 if mark else 1
-    return YamlProblem(line, f"not valid YAML ({exc.problem or exc.context or 'unreadable'})")
+    reason = exc.problem or exc.context or "unreadable"
+    hint = next((h for known, h in HINTS.items() if known in reason), None)
+    return YamlProblem(line, f"not valid YAML ({reason})" + (f"; {hint}" if hint else ""))

@@ -115,3 +115,25 @@ def test_fixture_mistakes_are_said_at_their_line_with_a_hint(tmp_path: Path, dat
         "refers to a orders row the case does not list; add it under `rows:` as orders"
     ) in tested.stdout
     assert "untested:" not in tested.stdout  # it has a firing case; that case failed
+
+
+def test_lint_checks_fixture_tables_and_columns_against_the_schema(tmp_path: Path) -> None:
+    schema = tmp_path / "schema.sql"
+    schema.write_text(SCHEMA)
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "neg.sql").write_text(
+        "-- description: x\n-- key: [id]\nSELECT id FROM orders WHERE quantity < 0\n"
+    )
+    (folder / "neg.test.yaml").write_text(
+        "cases:\n  - name: fires\n    rows:\n      orders: [{id: 1, quantty: -1}]\n"
+        "      ordrs: [{id: 2}]\n    expect: {keys: [1]}\n"
+    )
+    done = cli("lint", str(folder), "--schema", str(schema))
+    assert done.returncode == 2
+    assert done.stdout.splitlines() == [
+        f"{folder}/neg.test.yaml:2: 'fires': orders has no column 'quantty'; "
+        "did you mean 'quantity'?",
+        f"{folder}/neg.test.yaml:2: 'fires': table 'ordrs' is not in the schema file; "
+        "did you mean 'orders'?",
+    ]

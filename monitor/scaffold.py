@@ -1,0 +1,180 @@
+"""`invmon init` and `invmon new`: a repository of invariants that works from its first
+commit, and a new invariant with its cases, suggested from the schema. The file contents are
+decided here (pure); the CLI writes them, never over an existing file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from monitor.schema_check import Tables
+
+EXAMPLE_SCHEMA = """\
+-- The production schema, for `invmon lint --schema` and `invmon test` (no database needed).
+-- Replace this example with the real one, and refresh it when the schema changes:
+--
+--   pg_dump --schema-only --no-owner --no-privileges "$PRODUCTION_DSN" > db/schema.sql
+--
+CREATE TABLE orders (
+    id bigint PRIMARY KEY,
+    status text NOT NULL,
+    total numeric(12, 2) NOT NULL,
+    placed_at timestamptz NOT NULL
+);
+"""
+
+EXAMPLE_INVARIANT = """\
+-- description: No order has a negative total; one would mean a refund was applied twice.
+-- severity: warning
+-- owner: "@data-reliability"
+-- key: [id]
+
+-- The query returns the offending rows: zero rows means the invariant holds.
+SELECT o.id, o.total, o.status
+FROM orders AS o
+WHERE o.total < 0
+"""
+
+EXAMPLE_CASES = """\
+cases:
+  - name: a negative total fires
+    rows:
+      orders: [{id: 1, total: -5.00}, {id: 2, total: 10.00}]
+    expect:
+      keys: [[1]]
+  - name: positive totals hold
+    rows:
+      orders: [{id: 3, total: 0.00}]
+    expect:
+      count: 0
+"""
+
+CONFIG = """\
+# invmon's config. Offline commands (lint, test) need none of the variables below; a
+# command that needs one says which (README: Configuration).
+invariants: invariants
+schema: db/schema.sql
+dsn: ${INVMON_REPLICA_DSN}          # the read replica, for check, explain and run
+slack:
+  token: ${SLACK_BOT_TOKEN:-}       # unset: alerts print to stdout
+  channel: "#invariants"
+"""
+
+
+@dataclass(frozen=True)
+class Planned:
+    path: Path  # relative to the repository
+    text: str
+    executable: bool = False
+
+
+def invmon_source() -> str:
+    """Where this invmon was installed from, as pip can install it again (a git URL at its
+    commit, or a file URL); empty when it cannot be told."""
+    try:
+        direct = metadata.distribution("invariant-monitor").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return ""
+    if not direct:
+        return ""
+    info = json.loads(direct)
+    vcs = info.get("vcs_info")
+    if vcs and vcs.get("vcs") == "git":
+        return f"git+{info['url']}@{vcs['commit_id']}"
+    return ""
+
+
+def workflow(template: str, source: str) -> str:
+    """The PR workflow for a repository that holds only invariants: invmon comes from
+    `source` (or the INVMON_SOURCE repository variable), never from the PR."""
+    install = (
+        "      - run: |\n"
+        '          if [ -z "$INVMON_SOURCE" ]; then\n'
+        '            echo "set the repository variable INVMON_SOURCE to where invmon is '
+        'installed from (a git URL at a tag, or a wheel URL)" >&2\n'
+        "            exit 1\n"
+        "          fi\n"
+        '          pip install "$INVMON_SOURCE"\n'
+        "        env:\n"
+        f"          INVMON_SOURCE: ${{{{ vars.INVMON_SOURCE || '{source}' }}}}"
+    )
+    pattern = re.compile(
+        r"      # invmon itself never comes from the PR"
+        r".*?INVMON_SOURCE: \$\{\{ vars\.INVMON_SOURCE \}\}",
+        re.S,
+    )
+    replaced, count = pattern.subn(install, template)
+    assert count == 2, "the workflow template changed; update scaffold.workflow"
+    return replaced
+
+
+def repository(kit: Path, source: str) -> list[Planned]:
+    """Every file of a new repository of invariants; `kit` is deploy/ci (or its copy)."""
+    return [
+        Planned(Path("invmon.yaml"), CONFIG),
+        Planned(Path("db/schema.sql"), EXAMPLE_SCHEMA),
+        Planned(Path("invariants/negative_totals.sql"), EXAMPLE_INVARIANT),
+        Planned(Path("invariants/negative_totals.test.yaml"), EXAMPLE_CASES),
+        Planned(
+            Path(".github/workflows/invariants.yml"),
+            workflow((kit / "invariants-pr.yml").read_text(encoding="utf-8"), source),
+        ),
+        Planned(
+            Path("deploy/ci/check-invariants.sh"),
+            (kit / "check-invariants.sh").read_text(encoding="utf-8"),
+            executable=True,
+        ),
+        Planned(
+            Path(".github/pull_request_template.md"),
+            _without_copy_note((kit / "pull_request_template.md").read_text(encoding="utf-8")),
+        ),
+        Planned(
+            Path(".github/CODEOWNERS"),
+            _without_copy_note((kit / "CODEOWNERS.example").read_text(encoding="utf-8")),
+        ),
+    ]
+
+
+def _without_copy_note(text: str) -> str:
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[1:]) if lines and "Copy to" in lines[0] else text
+
+
+def new_invariant(name: str, table: str | None, tables: Tables) -> list[Planned]:
+    """NAME.sql and NAME.test.yaml, written against `table` (or the schema's first)."""
+    chosen = table or (sorted(tables)[0] if tables else None)
+    columns = list(tables.get(chosen, {})) if chosen else []
+    key = columns[0] if columns else "id"
+    shown = ", ".join(f"t.{c}" for c in columns[:4]) or "t.id"
+    source = chosen or "your_table"
+    sql = (
+        "-- description: TODO what must hold, and why it matters (a stranger on call reads it)\n"
+        "-- severity: warning\n"
+        '-- owner: "@your-team"\n'
+        f"-- key: [{key}]\n\n"
+        "-- Return the rows that break it; zero rows means it holds.\n"
+        f"SELECT {shown}\nFROM {source} AS t\nWHERE false  -- TODO: the condition that is broken\n"
+    )
+    listed = ", ".join(f"{c}: TODO" for c in columns[:2]) or "id: 1"
+    cases = (
+        "cases:\n"
+        "  - name: TODO it fires when …\n"
+        "    rows:\n"
+        f"      {source}: [{{{listed}}}]  # only the columns the query reads\n"
+        "    expect:\n"
+        "      keys: [[TODO]]\n"
+        "  - name: TODO it holds when …\n"
+        "    rows:\n"
+        f"      {source}: []\n"
+        "    expect:\n"
+        "      count: 0\n"
+    )
+    base = Path(name.removesuffix(".sql"))
+    return [
+        Planned(base.with_name(base.name + ".sql"), sql),
+        Planned(base.with_name(base.name + ".test.yaml"), cases),
+    ]
