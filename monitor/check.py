@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,25 +67,45 @@ def failed_loads(problems: Sequence[Problem], directory: Path) -> list[RunResult
 
 def run_check(
     config: Config,
-    dsn: str,
     directory: Path,
     only: Sequence[str] = (),
     show_values: bool = False,
+    targets: Sequence[str] = (),
 ) -> CheckOutcome:
-    """Every selected invariant evaluated once; rows masked (config `redact:`) unless
-    `show_values`."""
+    """Every selected invariant evaluated once, each on its target's database (targets
+    side by side, so a dead one delays no other); rows masked unless `show_values`."""
     loading = config.loading(with_database=True)
     loaded = load_directory(directory, loading)
     if only:  # the selected files; problems of the others are not this run's business
         loaded = LoadResult(select(loaded.invariants, only, directory), [])
-    with Runner(
-        dsn,
-        config.concurrency,
-        config.database,
-        allow=loading.policy.allow,
-        limits=config.limits.rows(),
-        redaction=NO_REDACTION if show_values else config.redact.redaction(),
-    ) as runner:
-        results = runner.run_all(loaded.invariants)
+    if targets:
+        loaded = LoadResult([i for i in loaded.invariants if i.target in targets], [])
+    known = config.resolved_targets()
+    groups: dict[str, list[Invariant]] = {}
+    for inv in loaded.invariants:
+        groups.setdefault(inv.target, []).append(inv)
+    redaction = NO_REDACTION if show_values else config.redact.redaction()
+
+    def run_target(name: str) -> list[RunResult]:
+        target, invariants = known[name], groups[name]
+        if not target.dsn:
+            reason = config.no_dsn_reason(name)
+            return [RunResult.failed(i.name, reason, target=name) for i in invariants]
+        with Runner(
+            target.dsn,
+            target.concurrency,
+            target.database,
+            allow=loading.policy.allow,
+            limits=config.limits.rows(),
+            redaction=redaction,
+            target=name,
+        ) as runner:
+            return runner.run_all(invariants)
+
+    by_name: dict[str, RunResult] = {}
+    with ThreadPoolExecutor(max(len(groups), 1), thread_name_prefix="invmon-target") as pool:
+        for found in pool.map(run_target, sorted(groups)):
+            by_name.update((r.invariant, r) for r in found)
+    results = [by_name[i.name] for i in loaded.invariants]
     results += failed_loads(loaded.problems, directory)
     return CheckOutcome(results, loaded.invariants, loaded.problems)

@@ -22,9 +22,9 @@ from monitor import __version__
 from monitor.acks import AckMode, Action
 from monitor.check import run_check
 from monitor.ci_output import Finding, JunitCase, from_problems, github_annotations, junit_xml
-from monitor.config import Config, ConfigError, check_dsn, load_config
+from monitor.config import Config, ConfigError, Target, check_dsn, load_config
 from monitor.durations import parse_duration
-from monitor.loader import Invariant, load_directory
+from monitor.loader import DEFAULT_TARGET, Invariant, load_directory
 from monitor.logs import redact
 from monitor.records import as_document
 from monitor.render import (
@@ -91,6 +91,13 @@ JUNIT = click.option(
     "--junit",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Also write the results as JUnit XML to this file (for any CI).",
+)
+TARGETS = click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    metavar="NAME",
+    help="Only the invariants of this target (repeatable); see `targets:` in the config.",
 )
 SELECT = click.option(
     "--select",
@@ -178,6 +185,18 @@ def test_server_dsn(admin_dsn: str | None) -> str | None:
     return checked_dsn(from_env, "INVMON_TEST_DSN") if from_env else None
 
 
+def require_targets(config: Config, purpose: str) -> dict[str, Target]:
+    """The targets; at least one must have a database (the others' invariants report why
+    they could not run)."""
+    targets = config.resolved_targets()
+    if list(targets) == [DEFAULT_TARGET]:
+        require_database(config, purpose)
+    elif not any(t.dsn for t in targets.values()):
+        fail(f"no database to {purpose}: no target has a dsn ({', '.join(sorted(targets))})")
+    require_folder(config)
+    return targets
+
+
 def require_database(config: Config, purpose: str) -> str:
     require(config, "dsn")
     if not config.dsn:
@@ -192,7 +211,10 @@ def require_folder(config: Config) -> None:
 
 
 def read_schema(config: Config, schema_file: Path | None) -> str | None:
-    schema = schema_file or config.schema_path
+    return read_schema_file(schema_file or config.schema_path)
+
+
+def read_schema_file(schema: Path | None) -> str | None:
     if schema is None:
         return None
     if not schema.is_file():
@@ -200,16 +222,37 @@ def read_schema(config: Config, schema_file: Path | None) -> str | None:
     return schema.read_text(encoding="utf-8")
 
 
-def selected_invariants(config: Config, selectors: Sequence[str]) -> list[Invariant]:
-    """The selected invariants (all when none), refusing to go on past an invalid file."""
+def known_targets(config: Config, targets: Sequence[str]) -> None:
+    """Every `--target` names a target of the config."""
+    known = config.resolved_targets()
+    unknown = sorted(set(targets) - set(known))
+    if unknown:
+        names = ", ".join(sorted(known))
+        fail(f"no target named {', '.join(map(repr, unknown))}; targets: {names}")
+
+
+def by_target(invariants: Sequence[Invariant]) -> dict[str, list[Invariant]]:
+    groups: dict[str, list[Invariant]] = {}
+    for inv in invariants:
+        groups.setdefault(inv.target, []).append(inv)
+    return groups
+
+
+def selected_invariants(
+    config: Config, selectors: Sequence[str], targets: Sequence[str] = ()
+) -> list[Invariant]:
+    """The selected invariants (all when none) of these targets (all when none), refusing
+    to go on past an invalid file."""
     loaded = load_directory(config.invariants, config.loading(with_database=True))
     if loaded.errors:
         click.echo(problems_text(loaded.errors), err=True)
         fail("fix the invalid invariant files first (see `invmon lint`)")
+    known_targets(config, targets)
     try:
-        return select(loaded.invariants, selectors, config.invariants)
+        chosen = select(loaded.invariants, selectors, config.invariants)
     except NothingSelected as exc:
         fail(str(exc))
+    return [i for i in chosen if not targets or i.target in targets]
 
 
 def _store_where(config: Config) -> str:
@@ -264,6 +307,7 @@ def main() -> None:
 @DSN
 @INVARIANTS
 @SELECT
+@TARGETS
 @click.option("--only", multiple=True, metavar="NAME", hidden=True)  # the old spelling
 @output_format("table", "json", "markdown")
 @click.option(
@@ -286,10 +330,12 @@ def check(
     fmt: str,
     counts_only: bool,
     show_values: bool,
+    targets: tuple[str, ...],
 ) -> None:
     """Evaluate every invariant once and exit 0 (all hold), 1 (violated) or 2 (error)."""
     config = resolve_config(config_path, dsn, invariants_dir)
-    database = require_database(config, "check")
+    require_targets(config, "check")
+    known_targets(config, targets)
     if show_values:
         click.echo(
             "invmon: warning: --show-values prints offending rows unmasked; they may hold "
@@ -297,7 +343,7 @@ def check(
             err=True,
         )
     try:
-        outcome = run_check(config, database, config.invariants, selectors + only, show_values)
+        outcome = run_check(config, config.invariants, selectors + only, show_values, targets)
     except NothingSelected as exc:
         fail(str(exc))
     if counts_only:
@@ -454,6 +500,7 @@ def snooze(incident: int, duration: str, config_path: Path | None) -> None:
 @SELECT
 @click.option("--analyze", is_flag=True, help="EXPLAIN ANALYZE: runs the queries (read-only).")
 @output_format("text", "json")
+@TARGETS
 def explain(
     config_path: Path | None,
     dsn: str | None,
@@ -462,24 +509,32 @@ def explain(
     selectors: tuple[str, ...],
     analyze: bool,
     fmt: str,
+    targets: tuple[str, ...],
 ) -> None:
     """Planner cost of each invariant; exit 1 when one is over its max_cost."""
-    from monitor.explain import explain_all, explain_document, explain_text
+    from monitor.explain import Explained, explain_all, explain_document, explain_text
 
     config = resolve_config(config_path, dsn, invariants_dir)
-    database = require_database(config, "explain against")
-    selected = selected_invariants(config, names + selectors)
-    try:
-        results = explain_all(
-            database,
-            selected,
-            config.max_cost,
-            analyze,
-            config.fence.allowances(),
-            config.database.lock_timeout,
-        )
-    except Exception as exc:  # a refused connection: one sentence, not a traceback
-        fail(f"cannot explain: {redact(str(exc))}")
+    known = require_targets(config, "explain against")
+    selected = selected_invariants(config, names + selectors, targets)
+    results: list[Explained] = []
+    for name, group in by_target(selected).items():
+        target = known[name]
+        if not target.dsn:
+            reason = config.no_dsn_reason(name)
+            results += [Explained(i.name, None, i.header.max_cost, reason) for i in group]
+            continue
+        try:
+            results += explain_all(
+                target.dsn,
+                group,
+                config.max_cost,
+                analyze,
+                config.fence.allowances(),
+                target.database.lock_timeout,
+            )
+        except Exception as exc:  # a refused connection: one sentence, not a traceback
+            fail(f"cannot explain on target {name!r}: {redact(str(exc))}")
     text, code = explain_text(results)
     click.echo(to_json(explain_document(results)) if fmt == "json" else text)
     by_name = {i.name: i for i in selected}
@@ -499,6 +554,7 @@ def explain(
 @CONFIG
 @INVARIANTS
 @SELECT
+@TARGETS
 @SCHEMA
 @TEST_SERVER
 @click.option("--strict", is_flag=True, help="An invariant with no firing case is an error.")
@@ -510,6 +566,7 @@ def test_command(
     config_path: Path | None,
     invariants_dir: Path | None,
     selectors: tuple[str, ...],
+    targets: tuple[str, ...],
     schema_file: Path | None,
     admin_dsn: str | None,
     strict: bool,
@@ -525,25 +582,30 @@ def test_command(
     config = resolve_config(config_path, None, invariants_dir)
     server = test_server_dsn(admin_dsn)
     schema_path = schema_file or config.schema_path
-    where = str(schema_path or "schema")
 
     def once(only: set[str] | None = None) -> int:
-        selected = selected_invariants(config, names + selectors)
+        selected = selected_invariants(config, names + selectors, targets)
         if only is not None:
             selected = [i for i in selected if i.name in only]
-        try:
-            reports = run_fixtures(
-                selected,
-                read_schema(config, schema_file),
-                server,
-                config.fence.allowances(),
-                where,
-                lambda warning: click.echo(f"warning: {warning}", err=True),
-            )
-        except SchemaLoadError as exc:
-            fail(str(exc))
-        except psycopg.Error as exc:
-            fail(f"cannot use the test server: {redact(describe_error(exc))}")
+        reports = []
+        known = config.resolved_targets()
+        # Each target's cases run in a scratch database made from its own schema file.
+        for name, group in sorted(by_target(selected).items()):
+            schema = schema_file or known[name].schema_path
+            try:
+                reports += run_fixtures(
+                    group,
+                    read_schema_file(schema),
+                    server,
+                    config.fence.allowances(),
+                    str(schema or "schema"),
+                    lambda warning: click.echo(f"warning: {warning}", err=True),
+                )
+            except SchemaLoadError as exc:
+                fail(str(exc))
+            except psycopg.Error as exc:
+                fail(f"cannot use the test server: {redact(describe_error(exc))}")
+        reports.sort(key=lambda r: [i.name for i in selected].index(r.invariant.name))
         text, code = report_text(reports, strict)
         click.echo(to_json(report_document(reports, strict)) if fmt == "json" else text)
         if junit is not None:
@@ -649,7 +711,13 @@ def lint(
 
     config = resolve_config(config_path, None, directory or invariants_dir)
     require_folder(config)
-    report = lint_folder(config, config.invariants, read_schema(config, schema_file))
+    own: dict[str, str] = {}
+    if schema_file is None:  # --schema is one file for all; else each target's own
+        for name, target in config.resolved_targets().items():
+            text = read_schema_file(target.schema_path) if target.schema_path else None
+            if text is not None and name != DEFAULT_TARGET:
+                own[name] = text
+    report = lint_folder(config, config.invariants, read_schema(config, schema_file), own)
     if selectors:
         try:
             report = report.only(selectors, config.invariants)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +31,7 @@ from monitor.acks import ACK_MODES, AckMode
 from monitor.durations import parse_duration
 from monitor.fence import Allowances, FencePolicy
 from monitor.header import Severity
-from monitor.loader import MAX_FILE_BYTES, Defaults, Loading
+from monitor.loader import DEFAULT_TARGET, MAX_FILE_BYTES, Defaults, Loading
 from monitor.offending import DEFAULT_ROW_LIMITS, MIN_CELL, RowLimits
 from monitor.redaction import DEFAULT_COLUMNS, DETECTORS, Detector, Redaction
 from monitor.text import printable, shorten
@@ -268,6 +269,40 @@ class RedactConfig(_Model):
         return Redaction(key, tuple(self.columns), tuple(self.values))
 
 
+class TargetConfig(_Model):
+    """One monitored database (config `targets:`); unset fields take the top-level ones."""
+
+    dsn: str | None = None
+    concurrency: int | None = Field(default=None, ge=1, le=64)
+    max_replica_lag: timedelta | None = None
+    connect_timeout: timedelta | None = None
+    lock_timeout: timedelta | None = None
+    statement_timeout: timedelta | None = None  # the ceiling for its invariants' timeouts
+    channel: str | None = None  # its incidents' default channel (a file's own wins)
+    owner: str | None = None  # its invariants' default owner
+    schema_path: Path | None = Field(default=None, alias="schema")  # for lint and test
+
+    _t = field_validator(
+        "max_replica_lag", "connect_timeout", "lock_timeout", "statement_timeout", mode="before"
+    )(_duration)
+    _d = field_validator("dsn")(check_dsn)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target with every setting resolved (its own, else the top-level one)."""
+
+    name: str
+    dsn: str | None
+    concurrency: int
+    database: DatabaseConfig
+    max_replica_lag: timedelta
+    statement_timeout: timedelta | None
+    channel: str | None
+    owner: str | None
+    schema_path: Path | None
+
+
 class LimitsConfig(_Model):
     """Bounds on what invmon reads; each refusal says which limit it met."""
 
@@ -303,6 +338,56 @@ class Config(_Model):
     fence: FenceConfig = FenceConfig()
     limits: LimitsConfig = LimitsConfig()
     redact: RedactConfig = RedactConfig()
+    targets: dict[str, TargetConfig] = Field(default_factory=dict)
+
+    @field_validator("targets")
+    @classmethod
+    def _target_names(cls, value: dict[str, TargetConfig]) -> dict[str, TargetConfig]:
+        for name in value:
+            if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", name):
+                raise ValueError(
+                    f"target name {shorten(name, 40)} must be lower-case letters, digits, "
+                    "_ or -, starting with a letter"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _one_default(self) -> Config:
+        if self.dsn and DEFAULT_TARGET in self.targets:
+            raise ValueError(
+                "`dsn:` is the target named default; set it there or at the top, not both"
+            )
+        return self
+
+    def resolved_targets(self) -> dict[str, Target]:
+        """Every target by name; the top-level `dsn:` (or no targets at all) is `default`."""
+        configured = dict(self.targets)
+        if self.dsn or not configured:
+            configured = {DEFAULT_TARGET: TargetConfig(dsn=self.dsn), **configured}
+        out = {}
+        for name, t in configured.items():
+            database = self.database.model_copy(
+                update={
+                    k: v
+                    for k, v in (
+                        ("connect_timeout", t.connect_timeout),
+                        ("lock_timeout", t.lock_timeout),
+                    )
+                    if v is not None
+                }
+            )
+            out[name] = Target(
+                name=name,
+                dsn=t.dsn,
+                concurrency=t.concurrency or self.concurrency,
+                database=database,
+                max_replica_lag=t.max_replica_lag or self.daemon.max_replica_lag,
+                statement_timeout=t.statement_timeout,
+                channel=t.channel,
+                owner=t.owner,
+                schema_path=t.schema_path or (self.schema_path if name == DEFAULT_TARGET else None),
+            )
+        return out
 
     _d = field_validator("dsn")(check_dsn)
     # Fields left at their default because their ${VAR} is not set (field -> variable):
@@ -324,6 +409,20 @@ class Config(_Model):
                 "\n".join(f"{self._source}: {unset_message(f, n)}" for f, n in missing)
             )
 
+    def no_dsn_reason(self, target: str) -> str:
+        """Why a target has no DSN, in the words that fix it."""
+        field = (
+            "dsn"
+            if target == DEFAULT_TARGET and target not in self.targets
+            else (f"targets.{target}.dsn")
+        )
+        variable = self._unresolved.get(field)
+        if variable is not None:
+            return f"target {target!r} has no DSN: {unset_message(field, variable)}"
+        if field == "dsn":
+            return "no database: pass --dsn, set INVMON_DSN, or set dsn in invmon.yaml"
+        return f"target {target!r} has no DSN: set {field} in invmon.yaml"
+
     def without_unresolved(self, field: str) -> Config:
         """After a command-line value replaced `field`: its reference no longer matters."""
         copy = self.model_copy()
@@ -336,7 +435,8 @@ class Config(_Model):
     def loading(self, with_database: bool) -> Loading:
         """How invariant files are read: `with_database` when a database's own catalog
         judges every query again before it runs (check, test, explain, run)."""
-        return Loading(self.defaults, self.policy(with_database), self.limits.file_bytes)
+        ceilings = {name: t.statement_timeout for name, t in self.resolved_targets().items()}
+        return Loading(self.defaults, self.policy(with_database), self.limits.file_bytes, ceilings)
 
 
 _QUOTED = re.compile(r"'[^']*'?…?|\"[^\"]*\"?")

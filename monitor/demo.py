@@ -82,7 +82,7 @@ def run_demo(admin_dsn: str | None, say: Callable[[str], None]) -> int:
             names = sorted(p.stem for p in invariants.glob("*.sql"))
             say(f"Running {len(names)} invariants: {', '.join(names)}\n")
             started = time.monotonic()
-            outcome = run_check(Config(), dsn, invariants)
+            outcome = run_check(Config(dsn=dsn), invariants)
             say(results_table(outcome.results, sample_rows=5))
             say(
                 f"\nEvaluated in {time.monotonic() - started:.2f}s. Each violation above was "

@@ -47,6 +47,7 @@ class InvariantHeader(BaseModel):
     tags: list[str] = Field(default_factory=list)
     for_runs: int = Field(default=1, ge=1, alias="for")
     channel: str | None = None
+    target: str | None = None  # the database it runs on (config `targets:`)
     max_cost: float | None = Field(default=None, gt=0)  # planner cost budget (invmon explain)
     redact: list[str] = Field(default_factory=list)  # columns masked besides config's patterns
     show: list[str] = Field(default_factory=list)  # columns let through although they match

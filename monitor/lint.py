@@ -5,7 +5,7 @@ a schema file, the tables and columns each query names."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from monitor.ci_output import JunitCase
@@ -71,7 +71,14 @@ class LintReport:
         return f"{valid} invariant{'s' * (valid != 1)} valid, {len(broken)} with errors"
 
 
-def lint_folder(config: Config, folder: Path, schema_sql: str | None) -> LintReport:
+def lint_folder(
+    config: Config,
+    folder: Path,
+    schema_sql: str | None,
+    target_schemas: Mapping[str, str] | None = None,
+) -> LintReport:
+    """`target_schemas`: a target's own schema file (`targets.NAME.schema`), used for its
+    invariants instead of `schema_sql`."""
     loading = config.loading(with_database=False)
     if schema_sql is not None:
         from monitor.pgcatalog import builtin_catalog
@@ -89,16 +96,24 @@ def lint_folder(config: Config, folder: Path, schema_sql: str | None) -> LintRep
         if cases.exists():
             fixtures.append(load_fixture(cases, inv.key))
             loaded.problems += fixtures[-1].problems
-    if schema_sql is not None:
+    own = dict(target_schemas or {})
+    if schema_sql is not None or own:
         from monitor.schema_check import check_against_schema, fixture_problems, load_schema
 
-        tables = load_schema(schema_sql)
+        tables_of = {name: load_schema(text) for name, text in own.items()}
+        fallback = load_schema(schema_sql) if schema_sql is not None else None
+        by_path = {fixture_path(i.path): i.target for i in loaded.invariants}
         for inv in loaded.invariants:
+            tables = tables_of.get(inv.target, fallback)
+            if tables is None:
+                continue
             offset = inv.sql_first_line - 1
             loaded.problems += [
                 Problem(inv.path, p.line + offset, p.message, p.level)
                 for p in check_against_schema(inv.sql, tables)
             ]
         for fixture in fixtures:
-            loaded.problems += fixture_problems(fixture, tables)
+            tables = tables_of.get(by_path.get(fixture.path, ""), fallback)
+            if tables is not None:
+                loaded.problems += fixture_problems(fixture, tables)
     return LintReport(loaded)

@@ -7,7 +7,7 @@ problems that keep it from being one, so one bad PR cannot silence the other che
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -15,18 +15,21 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from monitor.durations import Schedule, parse_duration, parse_schedule
+from monitor.durations import Schedule, format_duration, parse_duration, parse_schedule
 from monitor.fence import OFFLINE, FencePolicy
 from monitor.header import (
     HeaderError,
     InvariantHeader,
     Severity,
+    SplitFile,
     line_of_key,
     parse_header,
     split_file,
 )
 from monitor.problems import Problem
 from monitor.validate import check_sql, columns_of
+
+DEFAULT_TARGET = "default"  # the target of the single `dsn:` form
 
 
 class Defaults(BaseModel):
@@ -62,6 +65,7 @@ class Invariant:
     schedule: Schedule
     timeout: timedelta
     sample: int
+    target: str = DEFAULT_TARGET  # the monitored database it runs on (config `targets:`)
 
     @property
     def description(self) -> str:
@@ -91,12 +95,31 @@ MAX_FILES = 10_000  # a folder of invariants, not a disk
 
 @dataclass(frozen=True)
 class Loading:
-    """How files are read: what headers leave unset, how the fence judges offline, and the
-    size a file may have (config `defaults:`, `fence:` and `limits.file_bytes`)."""
+    """How files are read: what headers leave unset, how the fence judges offline, the
+    size a file may have, and the targets it may run on, each with its timeout ceiling
+    (config `defaults:`, `fence:`, `limits.file_bytes` and `targets:`)."""
 
     defaults: Defaults = field(default_factory=Defaults)
     policy: FencePolicy = OFFLINE
     max_file_bytes: int = MAX_FILE_BYTES
+    targets: Mapping[str, timedelta | None] = field(default_factory=lambda: {DEFAULT_TARGET: None})
+
+
+def _header_line(split: SplitFile) -> int:
+    return split.header_lines[0][0] if split.header_lines else 1
+
+
+def bind_target(
+    header: InvariantHeader, name: str, targets: Mapping[str, timedelta | None]
+) -> str | None:
+    """The header's `target:`, else the first folder of the name when a target has that
+    name (`payments/x` runs on `payments`), else `default`; None when none exists."""
+    if header.target is not None:
+        return header.target if header.target in targets else None
+    folder = name.split("/", 1)[0] if "/" in name else None
+    if folder in targets:
+        return folder
+    return DEFAULT_TARGET if DEFAULT_TARGET in targets else None
 
 
 def discover(directory: Path) -> tuple[list[Path], list[Problem]]:
@@ -202,7 +225,33 @@ def load_file(
                     "unquoted names are lower-cased by PostgreSQL",
                 )
             )
-    if header is None or any(p.level == "error" for p in problems):
+    target = bind_target(header, name, loading.targets) if header is not None else None
+    if header is not None and target is None:
+        known = ", ".join(sorted(loading.targets)) or "none"
+        what = (
+            f"target {header.target!r} is not in the config"
+            if header.target is not None
+            else "no target: write `target:` or put the file under a target's folder"
+        )
+        problems.append(
+            Problem(
+                path,
+                line_of_key(split, "target") or _header_line(split),
+                f"{what}; targets: {known}",
+            )
+        )
+    timeout = (header.timeout_delta if header else None) or defaults.timeout
+    ceiling = loading.targets.get(target) if target is not None else None
+    if header is not None and ceiling is not None and timeout > ceiling:
+        problems.append(
+            Problem(
+                path,
+                line_of_key(split, "timeout") or _header_line(split),
+                f"timeout {format_duration(timeout)} is over target {target!r}'s "
+                f"statement_timeout ceiling ({format_duration(ceiling)})",
+            )
+        )
+    if header is None or target is None or any(p.level == "error" for p in problems):
         return None, problems
     return Invariant(
         name=name,
@@ -212,8 +261,9 @@ def load_file(
         header=header,
         severity=header.severity or defaults.severity,
         schedule=header.parsed_schedule or parse_schedule(defaults.schedule),
-        timeout=header.timeout_delta or defaults.timeout,
+        timeout=timeout,
         sample=defaults.sample if header.sample is None else header.sample,
+        target=target,
     ), problems
 
 

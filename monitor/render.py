@@ -34,6 +34,7 @@ def results_document(
         out.append(
             {
                 "invariant": result.invariant,
+                "target": result.target,
                 "status": result.status,
                 "count": result.count,
                 "rows": result.rows,
@@ -104,11 +105,13 @@ def bounds_notes(result: RunResult) -> list[str]:
 
 
 def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
+    several = len({r.target for r in results}) > 1  # which database, once there are several
     summary = text_table(
-        ["invariant", "status", "count", "duration"],
+        ["invariant", *(["target"] if several else []), "status", "count", "duration"],
         [
             [
                 r.invariant,
+                *([r.target] if several else []),
                 STATUS_LABEL[r.status],
                 "-" if r.count is None else f"{r.count:,}",
                 f"{r.duration_ms:,.0f} ms",

@@ -28,6 +28,7 @@ class RunResult:
     cell_bytes: int = 0
     rows_withheld: int = 0  # sample rows left out to keep the run within its byte budget
     replica_lag: float | None = None
+    target: str = "default"  # the monitored database it ran on
 
     @property
     def truncated(self) -> bool:

@@ -31,7 +31,7 @@ from monitor.execute import (
     register_loaders,
 )
 from monitor.fence import TRUST_NOTHING, Allowances
-from monitor.loader import Invariant
+from monitor.loader import DEFAULT_TARGET, Invariant
 from monitor.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
 from monitor.problems import Problem
 from monitor.redaction import NO_REDACTION, Masker, Redaction
@@ -83,6 +83,7 @@ class Runner:
         allow: Allowances = TRUST_NOTHING,
         limits: RowLimits = DEFAULT_ROW_LIMITS,
         redaction: Redaction = NO_REDACTION,
+        target: str = DEFAULT_TARGET,
     ) -> None:
         self.dsn = dsn
         self.concurrency = concurrency
@@ -92,6 +93,7 @@ class Runner:
         self.track_keys = track_keys
         self.limits = limits
         self.redaction = redaction
+        self.target = target
         self.fence = LiveFence(allow)
         self._active: set[psycopg.Connection[Any]] = set()
         self._active_lock = threading.Lock()
@@ -163,7 +165,9 @@ class Runner:
         if unreachable is not None:
             now = datetime.now(UTC)
             return [
-                RunResult.failed(i.name, f"cannot connect: {unreachable}", started_at=now)
+                RunResult.failed(
+                    i.name, f"cannot connect: {unreachable}", started_at=now, target=self.target
+                )
                 for i in invariants
             ]
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="invmon-run") as pool:
@@ -207,6 +211,7 @@ class Runner:
                     cut_values=evaluation.cut_values,
                     cell_bytes=evaluation.cell_bytes,
                     rows_withheld=evaluation.rows_withheld,
+                    target=self.target,
                 )
             return RunResult.failed(
                 invariant.name,
@@ -214,6 +219,7 @@ class Runner:
                 started_at=started,
                 duration_ms=(time.monotonic() - clock) * 1000,
                 attempts=attempts,
+                target=self.target,
             )
 
     @contextlib.contextmanager

@@ -1,0 +1,152 @@
+"""Several monitored databases from one config: named targets, each invariant bound to one
+(header over folder over default), each evaluated on its own database, a dead one changing
+nothing for the others."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import cli, sql
+
+from monitor.config import parse_config
+from monitor.loader import Loading, load_directory
+from monitor.pgtemp import scratch_database
+
+QUERY = "SELECT id FROM items WHERE bad\n"
+
+
+def header(extra: str = "") -> str:
+    return f"-- description: No item is bad.\n-- key: [id]\n{extra}"
+
+
+@pytest.fixture
+def second(admin_dsn: str) -> Iterator[str]:
+    with scratch_database(admin_dsn, prefix="invmon_test") as dsn:
+        yield dsn
+
+
+def items(dsn: str, bad: int) -> None:
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, bad bool NOT NULL)")
+    sql(dsn, f"INSERT INTO items SELECT g, g <= {bad} FROM generate_series(1, 10) g")
+
+
+def folder_with_targets(tmp_path: Path) -> Path:
+    root = tmp_path / "invariants"
+    (root / "payments").mkdir(parents=True)
+    (root / "billing").mkdir()
+    (root / "payments" / "bad_payments.sql").write_text(header() + QUERY)
+    (root / "billing" / "bad_invoices.sql").write_text(header() + QUERY)
+    (root / "billing" / "actually_jobs.sql").write_text(header("-- target: jobs\n") + QUERY)
+    (root / "loose.sql").write_text(header() + QUERY)
+    return root
+
+
+def test_a_target_comes_from_the_header_else_the_folder_else_default(tmp_path: Path) -> None:
+    root = folder_with_targets(tmp_path)
+    config = parse_config(
+        {"dsn": "host=x", "targets": {"payments": {}, "billing": {}, "jobs": {}}}, "invmon.yaml"
+    )
+    loaded = load_directory(root, config.loading(with_database=False))
+    assert loaded.problems == []
+    assert {i.name: i.target for i in loaded.invariants} == {
+        "payments/bad_payments": "payments",
+        "billing/bad_invoices": "billing",
+        "billing/actually_jobs": "jobs",
+        "loose": "default",
+    }
+
+
+def test_an_unknown_or_missing_target_is_refused_at_its_line(tmp_path: Path) -> None:
+    root = folder_with_targets(tmp_path)
+    loading = Loading(targets={"payments": None, "billing": None})
+    problems = [(p.path.name, p.line, p.message) for p in load_directory(root, loading).problems]
+    assert sorted(problems) == [
+        (
+            "actually_jobs.sql",
+            3,
+            "target 'jobs' is not in the config; targets: billing, payments",
+        ),
+        (
+            "loose.sql",
+            1,
+            "no target: write `target:` or put the file under a target's folder; targets: "
+            "billing, payments",
+        ),
+    ]
+
+
+def test_a_timeout_over_its_targets_ceiling_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "slow.sql").write_text(header("-- timeout: 10m\n") + QUERY)
+    config = parse_config({"targets": {"default": {"statement_timeout": "5m"}}}, "x.yaml")
+    [problem] = load_directory(tmp_path, config.loading(with_database=False)).problems
+    assert (problem.line, problem.message) == (
+        3,
+        "timeout 10m is over target 'default''s statement_timeout ceiling (5m)",
+    )
+
+
+def test_each_invariant_runs_on_its_own_database_and_a_dead_one_stays_its_own(
+    tmp_path: Path, database: str, second: str
+) -> None:
+    items(database, bad=2)  # payments: 2 bad
+    items(second, bad=3)  # billing: 3 bad
+    root = folder_with_targets(tmp_path)
+    (root / "billing" / "actually_jobs.sql").unlink()
+    (root / "loose.sql").unlink()
+    (root / "jobs").mkdir()
+    (root / "jobs" / "stuck.sql").write_text(header() + QUERY)
+    (tmp_path / "invmon.yaml").write_text(
+        "targets:\n"
+        f"  payments: {{dsn: '{database}'}}\n"
+        f"  billing: {{dsn: '{second}'}}\n"
+        "  jobs: {dsn: 'host=127.0.0.1 port=1 dbname=x', connect_timeout: 1s}\n"
+    )
+    done = cli("check", "--format", "json", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    results = {r["invariant"]: r for r in json.loads(done.stdout)["results"]}
+    assert {k: (r["target"], r["status"], r["count"]) for k, r in results.items()} == {
+        "billing/bad_invoices": ("billing", "violated", 3),
+        "jobs/stuck": ("jobs", "error", None),
+        "payments/bad_payments": ("payments", "violated", 2),
+    }
+    only = cli("check", "--format", "json", "--target", "billing", cwd=tmp_path)
+    assert [r["invariant"] for r in json.loads(only.stdout)["results"]] == ["billing/bad_invoices"]
+    unknown = cli("check", "--target", "nope", cwd=tmp_path)
+    assert unknown.stderr.strip() == (
+        "invmon: no target named 'nope'; targets: billing, jobs, payments"
+    )
+    table = cli("check", cwd=tmp_path)
+    assert "target" in table.stdout.splitlines()[0]
+
+
+def test_lint_and_test_use_each_targets_own_schema(tmp_path: Path, database: str) -> None:
+    root = tmp_path / "invariants"
+    (root / "payments").mkdir(parents=True)
+    (root / "billing").mkdir()
+    (root / "payments" / "neg.sql").write_text(
+        header() + "SELECT id FROM payments WHERE amount < 0\n"
+    )
+    (root / "payments" / "neg.test.yaml").write_text(
+        "cases:\n  - name: fires\n    rows: {payments: [{id: 1, amount: -1}]}\n"
+        "    expect: {keys: [1]}\n"
+    )
+    (root / "billing" / "late.sql").write_text(header() + "SELECT id FROM invoices WHERE late\n")
+    (root / "billing" / "late.test.yaml").write_text(
+        "cases:\n  - name: fires\n    rows: {invoices: [{id: 2, late: true}]}\n"
+        "    expect: {keys: [2]}\n"
+    )
+    (tmp_path / "payments.sql").write_text("CREATE TABLE payments (id int, amount numeric);\n")
+    (tmp_path / "billing.sql").write_text("CREATE TABLE invoices (id int, late bool);\n")
+    (tmp_path / "invmon.yaml").write_text(
+        "targets:\n  payments: {schema: payments.sql}\n  billing: {schema: billing.sql}\n"
+    )
+    linted = cli("lint", cwd=tmp_path)
+    assert linted.returncode == 0, linted.stdout
+    tested = cli("test", "--strict", cwd=tmp_path, env={"INVMON_TEST_DSN": database})
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    (root / "billing" / "late.sql").write_text(header() + "SELECT id FROM payments WHERE late\n")
+    wrong = cli("lint", cwd=tmp_path)
+    assert "late.sql:3: unknown table 'payments': not in the schema file" in wrong.stdout
