@@ -3,6 +3,7 @@ GitHub annotations at the case's line). Pure."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,8 +65,8 @@ def report_document(reports: Sequence[InvariantReport], strict: bool) -> dict[st
                         "line": r.case.line,
                         "passed": r.passed,
                         "error": r.error,
-                        "missing": r.missing,
-                        "unexpected": r.unexpected,
+                        "missing": _parsed(r.missing),
+                        "unexpected": _parsed(r.unexpected),
                         "count": r.count,
                         "warnings": r.warnings,
                         "seconds": round(r.seconds, 4),
@@ -79,6 +80,14 @@ def report_document(reports: Sequence[InvariantReport], strict: bool) -> dict[st
             }
         )
     return {"invariants": invariants, "exit_code": exit_code(reports, strict)}
+
+
+def _parsed(found: Sequence[str]) -> dict[str, list[Any]]:
+    """Keys and rows as JSON values, not as the strings the text report shows."""
+    return {
+        "keys": [json.loads(k) for k in found if not k.startswith("row ")],
+        "rows": [json.loads(k.removeprefix("row ")) for k in found if k.startswith("row ")],
+    }
 
 
 def junit_cases(reports: Sequence[InvariantReport], strict: bool) -> list[JunitCase]:

@@ -657,7 +657,8 @@ def init(directory: Path) -> None:
     from monitor.scaffold import invmon_source, repository
 
     kit = shipped_folder("deploy/ci", "monitor.ci_kit")
-    write_planned(directory, repository(kit, invmon_source()))
+    has_invariants = any((directory / "invariants").rglob("*.sql"))
+    write_planned(directory, repository(kit, invmon_source(), has_invariants))
     click.echo(
         "\nNext: put the production schema in db/schema.sql (the command is in the file), "
         "then `invmon lint` and `invmon test`; `invmon new NAME` starts the next invariant."
@@ -685,7 +686,9 @@ def new(
     schema_sql = read_schema(config, schema_file)
     tables = load_schema(schema_sql) if schema_sql else {}
     if table is not None and table not in tables:
-        known = ", ".join(sorted(tables)) or "none (no schema file)"
+        known = ", ".join(sorted(t for t in tables if not t.startswith("public."))) or (
+            "none (no schema file)"
+        )
         fail(f"--table {table!r} is not in the schema; tables: {known}")
     write_planned(config.invariants, new_invariant(name, table, tables))
 
@@ -707,7 +710,7 @@ def lint(
 ) -> None:
     """Validate every invariant file and its fixture; print all problems as path:line:
     message. The folder is DIRECTORY or --invariants, as for the other commands."""
-    from monitor.lint import lint_folder
+    from monitor.lint import lint_folder, schema_problems
 
     config = resolve_config(config_path, None, directory or invariants_dir)
     require_folder(config)
@@ -718,6 +721,12 @@ def lint(
             if text is not None and name != DEFAULT_TARGET:
                 own[name] = text
     report = lint_folder(config, config.invariants, read_schema(config, schema_file), own)
+    for path in {
+        schema_file or config.schema_path,
+        *(t.schema_path for t in config.resolved_targets().values()),
+    }:
+        if path is not None and path.is_file():
+            report.schema += schema_problems(path, path.read_text(encoding="utf-8"))
     if selectors:
         try:
             report = report.only(selectors, config.invariants)

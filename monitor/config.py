@@ -571,6 +571,8 @@ def parse_config(data: Any, source: str) -> Config:
             secret = from_reference or "dsn" in field or "token" in field or "secret" in field
             value = error.get("input")
             shown = "" if secret or not _safe_to_show(value) else f" (got {shorten(value)})"
+            if shown and shorten(value) in reason:
+                shown = ""  # the validator's own words already quote it
             messages.append(f"{source}: field {field!r}: {reason}{shown}")
         raise ConfigError("\n".join(messages)) from None
 

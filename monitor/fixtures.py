@@ -148,7 +148,9 @@ def load_fixture(path: Path, key_columns: tuple[str, ...]) -> Fixture:
         return fixture
     cases = (document or {}).get("cases") if isinstance(document, dict) else None
     if not isinstance(cases, list) or not cases:
-        fixture.problems.append(Problem(path, 1, "expected `cases:`, a list of named cases"))
+        keys = set(document) if isinstance(document, dict) else set()
+        hint = _did_you_mean({str(k) for k in keys} - {"cases"}, {"cases"})
+        fixture.problems.append(Problem(path, 1, f"expected `cases:`, a list of named cases{hint}"))
         return fixture
     lines = _case_lines(path)
     for index, raw in enumerate(cases):
@@ -306,8 +308,9 @@ def compare(
         expected, found = Counter(case.keys), Counter(found_keys)
         missing = sorted((expected - found).elements())
         unexpected = sorted((found - expected).elements())
-    if case.rows_expected:
-        columns = sorted(case.rows_expected[0])
+    if case.rows_expected is not None:  # `rows: []` expects none: not "anything goes"
+        shown = case.rows_expected[0] if case.rows_expected else (found_rows or [{}])[0]
+        columns = sorted(shown)
         expected = Counter(_row_text(r, columns) for r in case.rows_expected)
         found = Counter(_row_text(r, columns) for r in found_rows or [])
         missing += [f"row {r}" for r in sorted((expected - found).elements())]

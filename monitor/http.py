@@ -48,6 +48,8 @@ class Probe:
     """A check behind an endpoint: None when healthy, else the reason it is not."""
 
     check: Callable[[], str | None]
+    # Said under "ok" when healthy but not entirely (one target of several down).
+    note: Callable[[], str | None] = lambda: None
 
 
 @dataclass(frozen=True)
@@ -100,9 +102,11 @@ class Application:
             probe = self.routes.healthz if path == "/healthz" else self.routes.readyz
             try:
                 problem = probe.check()
+                note = None if problem else probe.note()
             except Exception as exc:  # a probe must answer, whatever broke
-                problem = f"probe failed: {exc}"
-            return (503 if problem else 200), ((problem or "ok") + "\n").encode(), TEXT
+                problem, note = f"probe failed: {exc}", None
+            body = problem or ("ok" + (f"\n{note}" if note else ""))
+            return (503 if problem else 200), (body + "\n").encode(), TEXT
         if path == "/slack/actions" and self.routes.slack_actions is not None:
             if method != "POST":
                 return 405, b"use POST\n", TEXT

@@ -13,40 +13,57 @@ from monitor.config import Config
 from monitor.fixtures import SUFFIX, fixture_path, load_fixture
 from monitor.loader import LoadResult, load_directory, name_for
 from monitor.problems import Problem
+from monitor.schema_dump import DumpParseError, dump_statements
 from monitor.selection import NothingSelected, name_matches
 
 
 @dataclasses.dataclass
 class LintReport:
     loaded: LoadResult
+    # Problems of the schema files: reported, and failing the run, but not an invariant's.
+    schema: list[Problem] = dataclasses.field(default_factory=list)
 
     @property
     def problems(self) -> list[Problem]:
-        return self.loaded.problems
+        return self.loaded.problems + self.schema
 
     @property
     def failed(self) -> bool:
-        return bool(self.loaded.errors)
+        return bool(self.loaded.errors) or any(p.level == "error" for p in self.schema)
 
     def only(self, selectors: Sequence[str], folder: Path) -> LintReport:
-        """The report for the selected files, loaded or not (with their fixtures)."""
+        """The report for the selected files, loaded or not (with their fixtures); each
+        selector must match a file, as in every other command."""
         tags = {i.name: i.header.tags for i in self.loaded.invariants}
 
-        def selected(path: Path) -> bool:
+        def name_of(path: Path) -> str | None:
             if path.name.endswith(SUFFIX):  # a fixture goes with its invariant
                 path = path.with_name(path.name.removesuffix(SUFFIX) + ".sql")
-            sql = path
             try:
-                name = name_for(sql, folder)
+                return name_for(path, folder)
             except ValueError:
-                return False
-            return any(name_matches(name, tags.get(name, []), s, folder) for s in selectors)
+                return None
+
+        names = {n for p in self.loaded.problems if (n := name_of(p.path))}
+        names |= set(tags)
+        for selector in selectors:
+            if not any(name_matches(n, tags.get(n, []), selector, folder) for n in names):
+                shown = ", ".join(sorted(names)[:20]) or "none"
+                known_tags = ", ".join(sorted({t for ts in tags.values() for t in ts})) or "none"
+                raise NothingSelected(
+                    f"--select {selector!r} matches no invariant; names: {shown}; "
+                    f"tags: {known_tags}"
+                )
+
+        def selected(path: Path) -> bool:
+            name = name_of(path)
+            return name is not None and any(
+                name_matches(name, tags.get(name, []), s, folder) for s in selectors
+            )
 
         problems = [p for p in self.loaded.problems if selected(p.path)]
         chosen = [i for i in self.loaded.invariants if selected(i.path)]
-        if not problems and not chosen:
-            raise NothingSelected(f"--select {', '.join(map(repr, selectors))} matches no file")
-        return LintReport(LoadResult(chosen, problems))
+        return LintReport(LoadResult(chosen, problems), self.schema)
 
     def junit_cases(self) -> list[JunitCase]:
         """One case per file: failed with its problems, or passed."""
@@ -66,9 +83,23 @@ class LintReport:
         ]
 
     def summary(self) -> str:
-        broken = self.loaded.failed_paths()
+        """Counted by invariant: a problem in its fixture is a problem of the invariant."""
+        broken = {
+            p.with_name(p.name.removesuffix(SUFFIX) + ".sql") if p.name.endswith(SUFFIX) else p
+            for p in self.loaded.failed_paths()
+        }
         valid = len([i for i in self.loaded.invariants if i.path not in broken])
         return f"{valid} invariant{'s' * (valid != 1)} valid, {len(broken)} with errors"
+
+
+def schema_problems(path: Path, text: str) -> list[Problem]:
+    """A schema file that is not SQL is a problem of its own, at its line: checking queries
+    against it would only say "unknown table" for everything."""
+    try:
+        dump_statements(text)
+    except DumpParseError as exc:
+        return [Problem(path, exc.line, f"cannot parse the schema file: {exc.message}")]
+    return []
 
 
 def lint_folder(

@@ -6,6 +6,7 @@ problems that keep it from being one, so one bad PR cannot silence the other che
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -103,6 +104,16 @@ class Loading:
     policy: FencePolicy = OFFLINE
     max_file_bytes: int = MAX_FILE_BYTES
     targets: Mapping[str, timedelta | None] = field(default_factory=lambda: {DEFAULT_TARGET: None})
+
+
+def _misspelt(missing: list[str], columns: list[str]) -> str:
+    """When a key and an output column differ by a typo, either may be the one to fix."""
+    pairs = [
+        (m, close[0])
+        for m in missing
+        if (close := difflib.get_close_matches(m, columns, n=1, cutoff=0.7))
+    ]
+    return "".join(f"; is the query's {c!r} a misspelling of {m!r}?" for m, c in pairs)
 
 
 def _header_line(split: SplitFile) -> int:
@@ -222,7 +233,8 @@ def load_file(
                     line,
                     f"key column{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))} "
                     f"not among the query's output columns ({', '.join(columns or [])}); "
-                    "unquoted names are lower-cased by PostgreSQL",
+                    "unquoted names are lower-cased by PostgreSQL"
+                    + _misspelt(missing, columns or []),
                 )
             )
     target = bind_target(header, name, loading.targets) if header is not None else None

@@ -15,11 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
-from pglast import parser as pg_parser
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from monitor.schema_dump import dump_statements
+from monitor.schema_dump import DumpParseError, dump_statements, meta_commands
 
 
 @contextmanager
@@ -69,8 +68,8 @@ def load_schema_dump(dsn: str, text: str, where: str) -> list[str]:
     the warnings about what was left out. See schema_dump.py for what is skipped or tried."""
     try:
         statements = dump_statements(text)
-    except pg_parser.ParseError as exc:
-        raise SchemaLoadError(f"{where}: cannot parse the schema file: {exc.args[0]}") from None
+    except DumpParseError as exc:
+        raise SchemaLoadError(f"{where}:{exc.line}: cannot parse: {exc.message}") from None
     warnings = []
     skipped = 0
     with psycopg.connect(dsn) as conn, conn.transaction():
@@ -87,6 +86,12 @@ def load_schema_dump(dsn: str, text: str, where: str) -> list[str]:
                     warnings.append(f"{where}:{statement.line}: left out: {message}")
                     continue
                 raise SchemaLoadError(f"{where}:{statement.line}: {message}") from None
+    metas = meta_commands(text)
+    if metas:
+        warnings.append(
+            f"{where}: {metas} psql meta-command line{'s' * (metas != 1)} (such as \\restrict)"
+            " left out"
+        )
     if skipped:
         warnings.append(
             f"{where}: {skipped} owner and privilege statement{'s' * (skipped != 1)} left out"

@@ -109,16 +109,21 @@ def workflow(template: str, source: str) -> str:
     )
     replaced, count = pattern.subn(install, template)
     assert count == 2, "the workflow template changed; update scaffold.workflow"
-    return replaced
+    own = "# GitHub Actions: the PR checks of this repository of invariants.\n"
+    return re.sub(r"\A# GitHub Actions: copy to [^\n]*\n# [^\n]*\n", own, replaced)
 
 
-def repository(kit: Path, source: str) -> list[Planned]:
-    """Every file of a new repository of invariants; `kit` is deploy/ci (or its copy)."""
+def repository(kit: Path, source: str, has_invariants: bool = False) -> list[Planned]:
+    """Every file of a new repository of invariants; `kit` is deploy/ci (or its copy). The
+    example invariant only where there is none yet (a re-run must not bring it back)."""
+    example = [
+        Planned(Path("invariants/negative_totals.sql"), EXAMPLE_INVARIANT),
+        Planned(Path("invariants/negative_totals.test.yaml"), EXAMPLE_CASES),
+    ]
     return [
         Planned(Path("invmon.yaml"), CONFIG),
         Planned(Path("db/schema.sql"), EXAMPLE_SCHEMA),
-        Planned(Path("invariants/negative_totals.sql"), EXAMPLE_INVARIANT),
-        Planned(Path("invariants/negative_totals.test.yaml"), EXAMPLE_CASES),
+        *([] if has_invariants else example),
         Planned(
             Path(".github/workflows/invariants.yml"),
             workflow((kit / "invariants-pr.yml").read_text(encoding="utf-8"), source),
@@ -144,13 +149,23 @@ def _without_copy_note(text: str) -> str:
     return "".join(lines[1:]) if lines and "Copy to" in lines[0] else text
 
 
+def quoted(name: str) -> str:
+    """A name as SQL must write it for PostgreSQL to read it back exactly."""
+    return name if re.fullmatch(r"[a-z_][a-z0-9_$]*", name) else '"' + name.replace('"', '""') + '"'
+
+
+def _yaml_key(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", name) else json.dumps(name)
+
+
 def new_invariant(name: str, table: str | None, tables: Tables) -> list[Planned]:
     """NAME.sql and NAME.test.yaml, written against `table` (or the schema's first)."""
-    chosen = table or (sorted(tables)[0] if tables else None)
+    names = sorted(t for t in tables if not t.startswith("public."))
+    chosen = table or (names[0] if names else None)
     columns = list(tables.get(chosen, {})) if chosen else []
     key = columns[0] if columns else "id"
-    shown = ", ".join(f"t.{c}" for c in columns[:4]) or "t.id"
-    source = chosen or "your_table"
+    shown = ", ".join(f"t.{quoted(c)}" for c in columns[:4]) or "t.id"
+    source = ".".join(quoted(part) for part in chosen.split(".")) if chosen else "your_table"
     sql = (
         "-- description: TODO what must hold, and why it matters (a stranger on call reads it)\n"
         "-- severity: warning\n"
@@ -159,17 +174,18 @@ def new_invariant(name: str, table: str | None, tables: Tables) -> list[Planned]
         "-- Return the rows that break it; zero rows means it holds.\n"
         f"SELECT {shown}\nFROM {source} AS t\nWHERE false  -- TODO: the condition that is broken\n"
     )
-    listed = ", ".join(f"{c}: TODO" for c in columns[:2]) or "id: 1"
+    listed = ", ".join(f"{_yaml_key(c)}: TODO" for c in columns[:2]) or "id: 1"
+    fixture_table = _yaml_key(chosen or "your_table")
     cases = (
         "cases:\n"
         "  - name: TODO it fires when …\n"
         "    rows:\n"
-        f"      {source}: [{{{listed}}}]  # only the columns the query reads\n"
+        f"      {fixture_table}: [{{{listed}}}]  # only the columns the query reads\n"
         "    expect:\n"
         "      keys: [[TODO]]\n"
         "  - name: TODO it holds when …\n"
         "    rows:\n"
-        f"      {source}: []\n"
+        f"      {fixture_table}: []\n"
         "    expect:\n"
         "      count: 0\n"
     )

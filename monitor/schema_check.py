@@ -19,12 +19,41 @@ from monitor.fixtures import Fixture
 from monitor.problems import Problem, SqlProblem
 
 Tables = dict[str, dict[str, str]]
+# Keys are names as PostgreSQL stores them: unquoted names folded to lower case, quoted ones
+# kept. A table is listed as `schema.name`, and also as `name` when its schema is public (the
+# search_path a query or a fixture resolves unqualified names in).
+
+
+def pg_name(identifier: exp.Expr | None) -> str:
+    """An identifier as PostgreSQL reads it: `Orders` is orders, `"Orders"` is Orders."""
+    if not isinstance(identifier, exp.Identifier):
+        return identifier.name if identifier is not None else ""
+    return identifier.name if identifier.quoted else identifier.name.lower()
+
+
+def table_key(table: exp.Table) -> str:
+    name = pg_name(table.this)
+    schema = pg_name(table.args.get("db"))
+    return f"{schema}.{name}" if schema else name
+
+
+def _listed(tables: Tables, schema: str, name: str, columns: dict[str, str]) -> None:
+    tables[f"{schema or 'public'}.{name}"] = columns
+    if schema in ("", "public"):
+        tables[name] = columns
 
 
 def load_schema(text: str) -> Tables:
-    """Table and view columns from CREATE statements; everything else is skipped."""
+    """Table and view columns from CREATE and ALTER TABLE … ADD COLUMN statements."""
     tables: Tables = {}
     for statement in sqlglot.parse(text, read="postgres", error_level=ErrorLevel.IGNORE):
+        if isinstance(statement, exp.Alter) and isinstance(statement.this, exp.Table):
+            found = tables.get(table_key(statement.this))
+            for action in statement.args.get("actions") or []:
+                if found is not None and isinstance(action, exp.ColumnDef):
+                    kind = action.args.get("kind")
+                    found[pg_name(action.this)] = kind.sql("postgres") if kind else "text"
+            continue
         if not isinstance(statement, exp.Create):
             continue
         kind = str(statement.args.get("kind") or "").upper()
@@ -32,17 +61,23 @@ def load_schema(text: str) -> Tables:
         if kind == "TABLE" and isinstance(target, exp.Schema):
             table = target.this
             columns = {
-                column.name: column.args["kind"].sql("postgres")
+                pg_name(column.this): column.args["kind"].sql("postgres")
                 if column.args.get("kind")
                 else "text"
                 for column in target.expressions
                 if isinstance(column, exp.ColumnDef)
             }
-            tables[table.name] = columns
+            if isinstance(table, exp.Table):
+                _listed(tables, pg_name(table.args.get("db")), pg_name(table.this), columns)
         elif kind == "VIEW" and isinstance(target, exp.Table):
             query = statement.expression
             names = getattr(query, "named_selects", []) if query is not None else []
-            tables[target.name] = {name: "text" for name in names if name != "*"}
+            _listed(
+                tables,
+                pg_name(target.args.get("db")),
+                pg_name(target.this),
+                {name: "text" for name in names if name != "*"},
+            )
     return tables
 
 
@@ -66,24 +101,32 @@ def check_against_schema(sql: str, tables: Tables, start: int = 1) -> list[SqlPr
         [statement] = parse_statements(sql)
     except (ParseError, TokenError, ValueError):
         return []  # lint reports unparseable SQL already
-    # Unquoted names are case-insensitive in PostgreSQL; catalog views are always there.
-    ctes = {cte.alias.lower() for cte in statement.find_all(exp.CTE)}
-    known = {name.lower() for name in tables}
+    # Catalog views are always there; names compare as PostgreSQL stores them.
+    ctes = {pg_name(cte.args["alias"].this) for cte in statement.find_all(exp.CTE)}
     problems = []
     uses_catalog = False
     for table in statement.find_all(exp.Table):
         name = table.name
-        catalog = table.db.lower() in ("pg_catalog", "information_schema") or name.startswith("pg_")
+        schema = pg_name(table.args.get("db"))
+        catalog = schema in ("pg_catalog", "information_schema") or name.startswith("pg_")
         uses_catalog |= catalog
+        key = table_key(table)
         if (
             isinstance(table.this, exp.Identifier)
             and not catalog
-            and name.lower() not in ctes
-            and name.lower() not in known
+            and key not in ctes
+            and key not in tables
         ):
+            elsewhere = [k for k in tables if "." in k and k.split(".", 1)[1] == key]
+            hint = (
+                f"; it is in schema {elsewhere[0].split('.')[0]}: write {elsewhere[0]}"
+                if elsewhere
+                else _did_you_mean(key, {k for k in tables if "." not in k})
+            )
             problems.append(
                 SqlProblem(
-                    _line(sql, name, start), f"unknown table {name!r}: not in the schema file"
+                    _line(sql, name, start),
+                    f"unknown table {key!r}: not in the schema file{hint}",
                 )
             )
     if problems or uses_catalog:
@@ -95,7 +138,7 @@ def _columns_of(source: object, tables: dict[str, dict[str, str]]) -> set[str] |
     """The columns a FROM source offers, lower-cased; None when it cannot be known here (a
     function, a CTE or subquery with `*`)."""
     if isinstance(source, exp.Table):
-        known = tables.get(source.name.lower())
+        known = tables.get(table_key(source))
         return set(known) if known is not None else None
     expression = getattr(source, "expression", None)
     if not isinstance(expression, exp.Query):
@@ -110,9 +153,6 @@ def column_problems(statement: exp.Expr, tables: Tables, start: int = 1) -> list
     """Each column checked in its own scope: `o.state` against the table `o` stands for;
     an unqualified name against the tables in scope (and outer ones, for a correlated
     subquery). Every clause counts: SELECT, WHERE, JOIN, GROUP BY, HAVING, FILTER, ORDER BY."""
-    lowered = {
-        name.lower(): {c.lower(): t for c, t in cols.items()} for name, cols in tables.items()
-    }
     problems: list[SqlProblem] = []
     for scope in traverse_scope(statement):
         select = scope.expression
@@ -122,14 +162,15 @@ def column_problems(statement: exp.Expr, tables: Tables, start: int = 1) -> list
         chain: Scope | None = scope
         while chain is not None:
             for alias, source in chain.sources.items():
-                offered.setdefault(alias.lower(), _columns_of(source, lowered))
+                offered.setdefault(alias, _columns_of(source, tables))
             chain = chain.parent
-        own = {alias.lower() for alias in scope.sources}
-        outputs = {e.alias.lower() for e in select.expressions if isinstance(e, exp.Alias)}
+        own = set(scope.sources)
+        outputs = {pg_name(e.args["alias"]) for e in select.expressions if isinstance(e, exp.Alias)}
         for column in select.find_all(exp.Column):
             if column.find_ancestor(exp.Select) is not select or column.name == "*":
                 continue
-            name, qualifier = column.name.lower(), column.table.lower()
+            name = pg_name(column.this)
+            qualifier = column.table
             line = start + int(column.this.meta.get("line", 1)) - 1
             if qualifier:
                 columns = offered.get(qualifier)
@@ -144,9 +185,21 @@ def column_problems(statement: exp.Expr, tables: Tables, start: int = 1) -> list
                     )
                 )
                 continue
-            if any(offered.get(a) is None for a in own) or name in outputs:
-                continue  # a source whose columns are unknown here could hold it
+            if any(offered.get(a) is None for a in own) or name in outputs or name in own:
+                continue  # unknown here, an output's alias, or a whole row (`to_jsonb(t)`)
             everywhere = set().union(*(c for c in offered.values() if c is not None))
+            holders = sorted(
+                _table_name(scope, a) for a in own if name in (offered.get(a) or set())
+            )
+            if len(holders) > 1:
+                problems.append(
+                    SqlProblem(
+                        line,
+                        f"column reference {name!r} is ambiguous: {' and '.join(holders)} "
+                        "both have it; qualify it",
+                    )
+                )
+                continue
             if name not in everywhere:
                 names = ", ".join(sorted(_table_name(scope, a) for a in own)) or "no table"
                 problems.append(
@@ -163,7 +216,7 @@ def _table_name(scope: Scope, alias: str) -> str:
     chain: Scope | None = scope
     while chain is not None:
         for name, source in chain.sources.items():
-            if name.lower() == alias:
+            if name == alias:
                 return f"table {source.name}" if isinstance(source, exp.Table) else f"{name!r}"
         chain = chain.parent
     return repr(alias)
@@ -175,31 +228,36 @@ def _did_you_mean(name: str, columns: set[str]) -> str:
 
 
 def fixture_problems(fixture: Fixture, tables: Tables) -> list[Problem]:
-    """Each case's tables and columns against the schema file, at the case's line."""
-    lowered = {n.lower(): {c.lower() for c in cols} for n, cols in tables.items()}
+    """Each case's tables and columns against the schema file, at the case's line. A
+    fixture names tables and columns exactly (they are quoted when inserted), and an
+    unqualified table must be in schema public."""
     problems = []
     for case in fixture.cases:
         for table in case.rows:
-            name = table.split(".")[-1].lower()
-            if name not in lowered:
+            if table not in tables:
+                elsewhere = [k for k in tables if "." in k and k.split(".", 1)[1] == table]
+                hint = (
+                    f"; it is in schema {elsewhere[0].split('.')[0]}: write {elsewhere[0]}"
+                    if elsewhere
+                    else _did_you_mean(table, set(tables))
+                )
                 problems.append(
                     Problem(
                         fixture.path,
                         case.line,
-                        f"{case.name!r}: table {table!r} is not in the schema file"
-                        + _did_you_mean(name, set(lowered)),
+                        f"{case.name!r}: table {table!r} is not in the schema file{hint}",
                     )
                 )
                 continue
             columns = {str(c) for row in case.rows[table] for c in row}
             for column in sorted(columns):
-                if column.lower() not in lowered[name]:
+                if column not in tables[table]:
                     problems.append(
                         Problem(
                             fixture.path,
                             case.line,
                             f"{case.name!r}: {table} has no column {column!r}"
-                            + _did_you_mean(column.lower(), lowered[name]),
+                            + _did_you_mean(column, set(tables[table])),
                         )
                     )
     return problems

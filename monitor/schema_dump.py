@@ -42,11 +42,25 @@ _META = re.compile(r"^[ \t]*\\[^\n]*$", re.M)
 _COPY_DATA = re.compile(r"^COPY [^\n]* FROM stdin;\n.*?^\\\.$", re.M | re.S)
 
 
+class DumpParseError(Exception):
+    """The schema file is not SQL at `line` (psql meta-commands set aside)."""
+
+    def __init__(self, line: int, message: str) -> None:
+        self.line = line
+        self.message = message
+        super().__init__(f"{line}: {message}")
+
+
 @dataclass(frozen=True)
 class DumpStatement:
     text: str
     line: int  # where it starts in the dump
     handling: Handling
+
+
+def meta_commands(text: str) -> int:
+    """How many psql meta-command lines (`\\restrict`, `\\connect`, …) a dump has."""
+    return len(_META.findall(_COPY_DATA.sub("", text)))
 
 
 def _blank(match: re.Match[str]) -> str:
@@ -66,14 +80,20 @@ def _owner_only(tree: dict[str, object]) -> bool:
 
 
 def dump_statements(text: str) -> list[DumpStatement]:
-    """The dump's statements, each with its line and how to load it. Raises pglast's
-    ParseError for a text that is not SQL once meta-commands are blanked."""
+    """The dump's statements, each with its line and how to load it. Raises DumpParseError
+    at the line of a text that is not SQL once meta-commands are blanked."""
     # Blank meta-commands in place (keeping lines) so psql-only syntax cannot reach the
     # parser; a `COPY … FROM stdin` block's data is ended by `\.` and goes with them.
     blank = _blank
     blanked = _META.sub(blank, _COPY_DATA.sub(blank, text))
     out = []
-    for piece in pg_parser.split(blanked, with_parser=True, only_slices=True):
+    try:
+        pieces = pg_parser.split(blanked, with_parser=True, only_slices=True)
+    except pg_parser.ParseError as exc:
+        message, *where = exc.args
+        at = where[0] if where and isinstance(where[0], int) else 0
+        raise DumpParseError(blanked.count("\n", 0, max(at, 0)) + 1, str(message)) from None
+    for piece in pieces:
         statement = blanked[piece]
         line = blanked.count("\n", 0, piece.start) + 1
         parsed = pg_parser.parse_sql_json(statement)

@@ -83,6 +83,8 @@ HINTS = {
     "found character '@' that cannot start any": "a value starting with @ "
     'must be quoted, e.g. owner: "@payments-oncall"',
     "found character '`' that cannot start any": "a value starting with ` must be quoted",
+    "could not find expected ':'": "an ordinary comment right under the header needs a "
+    "blank line before it (the header is the first block of `-- key: value` lines)",
 }
 
 

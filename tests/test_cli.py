@@ -208,7 +208,8 @@ def test_lint_with_a_schema_finds_a_misspelt_column_without_any_database(tmp_pat
     )
     assert done.returncode == 2
     assert done.stdout.splitlines() == [
-        f"{tmp_path}/table.sql:3: unknown table 'refundz': not in the schema file",
+        f"{tmp_path}/table.sql:3: unknown table 'refundz': not in the schema file; did you "
+        "mean 'refunds'?",
         f"{tmp_path}/typo.sql:5: unknown column 'statuss': not in table refunds; did you mean "
         "'status'?",
     ]
