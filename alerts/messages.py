@@ -160,6 +160,7 @@ def status_title(view: IncidentView, now: datetime) -> str:
             "cannot_evaluate": "EVALUATING AGAIN",
             "replica_stale": "REPLICA CAUGHT UP",
             "invalid_file": "FILE FIXED",
+            "target_unreachable": "TARGET ANSWERS AGAIN",
         }[view.kind]
         return f"✅ {closed} · {name} (lasted {lasted})"
     if view.kind == "violation":
@@ -167,9 +168,16 @@ def status_title(view: IncidentView, now: datetime) -> str:
         return f"{mark} · {name} violated"
     return {
         "cannot_evaluate": f"⚠️ CANNOT EVALUATE · {name}",
-        "replica_stale": "⏸️ REPLICA STALE · invariants paused",
+        "replica_stale": f"⏸️ REPLICA STALE · {_subject(name)}invariants paused",
         "invalid_file": f"🛠️ INVALID FILE · {name}",
+        "target_unreachable": f"🔌 TARGET UNREACHABLE · {_subject(name)}invariants paused",
     }[view.kind]
+
+
+def _subject(name: str) -> str:
+    """`(replica payments)` -> `payments: `; the one-target `(replica)` says nothing more."""
+    inner = name.strip("()").split(" ", 1)
+    return f"{inner[1]}: " if len(inner) == 2 else ""
 
 
 def root_message(view: IncidentView, now: datetime) -> Message:
@@ -201,6 +209,9 @@ def root_message(view: IncidentView, now: datetime) -> Message:
             "being evaluated. Nothing is known to be violated; nothing is known to hold.",
             "invalid_file": "The invariant file no longer validates. The previous version "
             "keeps running if there was one; the new one will not run until it is fixed.",
+            "target_unreachable": "invmon cannot connect to this database, so its invariants "
+            "are not being evaluated (one incident for all of them). Nothing is known to be "
+            "violated; nothing is known to hold. Other targets are evaluated as usual.",
         }[view.kind]
         blocks.append(_section(explain))
         if view.detail:
@@ -289,6 +300,7 @@ def reply_message(kind: str, payload: dict[str, Any], view: IncidentView) -> Mes
         "recovered": f"✅ Evaluating again after {took}.",
         "replica_fresh": f"✅ The replica caught up after {took}; evaluation resumed.",
         "file_fixed": f"✅ The file validates again after {took}.",
+        "target_reachable": f"✅ The database answers again after {took}; evaluation resumed.",
     }.get(kind, f"{escape(kind)}")
     return Message(cut(text, TEXT_LIMIT), [_section(text)])
 

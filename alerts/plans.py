@@ -26,8 +26,8 @@ POSTS: tuple[Action, ...] = (
     "post_detail",
     "post_summary",
 )
-OPENING = {"opened", "cannot_evaluate", "replica_stale", "file_invalid"}
-CLOSING = {"resolved", "recovered", "replica_fresh", "file_fixed"}
+OPENING = {"opened", "cannot_evaluate", "replica_stale", "file_invalid", "target_unreachable"}
+CLOSING = {"resolved", "recovered", "replica_fresh", "file_fixed", "target_reachable"}
 
 
 def delivery_key(*parts: object) -> str:

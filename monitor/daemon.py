@@ -33,6 +33,7 @@ from alerts.socket_mode import SocketModeReceiver
 from alerts.transport import Transport
 from monitor.clock import Clock, utc_now
 from monitor.config import Config
+from monitor.databases import Databases
 from monitor.definitions import Definitions, Reload
 from monitor.evaluation import Evaluator
 from monitor.http import Listener, Probe, Routes
@@ -40,9 +41,7 @@ from monitor.loader import Invariant
 from monitor.metrics import Metrics
 from monitor.process import SignalLoop
 from monitor.reloading import Reloader
-from monitor.replica_gate import ReplicaGate
 from monitor.results import RunResult
-from monitor.runner import Runner
 from monitor.self_checks import Loaded
 from monitor.slots import Timetable
 from monitor.state import StateStore
@@ -68,24 +67,23 @@ class Daemon:
         self,
         config: Config,
         store: StateStore,
-        runner: Runner,
+        databases: Databases,
         alerter: Alerter,
         definitions: Definitions,
-        clock: Clock = utc_now,
+        clock: Clock,
+        store_health: StoreHealth,
     ) -> None:
         """Wire the parts; nothing runs until `start` (or `run_due`, `run_once`)."""
         self.definitions = definitions
         self.config = config
         self.store = store
-        self.runner = runner
+        self.databases = databases
         self.alerter = alerter
         self.clock = clock
-        where = "state.dsn" if config.state.dsn else f"state.path {str(config.state.path)!r}"
-        self.store_health = StoreHealth(where)
+        self.store_health = store_health
         self.metrics = Metrics(store.counts, lambda: self.store_health.problem is None)
-        self.gate = ReplicaGate(runner, store, config.daemon.max_replica_lag, self.store_health)
         self.evaluator = Evaluator(
-            runner, self.gate, store, self.metrics, config.daemon, clock, self.store_health
+            databases, store, self.metrics, config.daemon, clock, self.store_health
         )
         self.pump = DeliveryPump(alerter, store, self.metrics, clock, self.store_health)
         self.interactions = Interactions(alerter, config.slack)
@@ -95,7 +93,7 @@ class Daemon:
         self.timetable = Timetable(config.daemon.jitter)
         self.reloader = Reloader(
             config,
-            runner,
+            databases,
             store,
             self.metrics,
             definitions,
@@ -118,7 +116,7 @@ class Daemon:
         )
         self.listener: Listener | None = None
         self.scheduler: BackgroundScheduler | None = None
-        self._workers: ThreadPoolExecutor | None = None
+        self._started = False
         self._lock = threading.Lock()  # the invariants and the timetable
         self._in_flight: dict[str, datetime] = {}  # name -> when its run started
         self._idle = threading.Condition()
@@ -134,22 +132,17 @@ class Daemon:
         clock: Clock = utc_now,
         transport: Transport | None = None,
     ) -> Daemon:
-        """The parts a real daemon needs, from its config."""
-        runner = Runner(
-            dsn,
-            config.concurrency,
-            config.database,
-            track_keys=config.daemon.track_keys,
-            allow=config.fence.allowances(),
-            limits=config.limits.rows(),
-            redaction=config.redact.redaction(
-                None if config.redact.key else stored_key(store, "redaction_key")
-            ),
+        """The parts a real daemon needs, from its config; `dsn` is the default target's
+        (from --dsn or INVMON_DSN), the other targets' come from `targets:`."""
+        where = "state.dsn" if config.state.dsn else f"state.path {str(config.state.path)!r}"
+        health = StoreHealth(where)
+        redaction = config.redact.redaction(
+            None if config.redact.key else stored_key(store, "redaction_key")
         )
-        runner.open()
+        databases = Databases.build(config, store, health, redaction, dsn or None)
         definitions = Definitions()
         alerter = Alerter(store, config.slack, definitions.describe, clock, transport)
-        return cls(config, store, runner, alerter, definitions, clock)
+        return cls(config, store, databases, alerter, definitions, clock, health)
 
     @property
     def invariants(self) -> dict[str, Invariant]:
@@ -200,11 +193,18 @@ class Daemon:
         return [r for name in self._due(now) if (r := self.evaluate(name)) is not None]
 
     def tick(self) -> list[Future[RunResult | None]]:
-        """The scheduler's turn: start what is due on the worker pool; also the heartbeat."""
+        """The scheduler's turn: start what is due, each on its target's own workers (a
+        target that hangs fills only its own); also the heartbeat."""
         self._heartbeat = time.monotonic()
-        if self._workers is None or self._stopping:
+        if not self._started or self._stopping:
             return []
-        return [self._workers.submit(self.evaluate, name) for name in self._due(utc_now())]
+        futures = []
+        for name in self._due(utc_now()):
+            inv = self.invariants.get(name)
+            started = self.databases.submit(inv, self.evaluate, name) if inv else None
+            if started is not None:
+                futures.append(started)
+        return futures
 
     def run_once(self) -> tuple[Reload, list[RunResult]]:
         """Burst mode: load, evaluate every invariant once through the full path, return."""
@@ -246,7 +246,8 @@ class Daemon:
         if self.config.http.listen:
             # Bound first: a port in use stops start-up before anything runs.
             self.listener = Listener(self.config.http.listen, self.routes())
-        self._workers = ThreadPoolExecutor(self.config.concurrency, "invmon-run")
+        self.databases.start_workers()
+        self._started = True
         self.reload()  # every loaded invariant is due at once: the first run is at start-up
         scheduler = BackgroundScheduler(
             timezone=UTC,
@@ -303,7 +304,7 @@ class Daemon:
     def routes(self) -> Routes:
         return Routes(
             healthz=Probe(self.health_problem),
-            readyz=Probe(self.runner.probe),
+            readyz=Probe(self.databases.readiness, self.databases.partly),
             metrics=self.metrics.render,
             slack_actions=self.interactions.http if self.config.slack.signing_secret else None,
         )
@@ -344,22 +345,21 @@ class Daemon:
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         if not self._wait_idle(grace):
-            cancelled = self.runner.cancel_all()
+            cancelled = self.databases.cancel_all()
             log.warning("cancelled %d queries still running after the grace period", cancelled)
             self._wait_idle(10)
-        if self._workers is not None:
-            self._workers.shutdown(wait=False, cancel_futures=True)
+        self.databases.stop_workers()
         if self.listener:
             self.listener.stop()
         if self.socket_mode:
             self.socket_mode.stop()
-        self.runner.close()
+        self.databases.close()
         self.pump.deliver_until_idle(min(10.0, grace))
         log.info("stopped")
 
     def close(self) -> None:
         """Release the monitored database's connections (after `run_once`, or `serve`)."""
-        self.runner.close()
+        self.databases.close()
 
     def _wait_idle(self, seconds: float) -> bool:
         deadline = time.monotonic() + seconds

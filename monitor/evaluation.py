@@ -10,32 +10,36 @@ import logging
 import time
 
 from monitor.clock import Clock
-from monitor.config import DaemonConfig
+from monitor.config import DaemonConfig, Target
+from monitor.databases import Databases
 from monitor.loader import Invariant
 from monitor.metrics import Metrics
 from monitor.records import IncidentContext
-from monitor.replica_gate import ReplicaGate
 from monitor.results import RunResult
-from monitor.runner import Runner
 from monitor.state import StateStore
 from monitor.store_health import StoreHealth
 
 log = logging.getLogger("invmon.daemon")
 
 
-def context_of(inv: Invariant) -> IncidentContext:
-    """What an incident opened by this invariant keeps of its file."""
+def context_of(inv: Invariant, target: Target | None = None) -> IncidentContext:
+    """What an incident opened by this invariant keeps of its file (and of its target: the
+    default owner and channel when the file names none)."""
     header = inv.header
     return IncidentContext(
-        inv.severity, header.description, header.owner, header.runbook, header.channel
+        inv.severity,
+        header.description,
+        header.owner or (target.owner if target else None),
+        header.runbook,
+        header.channel or (target.channel if target else None),
+        inv.target,
     )
 
 
 class Evaluator:
     def __init__(
         self,
-        runner: Runner,
-        gate: ReplicaGate,
+        databases: Databases,
         store: StateStore,
         metrics: Metrics,
         settings: DaemonConfig,
@@ -43,8 +47,7 @@ class Evaluator:
         health: StoreHealth,
     ) -> None:
         self.health = health
-        self.runner = runner
-        self.gate = gate
+        self.databases = databases
         self.store = store
         self.metrics = metrics
         self.settings = settings
@@ -60,7 +63,10 @@ class Evaluator:
                 finished,
                 inv.header.for_runs,
                 self.settings.cannot_evaluate_after,
-                context_of(inv),
+                context_of(
+                    inv,
+                    self.databases[inv.target].target if inv.target in self.databases else None,
+                ),
             )
         self.metrics.observe(result, finished.timestamp())
         log.info(
@@ -86,9 +92,24 @@ class Evaluator:
         def elapsed() -> float:
             return (time.monotonic() - clock) * 1000
 
-        gate = self.gate.check(started)
+        if inv.target not in self.databases:
+            return RunResult.failed(
+                inv.name,
+                f"target {inv.target} has no database: set targets.{inv.target}.dsn",
+                started_at=started,
+                target=inv.target,
+            )
+        database = self.databases[inv.target]
+        gate = database.gate.check(started)
         if gate.error is not None:
-            return RunResult.failed(inv.name, gate.error, started_at=started, duration_ms=elapsed())
+            return RunResult.failed(
+                inv.name,
+                gate.error,
+                started_at=started,
+                duration_ms=elapsed(),
+                target=inv.target,
+                unreachable=gate.unreachable,
+            )
         if gate.stale is not None:
             return RunResult(
                 inv.name,
@@ -98,6 +119,7 @@ class Evaluator:
                 started_at=started,
                 replica_lag=gate.lag,
                 duration_ms=elapsed(),
+                target=inv.target,
             )
-        result = self.runner.run_one(inv)
+        result = database.runner.run_one(inv)
         return dataclasses.replace(result, replica_lag=gate.lag, duration_ms=elapsed())

@@ -20,7 +20,9 @@ from typing import Any, Literal
 
 from monitor.results import Status
 
-IncidentKind = Literal["violation", "cannot_evaluate", "replica_stale", "invalid_file"]
+IncidentKind = Literal[
+    "violation", "cannot_evaluate", "replica_stale", "invalid_file", "target_unreachable"
+]
 EventKind = Literal[
     "opened",
     "keys_appeared",
@@ -32,6 +34,8 @@ EventKind = Literal[
     "replica_fresh",
     "file_invalid",
     "file_fixed",
+    "target_unreachable",
+    "target_reachable",
 ]
 
 # Shown in logs and (later) in alerts; the kinds of incident that are not violations have
@@ -41,12 +45,14 @@ OPEN_EVENT: dict[IncidentKind, EventKind] = {
     "cannot_evaluate": "cannot_evaluate",
     "replica_stale": "replica_stale",
     "invalid_file": "file_invalid",
+    "target_unreachable": "target_unreachable",
 }
 CLOSE_EVENT: dict[IncidentKind, EventKind] = {
     "violation": "resolved",
     "cannot_evaluate": "recovered",
     "replica_stale": "replica_fresh",
     "invalid_file": "file_fixed",
+    "target_unreachable": "target_reachable",
 }
 
 

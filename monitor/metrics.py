@@ -18,35 +18,37 @@ class Metrics:
         self, counts: Callable[[], dict[str, int]], store_ok: Callable[[], bool] = lambda: True
     ) -> None:
         self.registry = CollectorRegistry()
+        self._target_of: dict[str, str] = {}  # the target each invariant was observed on
         self.status = Enum(
             "invmon_invariant_status",
             "The last run's status of each invariant.",
-            ["invariant"],
+            ["invariant", "target"],
             states=STATUSES,
             registry=self.registry,
         )
         self.offending_rows = Gauge(
             "invmon_offending_rows",
             "Offending rows found by the last successful run.",
-            ["invariant"],
+            ["invariant", "target"],
             registry=self.registry,
         )
         self.duration = Histogram(
             "invmon_run_duration_seconds",
             "How long one evaluation took, from the replica check to the stored result.",
-            ["invariant"],
+            ["invariant", "target"],
             buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
             registry=self.registry,
         )
         self.last_success = Gauge(
             "invmon_last_success_timestamp_seconds",
             "When the invariant was last evaluated successfully (ok or violated).",
-            ["invariant"],
+            ["invariant", "target"],
             registry=self.registry,
         )
         self.replica_lag = Gauge(
             "invmon_replica_lag_seconds",
-            "Replay lag of the monitored database at the last check (0 on a primary).",
+            "Replay lag of each target's database at the last check (0 on a primary).",
+            ["target"],
             registry=self.registry,
         )
         open_incidents = Gauge(
@@ -86,19 +88,23 @@ class Metrics:
         self.delivery_failures.set(failures)
 
     def observe(self, result: RunResult, finished_at_epoch: float) -> None:
-        name = result.invariant
-        self.status.labels(name).state(result.status)
-        self.duration.labels(name).observe(result.duration_ms / 1000)
+        labels = (result.invariant, result.target)
+        self._target_of[result.invariant] = result.target
+        self.status.labels(*labels).state(result.status)
+        self.duration.labels(*labels).observe(result.duration_ms / 1000)
         if result.status in ("ok", "violated") and result.count is not None:
-            self.offending_rows.labels(name).set(result.count)
-            self.last_success.labels(name).set(finished_at_epoch)
+            self.offending_rows.labels(*labels).set(result.count)
+            self.last_success.labels(*labels).set(finished_at_epoch)
         if result.replica_lag is not None:
-            self.replica_lag.set(result.replica_lag)
+            self.replica_lag.labels(result.target).set(result.replica_lag)
 
     def forget(self, invariant: str) -> None:
+        target = self._target_of.pop(invariant, None)
+        if target is None:
+            return
         for metric in (self.status, self.offending_rows, self.duration, self.last_success):
             with contextlib.suppress(KeyError):
-                metric.remove(invariant)
+                metric.remove(invariant, target)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

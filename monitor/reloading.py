@@ -12,11 +12,11 @@ from datetime import datetime
 
 from monitor.clock import Clock
 from monitor.config import Config
+from monitor.databases import Databases
 from monitor.definitions import Definitions, Reload, diff
 from monitor.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.metrics import Metrics
 from monitor.problems import Problem
-from monitor.runner import Runner
 from monitor.state import StateStore
 from monitor.store_health import StoreHealth
 
@@ -30,7 +30,7 @@ class Reloader:
     def __init__(
         self,
         config: Config,
-        runner: Runner,
+        databases: Databases,
         store: StateStore,
         metrics: Metrics,
         definitions: Definitions,
@@ -40,7 +40,7 @@ class Reloader:
     ) -> None:
         self.health = health
         self.config = config
-        self.runner = runner
+        self.databases = databases
         self.store = store
         self.metrics = metrics
         self.definitions = definitions
@@ -63,7 +63,7 @@ class Reloader:
         invalid = self._problems_by_name(loaded)
         # The fence again, against the monitored database's own catalog: what lint could
         # not know (user-defined and extension functions, views) is decided here.
-        refused = self.runner.vet(loaded.invariants)
+        refused = self.databases.vet(loaded.invariants)
         for name, problems in refused.items():
             invalid.setdefault(name, []).extend(problems)
         valid = {i.name: i for i in loaded.invariants if i.name not in refused}

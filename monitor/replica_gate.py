@@ -14,9 +14,10 @@ from datetime import datetime, timedelta
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from monitor.records import IncidentContext
 from monitor.replica import is_stale
 from monitor.runner import Runner, describe_error
-from monitor.state import REPLICA_SUBJECT, StateStore
+from monitor.state import StateStore, replica_subject, target_subject
 from monitor.store_health import StoreHealth
 
 FRESH_FOR = timedelta(seconds=1)  # one reading of the lag serves the runs of one second
@@ -29,12 +30,21 @@ class Gate:
     lag: float | None = None
     stale: str | None = None  # why the data is too old to evaluate
     error: str | None = None  # why the replica status could not be read
+    unreachable: bool = False  # the error is that the database does not answer
 
 
 class ReplicaGate:
     def __init__(
-        self, runner: Runner, store: StateStore, max_lag: timedelta, health: StoreHealth
+        self,
+        runner: Runner,
+        store: StateStore,
+        max_lag: timedelta,
+        health: StoreHealth,
+        target: str = "default",
+        context: IncidentContext | None = None,
     ) -> None:
+        self.target = target
+        self.context = context  # where its incidents go: the target's channel and owner
         self.health = health
         self.runner = runner
         self.store = store
@@ -42,6 +52,7 @@ class ReplicaGate:
         self._lock = threading.Lock()
         self._read: tuple[datetime, Gate] | None = None
         self._recorded: bool | None = None  # the staleness last written to the store
+        self._down: bool | None = None  # the unreachability last written to the store
 
     def check(self, now: datetime) -> Gate:
         with self._lock:
@@ -53,17 +64,35 @@ class ReplicaGate:
                 stale = gate.stale is not None
                 with self.health.guard("recording the replica's staleness"):
                     self.store.record_condition(
-                        "replica_stale", REPLICA_SUBJECT, stale, now, gate.stale
+                        "replica_stale",
+                        replica_subject(self.target),
+                        stale,
+                        now,
+                        gate.stale,
+                        self.context,
                     )
                     self._recorded = stale  # written: else tried again at the next check
+            if gate.unreachable != self._down and (gate.unreachable or self._down is not None):
+                with self.health.guard("recording whether the target answers"):
+                    self.store.record_condition(
+                        "target_unreachable",
+                        target_subject(self.target),
+                        gate.unreachable,
+                        now,
+                        gate.error,
+                        self.context,
+                    )
+                    self._down = gate.unreachable
             return gate
 
     def _measure(self) -> Gate:
         try:
             status = self.runner.replica_status()
         except (psycopg.Error, PoolTimeout) as exc:
-            reason = self.runner.probe() or describe_error(exc)
-            return Gate(error=f"cannot read replica status: {reason}")
+            down = self.runner.probe()
+            if down is not None:
+                return Gate(error=f"target {self.target} does not answer: {down}", unreachable=True)
+            return Gate(error=f"cannot read replica status: {describe_error(exc)}")
         lag = status.lag_seconds
         if not is_stale(status, self.max_lag):
             return Gate(lag=lag)

@@ -29,6 +29,9 @@ class RunResult:
     rows_withheld: int = 0  # sample rows left out to keep the run within its byte budget
     replica_lag: float | None = None
     target: str = "default"  # the monitored database it ran on
+    # Not run because its target did not answer: the target's one incident says so, so this
+    # run counts towards no invariant's own "cannot evaluate".
+    unreachable: bool = False
 
     @property
     def truncated(self) -> bool:

@@ -38,6 +38,15 @@ from monitor.storage import PostgresStorage, Storage, Tx, open_storage
 REPLICA_SUBJECT = "(replica)"
 
 
+def replica_subject(target: str) -> str:
+    """The subject of a target's replica-stale incident; the one-target form is unchanged."""
+    return REPLICA_SUBJECT if target == "default" else f"(replica {target})"
+
+
+def target_subject(target: str) -> str:
+    return f"(target {target})"
+
+
 class StateStore(StateQueries):
     """Runs, incidents, their keys, acknowledgements and the events outbox: what changes
     them is here, in transactions that also write the events they cause; what reads them is
@@ -75,7 +84,9 @@ class StateStore(StateQueries):
         """Store the run, move the incidents on, and write the events: all or nothing.
         `context` is kept with any incident this run opens."""
         seen = Observation(
-            status=result.status,
+            # A run its target could not take is, for the invariant's incidents, like a stale
+            # one: it neither opens nor resolves anything (the target's incident covers it).
+            status="stale" if result.unreachable else result.status,
             count=result.count,
             keys=result.keys,
             keys_complete=result.keys_complete,
@@ -113,8 +124,10 @@ class StateStore(StateQueries):
         active: bool,
         at: datetime,
         detail: str | None = None,
+        context: IncidentContext | None = None,
     ) -> list[StoredEvent]:
-        """Open or resolve an on/off incident: replica stale, or an invalid file."""
+        """Open or resolve an on/off incident: replica stale, a target that does not
+        answer, or an invalid file. `context` is kept with an incident it opens."""
         now = stamp(at)
         with self._db.transaction() as tx:
             self._lock_subject(tx, subject, now)
@@ -128,7 +141,7 @@ class StateStore(StateQueries):
                     )
                 return []
             if current is None:
-                incident_id = self._insert_incident(tx, subject, kind, now, None, detail)
+                incident_id = self._insert_incident(tx, subject, kind, now, None, detail, context)
             else:
                 incident_id = current.id
                 self._resolve(tx, incident_id, now, None)
@@ -276,8 +289,8 @@ class StateStore(StateQueries):
         started = result.started_at or finished_at
         [(run_id,)] = tx.rows(
             "INSERT INTO runs (invariant, started_at, finished_at, status, count, error,"
-            " replica_lag_seconds, duration_ms, columns_json, sample_json)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " replica_lag_seconds, duration_ms, columns_json, sample_json, target)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 invariant,
                 stamp(started),
@@ -289,6 +302,7 @@ class StateStore(StateQueries):
                 result.duration_ms,
                 json.dumps(result.columns),
                 json.dumps(result.rows),
+                result.target,
             ),
         )
         return int(run_id)
@@ -311,8 +325,8 @@ class StateStore(StateQueries):
         )
         [(incident_id,)] = tx.rows(
             "INSERT INTO incidents (invariant, kind, opened_at, first_count, last_count,"
-            " last_seen_at, detail, context_json, opening_json)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " last_seen_at, detail, context_json, opening_json, target)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 invariant,
                 kind,
@@ -323,6 +337,7 @@ class StateStore(StateQueries):
                 detail,
                 context.as_json() if context else None,
                 rows,
+                context.target if context else "default",
             ),
         )
         return int(incident_id)

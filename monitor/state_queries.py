@@ -31,6 +31,7 @@ _INCIDENT_COLUMNS = (
     "snoozed_until",
     "snoozed_by",
     "context_json",
+    "target",
 )
 _RUN_COLUMNS = (
     "id",
@@ -44,6 +45,7 @@ _RUN_COLUMNS = (
     "duration_ms",
     "columns_json",
     "sample_json",
+    "target",
 )
 
 
@@ -181,6 +183,7 @@ class StateQueries:
                     snoozed_until=maybe_parse(r["snoozed_until"]),
                     snoozed_by=r["snoozed_by"],
                     context=IncidentContext.from_json(r["context_json"]),
+                    target=r["target"],
                 )
             )
         return out
@@ -206,6 +209,7 @@ class StateQueries:
                     duration_ms=r["duration_ms"],
                     columns=json.loads(r["columns_json"]),
                     sample=json.loads(r["sample_json"]),
+                    target=r["target"],
                 )
             )
         return out

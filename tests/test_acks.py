@@ -90,7 +90,7 @@ class Setup:
 
     def close(self) -> None:
         self.listener.stop()
-        self.daemon.runner.close()
+        self.daemon.databases.close()
 
 
 @pytest.fixture
@@ -298,7 +298,7 @@ def test_socket_mode_clicks_are_acked_by_envelope_and_survive_a_reconnect(world:
             assert root.updates == 2
         finally:
             receiver.stop()
-            daemon.runner.close()
+            daemon.databases.close()
 
 
 def test_clicks_parse_into_actions_and_decisions_are_pure() -> None:

@@ -30,7 +30,7 @@ def test_an_incident_is_announced_updated_and_resolved_in_one_thread(world: Worl
         for step in range(3):
             script(world, daemon, step)
             settle(daemon, world.clock, f"step {step}")
-        daemon.runner.close()
+        daemon.databases.close()
     assert_one_clean_incident(fake, "no faults")
     [root] = fake.roots()
     assert root.updates == 3  # keys appeared, keys gone, resolved
@@ -47,7 +47,7 @@ def test_a_permanent_error_fails_once_with_a_clear_reason_and_does_not_loop(
         daemon = world.daemon(fake, channel="#no-such-channel")
         script(world, daemon, 0)
         settle(daemon, world.clock, "permanent")
-        daemon.runner.close()
+        daemon.databases.close()
     deliveries = daemon.alerter.ledger.all()
     assert [(d.action, d.state, d.attempts) for d in deliveries] == [
         ("post_root", "FAILED", 1),
@@ -81,7 +81,7 @@ def test_a_429_is_rescheduled_by_retry_after_without_sleeping(world: World) -> N
         assert fake.roots() == []  # not due yet: the clock has not moved
         world.clock.advance(1)
         settle(daemon, world.clock, "after 429")
-        daemon.runner.close()
+        daemon.databases.close()
     assert len(fake.roots()) == 1
 
 
@@ -135,7 +135,7 @@ def test_two_workers_sharing_a_postgres_store_never_send_the_same_row(
             thread.join()
         settle(a, clock, "shared store")
         for daemon in (a, b):
-            daemon.runner.close()
+            daemon.databases.close()
         for store in stores:
             store.close()
     keys = [m.key for m in fake.messages if m.key]
@@ -165,7 +165,7 @@ def test_a_burst_of_openings_goes_out_as_one_digest(world: World) -> None:
         outcome = daemon.alerter.act(burst_0.id, Action("ack", "U1", "ana"), "test")
         assert outcome.changed
         settle(daemon, world.clock, "ack in a digest")
-        daemon.runner.close()
+        daemon.databases.close()
     detail = next(m for m in details if "burst_0" in m.text)
     assert detail.updates == 1
     assert "👀 Acknowledged by @ana" in json.dumps(detail.blocks, ensure_ascii=False)
@@ -182,7 +182,7 @@ def test_reminders_go_in_the_thread_once_per_interval(world: World) -> None:
         assert daemon.alerter.remind() == 1
         assert daemon.alerter.remind() == 0
         settle(daemon, world.clock, "reminded")
-        daemon.runner.close()
+        daemon.databases.close()
     [root] = fake.roots()
     reminders = [m for m in fake.thread(root) if m.text.startswith("⏰")]
     assert len(reminders) == 1
@@ -196,7 +196,7 @@ def test_without_slack_alerts_are_printed_through_the_same_ledger(
     daemon.reload()
     script(world, daemon, 0)
     settle(daemon, world.clock, "console")
-    daemon.runner.close()
+    daemon.databases.close()
     out = capsys.readouterr().out
     assert "── alert to #invariants ──" in out
     assert "🔴 CRITICAL · bad_items violated" in out
@@ -219,7 +219,7 @@ def run_seed(world: World, seed: int) -> None:
         fake.faults_off()
         world.clock.advance(60)  # past every lease and settle window
         settle(daemon, world.clock, label)
-        daemon.runner.close()
+        daemon.databases.close()
     assert_one_clean_incident(fake, label)
     counts = daemon.alerter.ledger.counts()
     assert set(counts) == {"SENT"}, f"{label}: {counts}"
@@ -282,7 +282,7 @@ def test_a_slow_post_keeps_its_lease_so_no_other_worker_posts_it_again(world: Wo
             time.sleep(0.05)
         release.set()
         slow.join()
-        daemon.runner.close()
+        daemon.databases.close()
     assert len(fake.roots()) == 1
     [root] = [d for d in daemon.alerter.ledger.all() if d.action == "post_root"]
     assert (root.state, root.slack_ts) == ("SENT", fake.roots()[0].ts)

@@ -52,7 +52,7 @@ def daemon(monitored: tuple[str, Path], store: StateStore) -> Iterator[Daemon]:
     made = make_daemon(dsn, folder, store, FakeClock(START), cannot_evaluate_after=2)
     made.reload()
     yield made
-    made.runner.close()
+    made.databases.close()
 
 
 def kinds(store: StateStore, invariant: str = "bad_rows") -> list[tuple[str, object]]:
@@ -113,7 +113,7 @@ def test_for_n_opens_only_after_n_consecutive_violated_runs(
     daemon.reload()
     sql(dsn, "UPDATE items SET bad = true WHERE id = 4")
     opened_after = [bool(daemon.evaluate("bad_rows") and store.open_incidents()) for _ in range(4)]
-    daemon.runner.close()
+    daemon.databases.close()
     assert opened_after == [False, False, True, True]
     assert kinds(store) == [("opened", ["[4]"])]
 
@@ -199,13 +199,13 @@ def test_the_state_survives_a_new_daemon_on_the_same_store(
     first = make_daemon(dsn, folder, store)
     first.reload()
     first.evaluate("bad_rows")
-    first.runner.close()
+    first.databases.close()
     second = make_daemon(dsn, folder, store)
     second.reload()
     second.evaluate("bad_rows")
     sql(dsn, "UPDATE items SET bad = false")
     second.evaluate("bad_rows")
-    second.runner.close()
+    second.databases.close()
     assert kinds(store) == [("opened", ["[2]"]), ("resolved", None)]
 
 

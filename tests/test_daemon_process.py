@@ -120,7 +120,7 @@ def test_the_daemon_serves_health_and_metrics_and_exits_0_on_sigterm(
     metrics = wait_for(
         lambda: (
             (body := get(f"{url}/metrics")[1])
-            and 'invmon_offending_rows{invariant="bad_rows"} 2.0' in body
+            and 'invmon_offending_rows{invariant="bad_rows",target="default"} 2.0' in body
             and body
         ),
         20,
@@ -128,16 +128,16 @@ def test_the_daemon_serves_health_and_metrics_and_exits_0_on_sigterm(
     )
     assert isinstance(metrics, str)
     assert (
-        'invmon_invariant_status{invariant="bad_rows",invmon_invariant_status="violated"} 1.0'
-        in metrics
+        'invmon_invariant_status{invariant="bad_rows",invmon_invariant_status="violated",'
+        'target="default"} 1.0' in metrics
     )
     assert "invmon_open_incidents 1.0" in metrics
     assert wait_for(
         lambda: "invmon_events_pending 0.0" in get(f"{url}/metrics")[1], 20, "the event planned"
     )
-    assert "invmon_replica_lag_seconds 0.0" in metrics
-    assert 'invmon_run_duration_seconds_count{invariant="bad_rows"}' in metrics
-    assert 'invmon_last_success_timestamp_seconds{invariant="bad_rows"}' in metrics
+    assert 'invmon_replica_lag_seconds{target="default"} 0.0' in metrics
+    assert 'invmon_run_duration_seconds_count{invariant="bad_rows",target="default"}' in metrics
+    assert 'invmon_last_success_timestamp_seconds{invariant="bad_rows",target="default"}' in metrics
     assert get(f"{url}/nope")[0] == 404
     assert daemon.stop() == 0
     log = daemon.log()

@@ -91,5 +91,5 @@ def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident
         assert phases == ["violated", "stale", "ok"]
         assert statuses.count("stale") >= 2
     finally:
-        daemon.runner.close()
+        daemon.databases.close()
         store.close()

@@ -36,7 +36,7 @@ def test_a_channel_gets_one_summary_a_day_with_each_incident_in_its_group(
         world.clock.advance(2 * 24 * 3600)
         daemon.alerter.summarise(world.clock())  # nothing left to say: no message
         settle(daemon, world.clock, "quiet day")
-        daemon.runner.close()
+        daemon.databases.close()
     first, second, third = summaries(fake)
     assert "🚨 Open* (1)" in first and "bad_items" in first and "2 rows" in first
     assert "👀 Acknowledged* (1)" in second and "🚨 Open" not in second

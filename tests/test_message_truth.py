@@ -21,7 +21,7 @@ def test_identical_offending_rows_are_all_in_the_csv(world: World) -> None:
         daemon = world.daemon(fake)
         daemon.evaluate("negative")
         settle(daemon, world.clock, "opened")
-        daemon.runner.close()
+        daemon.databases.close()
     [rows] = csv_rows(fake)
     assert rows == [
         {"account": "1", "amount": "-5"},
@@ -40,7 +40,7 @@ def test_a_removed_file_closes_its_incident_in_its_own_thread(world: World) -> N
         (world.folder / "bad_items.sql").unlink()
         daemon.reload()
         settle(daemon, world.clock, "retired")
-        daemon.runner.close()
+        daemon.databases.close()
     [root] = fake.roots()  # no second root in the default channel
     assert root.channel == "C0PAYMENTS"
     header = root.blocks[0]["text"]["text"]
@@ -59,7 +59,7 @@ def test_a_csv_completed_while_reconciling_reads_as_a_first_try(world: World) ->
         daemon = world.daemon(fake)
         script(world, daemon, 0)
         settle(daemon, world.clock, "opened")
-        daemon.runner.close()
+        daemon.databases.close()
     assert [f.title for f in fake.shared_files()] == ["bad_items: 2 offending rows"]
     assert ("files.completeUploadExternal", "error_500") in fake.calls
 
@@ -76,7 +76,7 @@ def test_the_csv_holds_the_rows_as_they_were_when_the_incident_opened(world: Wor
         world.clock.advance(60)
         daemon.evaluate("bad_items")  # …and comes back with another note
         settle(daemon, world.clock, "delivered late")
-        daemon.runner.close()
+        daemon.databases.close()
     [rows] = csv_rows(fake)
     assert rows == [{"id": "1", "note": "item 1"}, {"id": "2", "note": "item 2"}]
 
@@ -90,7 +90,7 @@ def test_runs_that_evaluated_nothing_keep_the_last_count(world: World) -> None:
         sql(world.dsn, "ALTER TABLE items RENAME TO items_away")
         world.clock.advance(60)
         result = daemon.evaluate("bad_items")
-        daemon.runner.close()
+        daemon.databases.close()
     assert result is not None and result.status == "error"
     [after] = [i for i in world.store.open_incidents() if i.kind == "violation"]
     assert (after.last_count, after.last_seen_at) == (2, before.last_seen_at)

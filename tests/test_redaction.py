@@ -45,7 +45,7 @@ def test_every_path_out_of_the_daemon_is_masked(
         daemon = world.daemon(fake)
         daemon.evaluate("flagged")
         settle(daemon, world.clock, "opened")
-        daemon.runner.close()
+        daemon.databases.close()
     slack = json.dumps([[m.text, m.blocks] for m in fake.messages], ensure_ascii=False)
     files = "".join((f.data or b"").decode() for f in fake.files.values())
     assert "[masked:" in slack and "[masked:" in files

@@ -135,13 +135,13 @@ def run_episode(world: World, seed: int) -> tuple[list[Seen], FakeSlack, Daemon]
             daemon.deliver()
             world.clock.advance(rng.choice([0, 1, 3, 40]))
         if rng.random() < 0.2:  # the daemon dies; a new one takes over the same store
-            daemon.runner.close()
+            daemon.databases.close()
             daemon = world.daemon(fake)
     fake.faults_off()
     world.clock.advance(120)  # past every lease and settle window
     settle(daemon, world.clock, f"seed {seed}")
     fake.__exit__()
-    daemon.runner.close()
+    daemon.databases.close()
     return seen, fake, daemon
 
 

@@ -4,6 +4,7 @@ nothing for the others."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,3 +151,111 @@ def test_lint_and_test_use_each_targets_own_schema(tmp_path: Path, database: str
     (root / "billing" / "late.sql").write_text(header() + "SELECT id FROM payments WHERE late\n")
     wrong = cli("lint", cwd=tmp_path)
     assert "late.sql:3: unknown table 'payments': not in the schema file" in wrong.stdout
+
+
+def test_the_daemon_keeps_targets_apart_and_a_dead_one_is_one_incident(
+    tmp_path: Path, database: str, second: str
+) -> None:
+    from helpers import FakeClock
+
+    from monitor.config import Config, HttpConfig
+    from monitor.daemon import Daemon
+    from monitor.state import StateStore
+
+    items(database, bad=2)
+    items(second, bad=3)
+    root = tmp_path / "invariants"
+    for target in ("payments", "billing", "jobs"):
+        (root / target).mkdir(parents=True)
+        for n in (1, 2):
+            (root / target / f"bad_{n}.sql").write_text(header("-- schedule: every 1m\n") + QUERY)
+    config = Config.model_validate(
+        {
+            "invariants": root,
+            "http": HttpConfig(listen=None),
+            "targets": {
+                "payments": {"dsn": database},
+                "billing": {"dsn": second, "channel": "#billing"},
+                "jobs": {"dsn": "host=127.0.0.1 port=1 dbname=x", "connect_timeout": "1s"},
+            },
+        }
+    )
+    store = StateStore.open(path=tmp_path / "state.db")
+    clock = FakeClock()
+    daemon = Daemon.build(config, "", store, clock=clock)
+    try:
+        daemon.reload()
+        passes = []
+        for _ in range(4):  # four slots of every 1m, driven by the clock, no thread
+            clock.advance(61)
+            passes.append(
+                {r.invariant: (r.target, r.status, r.count) for r in daemon.run_due(clock())}
+            )
+        routes = daemon.routes()
+        ready, note = routes.readyz.check(), routes.readyz.note()
+    finally:
+        daemon.databases.close()
+    assert all(len(p) == 6 for p in passes)  # every invariant, every slot: nobody waited
+    assert passes[-1] == {
+        "payments/bad_1": ("payments", "violated", 2),
+        "payments/bad_2": ("payments", "violated", 2),
+        "billing/bad_1": ("billing", "violated", 3),
+        "billing/bad_2": ("billing", "violated", 3),
+        "jobs/bad_1": ("jobs", "error", None),
+        "jobs/bad_2": ("jobs", "error", None),
+    }
+    incidents = sorted((i.invariant, i.kind) for i in store.open_incidents())
+    assert incidents == [
+        ("(target jobs)", "target_unreachable"),
+        ("billing/bad_1", "violation"),
+        ("billing/bad_2", "violation"),
+        ("payments/bad_1", "violation"),
+        ("payments/bad_2", "violation"),
+    ]  # no per-invariant "cannot evaluate" for jobs after 4 failed passes
+    billing = next(i for i in store.open_incidents() if i.invariant == "billing/bad_1")
+    assert billing.context is not None and billing.context.channel == "#billing"
+    assert ready is None and note is not None and note.startswith("not evaluating: jobs (")
+    store.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_state_store_from_before_targets_moves_to_default(
+    kind: str, tmp_path: Path, admin_dsn: str
+) -> None:
+    from datetime import UTC, datetime
+
+    from monitor.results import RunResult
+    from monitor.state import StateStore
+    from monitor.storage import PostgresStorage, SqliteStorage, migrate
+
+    with contextlib.ExitStack() as stack:
+        if kind == "sqlite":
+            where = {"path": tmp_path / "old.db"}
+            old = SqliteStorage(tmp_path / "old.db")
+        else:
+            dsn = stack.enter_context(scratch_database(admin_dsn, prefix="invmon_state"))
+            where = {"dsn": dsn}
+            old = PostgresStorage(dsn)
+        migrate(old, old.migrations[:-1])  # the store as the release before targets left it
+        with old.transaction() as tx:
+            tx.run(
+                "INSERT INTO runs (invariant, started_at, finished_at, status, count)"
+                " VALUES ('refunds', '2026-11-01T00:00:00.000000Z',"
+                " '2026-11-01T00:00:01.000000Z', 'violated', 2)"
+            )
+            tx.run(
+                "INSERT INTO incidents (invariant, kind, opened_at, last_seen_at)"
+                " VALUES ('refunds', 'violation', '2026-11-01T00:00:01.000000Z',"
+                " '2026-11-01T00:00:01.000000Z')"
+            )
+        old.close()
+        store = StateStore.open(**where)
+        try:
+            [run] = store.runs("refunds", limit=10)
+            [incident] = store.open_incidents()
+            assert (run.target, incident.target) == ("default", "default")
+            now = datetime.now(UTC)
+            store.record_run("bills", RunResult.counted("bills", 0, [], [], target="billing"), now)
+            assert [r.target for r in store.runs("bills", limit=10)] == ["billing"]
+        finally:
+            store.close()

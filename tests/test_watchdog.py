@@ -60,7 +60,7 @@ def test_alerts_that_do_not_reach_slack_open_a_self_incident(world: World) -> No
             world.clock.advance(30)
         world.clock.advance(11 * 60)
         results = {r.invariant: r for r in daemon.watchdog.check(world.clock())}
-        daemon.runner.close()
+        daemon.databases.close()
     assert results["invmon-self/incidents_without_root"].count == 1
     pending = results["invmon-self/deliveries_pending"].count or 0
     unknown = results["invmon-self/deliveries_unknown"].count or 0

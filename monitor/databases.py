@@ -1,0 +1,142 @@
+"""The monitored databases of one daemon, one per target, kept apart: each has its own pool
+and concurrency (its Runner), its own replica gate, and its own workers, so a target that is
+down or stale holds only its own invariants back, never another target's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from monitor.config import Config, Target
+from monitor.loader import DEFAULT_TARGET, Invariant
+from monitor.problems import Problem
+from monitor.records import IncidentContext
+from monitor.redaction import Redaction
+from monitor.replica_gate import ReplicaGate
+from monitor.runner import Runner
+from monitor.state import StateStore
+from monitor.store_health import StoreHealth
+
+
+class Database:
+    """One target's parts."""
+
+    def __init__(self, target: Target, runner: Runner, gate: ReplicaGate) -> None:
+        self.target = target
+        self.runner = runner
+        self.gate = gate
+        self.workers: ThreadPoolExecutor | None = None
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+
+class Databases:
+    def __init__(self, databases: Mapping[str, Database]) -> None:
+        self.by_name = dict(databases)
+        self._down: dict[str, str] = {}  # from the last readiness check
+
+    @classmethod
+    def build(
+        cls,
+        config: Config,
+        store: StateStore,
+        health: StoreHealth,
+        redaction: Redaction,
+        default_dsn: str | None = None,
+    ) -> Databases:
+        """One Database per target with a DSN (`default_dsn` overrides the default's)."""
+        built = {}
+        for name, target in config.resolved_targets().items():
+            dsn = default_dsn if name == DEFAULT_TARGET and default_dsn else target.dsn
+            if not dsn:
+                continue
+            runner = Runner(
+                dsn,
+                target.concurrency,
+                target.database,
+                track_keys=config.daemon.track_keys,
+                allow=config.fence.allowances(),
+                limits=config.limits.rows(),
+                redaction=redaction,
+                target=name,
+            )
+            runner.open()
+            context = IncidentContext(
+                "critical",
+                f"invmon evaluates the invariants of target {name}",
+                target.owner,
+                None,
+                target.channel,
+                name,
+            )
+            gate = ReplicaGate(runner, store, target.max_replica_lag, health, name, context)
+            built[name] = Database(target, runner, gate)
+        return cls(built)
+
+    def __getitem__(self, name: str) -> Database:
+        return self.by_name[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.by_name
+
+    def start_workers(self) -> None:
+        for database in self.by_name.values():
+            database.workers = ThreadPoolExecutor(
+                database.target.concurrency, f"invmon-run-{database.name}"
+            )
+
+    def submit(self, inv: Invariant, work: Any, *args: Any) -> Future[Any] | None:
+        database = self.by_name.get(inv.target)
+        if database is None or database.workers is None:
+            return None
+        return database.workers.submit(work, *args)
+
+    def vet(self, invariants: Sequence[Invariant]) -> dict[str, list[Problem]]:
+        """The fence's word on each invariant against its own target's catalog."""
+        refused: dict[str, list[Problem]] = {}
+        for name, database in self.by_name.items():
+            mine = [i for i in invariants if i.target == name]
+            if mine:
+                refused.update(database.runner.vet(mine))
+        return refused
+
+    def not_ready(self) -> dict[str, str]:
+        """Each target that cannot be evaluated now, with why."""
+        problems = {}
+        for name, database in self.by_name.items():
+            reason = database.runner.probe()
+            if reason is not None:
+                problems[name] = reason
+        return problems
+
+    def readiness(self) -> str | None:
+        """None when at least one target can be evaluated (`partly` names the others),
+        else why none can."""
+        self._down = down = self.not_ready()
+        if self.by_name and len(down) == len(self.by_name):
+            return "no target can be evaluated: " + _listed(down)
+        return None
+
+    def partly(self) -> str | None:
+        """The targets the last readiness check found down, while others work."""
+        return f"not evaluating: {_listed(self._down)}" if self._down else None
+
+    def cancel_all(self) -> int:
+        return sum(d.runner.cancel_all() for d in self.by_name.values())
+
+    def stop_workers(self) -> None:
+        for database in self.by_name.values():
+            if database.workers is not None:
+                database.workers.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        for database in self.by_name.values():
+            database.runner.close()
+
+
+def _listed(down: Mapping[str, str]) -> str:
+    return "; ".join(f"{name} ({why})" for name, why in sorted(down.items()))
