@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from monitor.clock import shown
+from monitor.results import DEFAULT_TARGET
 from monitor.text import counted
 
 SECTION_LIMIT = 3000
@@ -47,6 +48,7 @@ class IncidentView:
     acknowledged: str | None = None  # "Acknowledged by @x at …", when set
     acked: bool = False
     buttons: tuple[str, ...] = ()  # ack modes offered; empty: no buttons (no interactivity)
+    target: str = "default"  # the monitored database; named once there is more than one
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,13 @@ def _subject(name: str) -> str:
     return f"{inner[1]}: " if len(inner) == 2 else ""
 
 
+def _database_field(target: str) -> list[dict[str, str]]:
+    """Which database a finding came from, once it is not the only, unnamed one."""
+    if target == DEFAULT_TARGET:
+        return []
+    return [{"type": "mrkdwn", "text": f"*Database*\n{escape(target)}"}]
+
+
 def root_message(view: IncidentView, now: datetime) -> Message:
     title = status_title(view, now)
     blocks: list[dict[str, Any]] = [_header(title)]
@@ -195,6 +204,7 @@ def root_message(view: IncidentView, now: datetime) -> Message:
                     {"type": "mrkdwn", "text": f"*First seen*\n{first}"},
                     {"type": "mrkdwn", "text": f"*Owner*\n{_owner(view.owner)}"},
                     {"type": "mrkdwn", "text": f"*Severity*\n{escape(view.severity)}"},
+                    *_database_field(view.target),
                 ],
             }
         )
@@ -222,6 +232,8 @@ def root_message(view: IncidentView, now: datetime) -> Message:
     if view.resolved_at is None and (view.buttons or view.runbook):
         blocks.append(_actions(view))
     footer = [f"incident #{view.incident_id}"]
+    if view.target != DEFAULT_TARGET:
+        footer.append(f"database {escape(view.target)}")
     if view.runbook:
         footer.append(f"<{view.runbook}|Runbook>")
     blocks.append(_context(" · ".join(footer)))

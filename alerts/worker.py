@@ -111,6 +111,7 @@ class Views:
             acknowledged=ack_line(incident, self.clock()),
             acked=bool(incident.acked_by),
             buttons=self.buttons,
+            target=incident.target,
         )
 
     def csv_file(self, incident_id: int, max_rows: int, max_bytes: int) -> tuple[bytes, str]:

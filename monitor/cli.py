@@ -24,7 +24,7 @@ from monitor.check import run_check
 from monitor.ci_output import Finding, JunitCase, from_problems, github_annotations, junit_xml
 from monitor.config import Config, ConfigError, Target, check_dsn, load_config
 from monitor.durations import parse_duration
-from monitor.loader import DEFAULT_TARGET, Invariant, load_directory
+from monitor.loader import Invariant, load_directory
 from monitor.logs import redact
 from monitor.records import as_document
 from monitor.render import (
@@ -36,7 +36,7 @@ from monitor.render import (
     status_text,
     to_json,
 )
-from monitor.results import exit_code
+from monitor.results import DEFAULT_TARGET, exit_code
 from monitor.runner import describe_error
 from monitor.scaffold import Planned
 from monitor.selection import NothingSelected, select
@@ -195,6 +195,19 @@ def require_targets(config: Config, purpose: str) -> dict[str, Target]:
         fail(f"no database to {purpose}: no target has a dsn ({', '.join(sorted(targets))})")
     require_folder(config)
     return targets
+
+
+def require_every_target(config: Config) -> None:
+    """A daemon watches every target it is configured with: one without a DSN is a mistake
+    in the config, refused at start with each such target named, not a quiet gap."""
+    targets = config.resolved_targets()
+    if list(targets) == [DEFAULT_TARGET]:
+        require_database(config, "monitor")
+        return
+    missing = [config.no_dsn_reason(name) for name, t in sorted(targets.items()) if not t.dsn]
+    if missing:
+        fail("cannot start: " + "; ".join(missing))
+    require_folder(config)
 
 
 def require_database(config: Config, purpose: str) -> str:
@@ -373,9 +386,9 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
     config = resolve_config(config_path, dsn, invariants_dir)
     require(config)  # a daemon starts with every reference set, or not at all
     setup_logging(config.log.format, config.log.level)
-    database = require_database(config, "monitor")
+    require_every_target(config)
     store = open_store(config)
-    daemon = Daemon.build(config, database, store)
+    daemon = Daemon.build(config, config.dsn, store)
     try:
         if once:
             change, results = daemon.run_once()
@@ -390,12 +403,16 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
 
 @main.command()
 @CONFIG
+@TARGETS
 @output_format("table", "json")
-def status(config_path: Path | None, fmt: str) -> None:
+def status(config_path: Path | None, targets: tuple[str, ...], fmt: str) -> None:
     """Open incidents and each invariant's last run, from the state store."""
-    incidents, runs = read_store(
-        resolve_config(config_path), lambda s: (s.open_incidents(), s.latest_runs())
-    )
+    config = resolve_config(config_path)
+    known_targets(config, targets)
+    incidents, runs = read_store(config, lambda s: (s.open_incidents(), s.latest_runs()))
+    if targets:
+        incidents = [i for i in incidents if i.target in targets]
+        runs = [r for r in runs if r.target in targets]
     if fmt == "json":
         document = {
             "open_incidents": [as_document(i) for i in incidents],
@@ -407,26 +424,36 @@ def status(config_path: Path | None, fmt: str) -> None:
 
 
 @main.command()
-@click.argument("name")
+@click.argument("name", required=False)
 @CONFIG
+@TARGETS
 @click.option("--limit", default=20, show_default=True, help="How many runs and incidents.")
 @output_format("table", "json")
-def history(name: str, config_path: Path | None, limit: int, fmt: str) -> None:
-    """Recent runs and incidents of one invariant."""
+def history(
+    name: str | None, config_path: Path | None, targets: tuple[str, ...], limit: int, fmt: str
+) -> None:
+    """Recent runs and incidents of one invariant, or of every invariant of a target."""
+    if name is None and not targets:
+        fail("name an invariant, or a target with --target, to show its history")
+    config = resolve_config(config_path)
+    known_targets(config, targets)
     runs, incidents = read_store(
-        resolve_config(config_path), lambda s: (s.runs(name, limit), s.incidents(name, limit))
+        config, lambda s: (s.runs(name, limit, targets), s.incidents(name, limit, targets))
     )
+    title = name or f"target {', '.join(targets)}"
     if not runs and not incidents:
-        fail(f"no history for {name!r} in the state store; check the name with `invmon status`")
+        what = repr(name) if name else title
+        fail(f"no history for {what} in the state store; check the name with `invmon status`")
     if fmt == "json":
         document = {
             "invariant": name,
+            "targets": list(targets),
             "runs": [as_document(r) for r in runs],
             "incidents": [as_document(i) for i in incidents],
         }
         click.echo(to_json(document))
         return
-    click.echo(history_text(name, runs, incidents))
+    click.echo(history_text(title, runs, incidents))
 
 
 def _act(config_path: Path | None, incident: int, action: Action) -> None:

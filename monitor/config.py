@@ -31,9 +31,10 @@ from monitor.acks import ACK_MODES, AckMode
 from monitor.durations import parse_duration
 from monitor.fence import Allowances, FencePolicy
 from monitor.header import Severity
-from monitor.loader import DEFAULT_TARGET, MAX_FILE_BYTES, Defaults, Loading
+from monitor.loader import MAX_FILE_BYTES, Defaults, Loading
 from monitor.offending import DEFAULT_ROW_LIMITS, MIN_CELL, RowLimits
 from monitor.redaction import DEFAULT_COLUMNS, DETECTORS, Detector, Redaction
+from monitor.results import DEFAULT_TARGET
 from monitor.text import printable, shorten
 from monitor.yamlsafe import YamlProblem
 

@@ -127,7 +127,7 @@ class Daemon:
     def build(
         cls,
         config: Config,
-        dsn: str,
+        dsn: str | None,
         store: StateStore,
         clock: Clock = utc_now,
         transport: Transport | None = None,

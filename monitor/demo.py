@@ -1,17 +1,20 @@
-"""`invmon demo`: the shipped invariants against the reference schema with planted bugs."""
+"""`invmon demo`: the shipped invariants against the reference schema with planted bugs,
+as one of three targets: a second live database and one that is down."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.util
 import logging
+import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from monitor.check import run_check
-from monitor.config import Config, HttpConfig, StateConfig
+from monitor.config import Config, HttpConfig, StateConfig, TargetConfig
 from monitor.pgtemp import apply_sql, scratch_database, temporary_server
 from monitor.render import results_table
 from monitor.results import RunResult
@@ -42,24 +45,23 @@ def _server(admin_dsn: str | None, say: Callable[[str], None]) -> Iterator[str]:
         yield dsn
 
 
-def show_alerts(dsn: str, invariants: Path) -> list[tuple[str, int]]:
+def show_alerts(config: Config) -> list[tuple[str, int]]:
     """One burst-mode pass of the daemon with a throwaway state store and no Slack."""
     from monitor.daemon import Daemon
     from monitor.state import StateStore
 
     # The demo shows alerts, not the daemon's log lines about them.
     logging.getLogger().addHandler(logging.NullHandler())
-    logging.getLogger("invmon").setLevel(logging.ERROR)
+    logging.getLogger("invmon").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="invmon-demo-state-") as folder:
-        config = Config(
-            invariants=invariants,
-            state=StateConfig(path=Path(folder) / "state.db"),
-            http=HttpConfig(listen=None),
-        )
+        config = config.model_copy(update={"state": StateConfig(path=Path(folder) / "state.db")})
         store = StateStore.open(path=config.state.path)
         try:
-            daemon = Daemon.build(config, dsn, store)
-            _, results = daemon.run_once()
+            daemon = Daemon.build(config, None, store)
+            try:
+                _, results = daemon.run_once()
+            finally:
+                daemon.close()
         finally:
             store.close()
     # Violated, but waiting for more consecutive violated runs (`for: N`) before alerting.
@@ -71,33 +73,77 @@ def violated(results: list[RunResult]) -> set[str]:
     return {r.invariant for r in results if r.status == "violated"}
 
 
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released): the unreachable database."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def demo_folder(root: Path, shipped: Path, demo: Path) -> Path:
+    """The demo's invariants folder: one subfolder per target, which binds each file to
+    the target of its folder's name, as `invariants/payments/**` would in a real repo."""
+    folder = root / "invariants"
+    for target, source in (
+        ("payments", shipped),
+        ("subscriptions", demo / "subscriptions"),
+        ("warehouse", demo / "warehouse"),
+    ):
+        (folder / target).mkdir(parents=True)
+        for path in sorted(source.glob("*.sql")):
+            if path.name not in ("schema.sql", "seed.sql"):
+                shutil.copyfile(path, folder / target / path.name)
+    return folder
+
+
 def run_demo(admin_dsn: str | None, say: Callable[[str], None]) -> int:
-    invariants = shipped_folder("invariants", "monitor.shipped_invariants")
+    shipped = shipped_folder("invariants", "monitor.shipped_invariants")
     demo = shipped_folder("deploy/demo", "monitor.demo_data")
-    with _server(admin_dsn, say) as server:
-        with scratch_database(server, prefix="invmon_demo") as dsn:
-            say("Loading the refunds schema and seeding it with planted violations…")
-            apply_sql(dsn, (demo / "schema.sql").read_text(encoding="utf-8"))
-            apply_sql(dsn, (demo / "seed.sql").read_text(encoding="utf-8"))
-            names = sorted(p.stem for p in invariants.glob("*.sql"))
-            say(f"Running {len(names)} invariants: {', '.join(names)}\n")
-            started = time.monotonic()
-            outcome = run_check(Config(dsn=dsn), invariants)
-            say(results_table(outcome.results, sample_rows=5))
+    with (
+        _server(admin_dsn, say) as server,
+        scratch_database(server, prefix="invmon_demo_payments") as payments,
+        scratch_database(server, prefix="invmon_demo_subscriptions") as subscriptions,
+        tempfile.TemporaryDirectory(prefix="invmon-demo-") as scratch,
+    ):
+        say("Three monitored databases (targets), from one config:")
+        say("  payments       the refunds schema, seeded with planted violations")
+        say("  subscriptions  a second database, with one planted violation")
+        say("  warehouse      a database that is down (a closed port), on purpose")
+        apply_sql(payments, (demo / "schema.sql").read_text(encoding="utf-8"))
+        apply_sql(payments, (demo / "seed.sql").read_text(encoding="utf-8"))
+        for script in ("schema.sql", "seed.sql"):
+            text = (demo / "subscriptions" / script).read_text(encoding="utf-8")
+            apply_sql(subscriptions, text)
+        dead = f"postgresql://invmon@127.0.0.1:{closed_port()}/warehouse?connect_timeout=2"
+        config = Config(
+            invariants=demo_folder(Path(scratch), shipped, demo),
+            targets={
+                "payments": TargetConfig(dsn=payments),
+                "subscriptions": TargetConfig(dsn=subscriptions),
+                "warehouse": TargetConfig(dsn=dead),
+            },
+            http=HttpConfig(listen=None),
+        )
+        say("\nRunning every invariant, each on its own target's database:\n")
+        started = time.monotonic()
+        outcome = run_check(config, config.invariants)
+        say(results_table(outcome.results, sample_rows=5))
+        say(
+            f"\nEvaluated in {time.monotonic() - started:.2f}s. Each violation above was "
+            "planted in deploy/demo/; warehouse could not be evaluated because its database "
+            "is down, and the other two targets did not wait for it."
+        )
+        say(
+            "\nThe alerts on-call would get. No Slack is configured, so they print here, "
+            "through the same delivery ledger:"
+        )
+        for name, runs in show_alerts(config):
             say(
-                f"\nEvaluated in {time.monotonic() - started:.2f}s. Each violation above was "
-                "planted in deploy/demo/seed.sql."
+                f"\n({name} is violated too, but its header says `for: {runs}`: its "
+                f"incident opens only after {runs} violated runs in a row.)"
             )
-            say(
-                "\nThe alerts on-call would get. No Slack is configured, so they print here, "
-                "through the same delivery ledger:"
-            )
-            for name, runs in show_alerts(dsn, invariants):
-                say(
-                    f"\n({name} is violated too, but its header says `for: {runs}`: its "
-                    f"incident opens only after {runs} violated runs in a row.)"
-                )
-            say("\nNext: `invmon check --dsn <replica>` on your own data.")
-        say("Removed the demo database" + ("." if admin_dsn else " and stopped the server."))
-    errored = any(r.status == "error" for r in outcome.results)
+        say("\nNext: `invmon check --dsn <replica>` on your own data.")
+    say("Removed the demo databases" + ("." if admin_dsn else " and stopped the server."))
+    # The warehouse error is planted; any other error is the demo's own failure.
+    errored = any(r.status == "error" and r.target != "warehouse" for r in outcome.results)
     return 2 if errored else 0

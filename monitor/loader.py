@@ -28,9 +28,8 @@ from monitor.header import (
     split_file,
 )
 from monitor.problems import Problem
+from monitor.results import DEFAULT_TARGET
 from monitor.validate import check_sql, columns_of
-
-DEFAULT_TARGET = "default"  # the target of the single `dsn:` form
 
 
 class Defaults(BaseModel):

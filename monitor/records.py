@@ -9,7 +9,7 @@ from typing import Any
 
 from monitor.clock import stamp
 from monitor.incidents import IncidentKind
-from monitor.results import Status
+from monitor.results import DEFAULT_TARGET, Status
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Run:
     duration_ms: float | None
     columns: list[str] = field(default_factory=list)
     sample: list[dict[str, Any]] = field(default_factory=list)
-    target: str = "default"  # the monitored database it ran on
+    target: str = DEFAULT_TARGET  # the monitored database it ran on
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class IncidentContext:
     owner: str | None = None
     runbook: str | None = None
     channel: str | None = None  # the file's own `channel:`, if it had one
-    target: str = "default"  # the monitored database it is about
+    target: str = DEFAULT_TARGET  # the monitored database it is about
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -53,7 +53,7 @@ class IncidentContext:
         return cls(
             **{k: data.get(k) for k in ("description", "owner", "runbook", "channel")},
             severity=str(data.get("severity") or "warning"),
-            target=str(data.get("target") or "default"),
+            target=str(data.get("target") or DEFAULT_TARGET),
         )
 
 
@@ -78,7 +78,7 @@ class Incident:
     snoozed_until: datetime | None = None
     snoozed_by: str | None = None
     context: IncidentContext | None = None  # None for incidents stored before it was kept
-    target: str = "default"  # the monitored database it is about
+    target: str = DEFAULT_TARGET  # the monitored database it is about
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +12,7 @@ from monitor.clock import shown
 from monitor.loader import Invariant
 from monitor.problems import Problem
 from monitor.records import Incident, Run
-from monitor.results import RunResult
+from monitor.results import DEFAULT_TARGET, RunResult
 from monitor.text import counted, printable
 
 STATUS_LABEL = {
@@ -74,8 +74,12 @@ def _cell(value: Any, width: int = _CELL_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+_NAME_WIDTH = 100  # names are what a reader copies into the next command: cut only when absurd
+
+
 def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "") -> str:
-    cells = [[_cell(v) for v in row] for row in rows]
+    limits = [_NAME_WIDTH if h in ("invariant", "target") else _CELL_WIDTH for h in header]
+    cells = [[_cell(v, w) for v, w in zip(row, limits, strict=True)] for row in rows]
     widths = [len(h) for h in header]
     for row in cells:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
@@ -105,7 +109,7 @@ def bounds_notes(result: RunResult) -> list[str]:
 
 
 def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
-    several = len({r.target for r in results}) > 1  # which database, once there are several
+    several = names_targets(r.target for r in results)
     summary = text_table(
         ["invariant", *(["target"] if several else []), "status", "count", "duration"],
         [
@@ -156,14 +160,32 @@ def _handled(incident: Incident) -> str:
     return ""
 
 
+def names_targets(targets: Iterable[str]) -> bool:
+    """Whether a table needs a target column: once there is more than one database, or one
+    with a name of its own, a finding must say which database it came from."""
+    seen = set(targets)
+    return len(seen) > 1 or seen - {DEFAULT_TARGET} != set()
+
+
 def status_text(incidents: Sequence[Incident], runs: Sequence[Run]) -> str:
+    several = names_targets([i.target for i in incidents] + [r.target for r in runs])
     if incidents:
         open_table = text_table(
-            ["incident", "invariant", "kind", "opened", "count", "handled", "detail"],
+            [
+                "incident",
+                "invariant",
+                *(["target"] if several else []),
+                "kind",
+                "opened",
+                "count",
+                "handled",
+                "detail",
+            ],
             [
                 [
                     f"#{i.id}",
                     i.invariant,
+                    *([i.target] if several else []),
                     i.kind,
                     _when(i.opened_at),
                     "-" if i.last_count is None else i.last_count,
@@ -179,10 +201,19 @@ def status_text(incidents: Sequence[Incident], runs: Sequence[Run]) -> str:
     if not runs:
         return top + "\n\nNo runs recorded yet; start `invmon run`."
     run_table = text_table(
-        ["invariant", "last run", "status", "count", "duration", "error"],
+        [
+            "invariant",
+            *(["target"] if several else []),
+            "last run",
+            "status",
+            "count",
+            "duration",
+            "error",
+        ],
         [
             [
                 r.invariant,
+                *([r.target] if several else []),
                 _when(r.finished_at),
                 STATUS_LABEL[r.status],
                 "-" if r.count is None else r.count,
@@ -195,12 +226,17 @@ def status_text(incidents: Sequence[Incident], runs: Sequence[Run]) -> str:
     return f"{top}\n\nLast runs:\n{run_table}"
 
 
-def history_text(name: str, runs: Sequence[Run], incidents: Sequence[Incident]) -> str:
+def history_text(title: str, runs: Sequence[Run], incidents: Sequence[Incident]) -> str:
+    several = names_targets([i.target for i in incidents] + [r.target for r in runs])
+    many = len({r.invariant for r in runs} | {i.invariant for i in incidents}) > 1
+    who = (["invariant"] if many else []) + (["target"] if several else [])
     run_table = text_table(
-        ["run", "finished", "status", "count", "lag", "error"],
+        ["run", *who, "finished", "status", "count", "lag", "error"],
         [
             [
                 f"#{r.id}",
+                *([r.invariant] if many else []),
+                *([r.target] if several else []),
                 _when(r.finished_at),
                 STATUS_LABEL[r.status],
                 "-" if r.count is None else r.count,
@@ -211,10 +247,12 @@ def history_text(name: str, runs: Sequence[Run], incidents: Sequence[Incident]) 
         ],
     )
     incident_table = text_table(
-        ["incident", "kind", "opened", "resolved", "first count", "last count"],
+        ["incident", *who, "kind", "opened", "resolved", "first count", "last count"],
         [
             [
                 f"#{i.id}",
+                *([i.invariant] if many else []),
+                *([i.target] if several else []),
                 i.kind,
                 _when(i.opened_at),
                 _when(i.resolved_at),
@@ -224,7 +262,7 @@ def history_text(name: str, runs: Sequence[Run], incidents: Sequence[Incident]) 
             for i in incidents
         ],
     )
-    return f"{name}: recent runs\n{run_table}\n\nincidents\n{incident_table}"
+    return f"{title}: recent runs\n{run_table}\n\nincidents\n{incident_table}"
 
 
 def _md_cell(value: Any) -> str:

@@ -86,6 +86,13 @@ class ReplicaGate:
             return gate
 
     def _measure(self) -> Gate:
+        # A target that was down, or not yet seen up, is first probed with a connection of
+        # its own: the pool would wait its whole timeout for a connection that a refused
+        # port refuses at once. A target known to be up costs no extra connection.
+        if self._down is not False:
+            down = self.runner.probe()
+            if down is not None:
+                return Gate(error=f"target {self.target} does not answer: {down}", unreachable=True)
         try:
             status = self.runner.replica_status()
         except (psycopg.Error, PoolTimeout) as exc:

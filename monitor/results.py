@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+DEFAULT_TARGET = "default"  # the target of the single `dsn:` form
+
 Status = Literal["ok", "violated", "error", "stale"]
 
 
@@ -28,7 +30,7 @@ class RunResult:
     cell_bytes: int = 0
     rows_withheld: int = 0  # sample rows left out to keep the run within its byte budget
     replica_lag: float | None = None
-    target: str = "default"  # the monitored database it ran on
+    target: str = DEFAULT_TARGET  # the monitored database it ran on
     # Not run because its target did not answer: the target's one incident says so, so this
     # run counts towards no invariant's own "cannot evaluate".
     unreachable: bool = False

@@ -31,12 +31,12 @@ from monitor.execute import (
     register_loaders,
 )
 from monitor.fence import TRUST_NOTHING, Allowances
-from monitor.loader import DEFAULT_TARGET, Invariant
+from monitor.loader import Invariant
 from monitor.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
 from monitor.problems import Problem
 from monitor.redaction import NO_REDACTION, Masker, Redaction
 from monitor.replica import ReplicaStatus, read_replica_status
-from monitor.results import RunResult
+from monitor.results import DEFAULT_TARGET, RunResult
 from monitor.text import counted
 
 # A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
@@ -253,6 +253,8 @@ class Runner:
         {name: problems} for those refused. Empty when the database cannot be reached (each
         run is judged again anyway)."""
         refused: dict[str, list[Problem]] = {}
+        if self.probe() is not None:  # fails at once on a refused port, unlike the pool
+            return {}
         try:
             with self._pool.connection() as conn, conn.transaction():
                 for inv in invariants:

@@ -31,7 +31,7 @@ from monitor.incidents import (
     toggle,
 )
 from monitor.records import Incident, IncidentContext, StoredEvent
-from monitor.results import RunResult
+from monitor.results import DEFAULT_TARGET, RunResult
 from monitor.state_queries import StateQueries
 from monitor.storage import PostgresStorage, Storage, Tx, open_storage
 
@@ -141,7 +141,10 @@ class StateStore(StateQueries):
                     )
                 return []
             if current is None:
-                incident_id = self._insert_incident(tx, subject, kind, now, None, detail, context)
+                target = context.target if context else DEFAULT_TARGET
+                incident_id = self._insert_incident(
+                    tx, subject, kind, now, None, detail, target, context
+                )
             else:
                 incident_id = current.id
                 self._resolve(tx, incident_id, now, None)
@@ -315,6 +318,7 @@ class StateStore(StateQueries):
         now: str,
         count: int | None,
         detail: str | None,
+        target: str,
         context: IncidentContext | None = None,
         opening: RunResult | None = None,
     ) -> int:
@@ -337,7 +341,7 @@ class StateStore(StateQueries):
                 detail,
                 context.as_json() if context else None,
                 rows,
-                context.target if context else "default",
+                target,
             ),
         )
         return int(incident_id)
@@ -367,7 +371,7 @@ class StateStore(StateQueries):
         violation = state.violation
         if decision.open_violation:
             ids["violation"] = self._insert_incident(
-                tx, invariant, "violation", now, result.count, None, context, result
+                tx, invariant, "violation", now, result.count, None, result.target, context, result
             )
         elif violation is not None:
             ids["violation"] = violation.id
@@ -403,7 +407,7 @@ class StateStore(StateQueries):
         cannot = state.cannot_evaluate
         if decision.open_cannot_evaluate:
             ids["cannot_evaluate"] = self._insert_incident(
-                tx, invariant, "cannot_evaluate", now, None, result.error, context
+                tx, invariant, "cannot_evaluate", now, None, result.error, result.target, context
             )
         elif cannot is not None:
             ids["cannot_evaluate"] = cannot.id

@@ -95,8 +95,12 @@ class StateQueries:
         found = self._incidents("WHERE id = ?", (incident_id,))
         return found[0] if found else None
 
-    def incidents(self, invariant: str, limit: int = 20) -> list[Incident]:
-        return self._incidents("WHERE invariant = ? ORDER BY id DESC LIMIT ?", (invariant, limit))
+    def incidents(
+        self, invariant: str | None = None, limit: int = 20, targets: Sequence[str] = ()
+    ) -> list[Incident]:
+        """The latest incidents, newest first, of one invariant and/or some targets."""
+        where, params = _narrowed("", invariant, targets)
+        return self._incidents(f"{where} ORDER BY id DESC LIMIT ?", (*params, limit))
 
     def incident_keys(self, incident_id: int) -> list[IncidentKey]:
         with self._db.transaction() as tx:
@@ -119,8 +123,12 @@ class StateQueries:
     def latest_runs(self) -> list[Run]:
         return self._runs("JOIN invariant_state s ON s.last_run_id = r.id ORDER BY r.invariant", ())
 
-    def runs(self, invariant: str, limit: int = 20) -> list[Run]:
-        return self._runs("WHERE r.invariant = ? ORDER BY r.id DESC LIMIT ?", (invariant, limit))
+    def runs(
+        self, invariant: str | None = None, limit: int = 20, targets: Sequence[str] = ()
+    ) -> list[Run]:
+        """The latest runs, newest first, of one invariant and/or some targets."""
+        where, params = _narrowed("r.", invariant, targets)
+        return self._runs(f"{where} ORDER BY r.id DESC LIMIT ?", (*params, limit))
 
     def counts(self) -> dict[str, int]:
         with self._db.transaction() as tx:
@@ -213,3 +221,17 @@ class StateQueries:
                 )
             )
         return out
+
+
+def _narrowed(
+    prefix: str, invariant: str | None, targets: Sequence[str]
+) -> tuple[str, tuple[Any, ...]]:
+    """A WHERE clause for "this invariant" and "one of these targets", either optional."""
+    terms, params = [], []
+    if invariant is not None:
+        terms.append(f"{prefix}invariant = ?")
+        params.append(invariant)
+    if targets:
+        terms.append(f"{prefix}target IN ({', '.join('?' for _ in targets)})")
+        params.extend(targets)
+    return ("WHERE " + " AND ".join(terms) if terms else ""), tuple(params)

@@ -139,3 +139,15 @@ def test_only_exact_mentions_pass_through_and_everything_else_is_escaped() -> No
     assert "<@U123> &lt;!channel&gt; &lt;http://evil|click&gt;" in text
     assert "Acknowledged by <@U999> at" in text
     assert "<!channel>" not in text
+
+
+def test_a_message_names_its_database_once_there_are_named_targets() -> None:
+    def shown(target: str, kind: str) -> str:
+        view = IncidentView(7, "billing/bad", kind, count=2, target=target)
+        return json.dumps(root_message(view, NOW).blocks, ensure_ascii=False)
+
+    for kind in ("violation", "cannot_evaluate", "invalid_file"):
+        assert "database billing" in shown("billing", kind)
+        assert "database default" not in shown("default", kind)
+        assert "*Database*" not in shown("default", kind)
+    assert "*Database*\\nbilling" in shown("billing", "violation")

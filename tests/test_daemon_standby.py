@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psycopg
 from helpers import wait_for
 
 from monitor.config import Config, DaemonConfig, HttpConfig
@@ -93,3 +94,65 @@ def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident
     finally:
         daemon.databases.close()
         store.close()
+
+
+def test_a_stale_target_pauses_only_its_own_invariants(
+    standby_pair: StandbyPair, tmp_path: Path, database: str
+) -> None:
+    """payments reads a standby whose replay is paused; billing reads another server. Only
+    payments goes stale, with one replica incident named for it; billing keeps counting."""
+    table = f"items_{uuid.uuid4().hex[:8]}"
+    with standby_pair.primary() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, bad bool NOT NULL)")
+        conn.execute(f"INSERT INTO {table} VALUES (1, true)")
+    standby_pair.wait_caught_up()
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, bad bool NOT NULL)")
+        conn.execute(f"INSERT INTO {table} VALUES (1, true), (2, true)")
+    folder = tmp_path / "invariants"
+    for target in ("payments", "billing"):
+        (folder / target).mkdir(parents=True)
+        (folder / target / "bad.sql").write_text(
+            f"-- description: nothing is bad\n-- key: [id]\nSELECT id FROM {table} WHERE bad\n"
+        )
+    store = StateStore.open(path=tmp_path / "state.db")
+    config = Config.model_validate(
+        {
+            "invariants": folder,
+            "http": HttpConfig(listen=None),
+            "targets": {
+                "payments": {"dsn": standby_pair.standby_dsn, "max_replica_lag": "3s"},
+                "billing": {"dsn": database, "max_replica_lag": "3s"},
+            },
+        }
+    )
+    daemon = Daemon.build(config, None, store)
+    try:
+        daemon.reload()
+        fresh = daemon.evaluate("payments/bad")
+        assert fresh is not None and (fresh.status, fresh.count) == ("violated", 1)
+        standby_pair.pause_replay()
+        with standby_pair.primary() as conn:
+            conn.execute(f"UPDATE {table} SET bad = false")
+        stale = wait_for(
+            lambda: r if (r := daemon.evaluate("payments/bad")) and r.status == "stale" else None,
+            20,
+            "a stale run on payments",
+        )
+        assert stale.target == "payments" and stale.count is None
+        billing = daemon.evaluate("billing/bad")
+        assert billing is not None
+        assert (billing.target, billing.status, billing.count) == ("billing", "violated", 2)
+        assert billing.replica_lag == 0.0  # a primary: nothing to lag behind
+        assert sorted((i.invariant, i.target, i.kind) for i in store.open_incidents()) == [
+            ("(replica payments)", "payments", "replica_stale"),
+            ("billing/bad", "billing", "violation"),
+            ("payments/bad", "payments", "violation"),  # from the fresh run; stale runs keep it
+        ]
+    finally:
+        standby_pair.resume_replay()  # the pair is shared by the module
+        standby_pair.wait_caught_up()
+        daemon.databases.close()
+        store.close()
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE {table}")

@@ -34,18 +34,35 @@ def test_the_demo_shows_every_shipped_invariant_violated_with_the_planted_counts
         timeout=180,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    summary = {
-        m.group(1): int(m.group(2))
-        for m in re.finditer(r"^(\w+)\s+❌ violated\s+(\d+)\s", done.stdout, re.M)
+    rows = {
+        m.group(1): (m.group(2), m.group(3), m.group(4))
+        for m in re.finditer(
+            r"^([\w/]+)\s+(\w+)\s+(❌ violated|⚠️ error)\s+(\S+)\s", done.stdout, re.M
+        )
     }
-    assert summary == PLANTED
-    assert "0 held, 4 violated, 0 could not be evaluated" in done.stdout
-    # The alerts, printed through the delivery ledger since no Slack is configured: one per
-    # incident; expired_lease_jobs waits for its second violated run (`for: 2`).
-    assert done.stdout.count("── alert to #invariants ──") == 3
-    assert done.stdout.count("📎 CSV attached: ") == 3
-    assert "(expired_lease_jobs is violated too, but its header says `for: 2`" in done.stdout
-    assert done.stdout.rstrip().endswith("Removed the demo database and stopped the server.")
+    # Each invariant ran on the target of its folder: the shipped ones on payments with
+    # exactly the planted counts, the second database's with its own, and the dead one
+    # could not be evaluated, without holding the others back.
+    assert rows == {
+        **{f"payments/{name}": ("payments", "❌ violated", str(n)) for name, n in PLANTED.items()},
+        "subscriptions/one_active_subscription_per_product": ("subscriptions", "❌ violated", "2"),
+        "warehouse/nightly_load_finished": ("warehouse", "⚠️ error", "-"),
+    }
+    assert "0 held, 5 violated, 1 could not be evaluated" in done.stdout
+    # The alerts, printed through the delivery ledger since no Slack is configured: five
+    # incidents open at once, so one summary with each in its thread. The dead database is
+    # one target-level incident, not one per invariant; expired_lease_jobs waits for its
+    # second violated run (`for: 2`).
+    assert done.stdout.count("── alert to #invariants ──") == 1
+    assert "🚨 5 incidents opened at once" in done.stdout
+    assert done.stdout.count("── alert to #invariants (in thread") == 5
+    assert done.stdout.count("📎 CSV attached: ") == 4
+    assert done.stdout.count("🔌 TARGET UNREACHABLE · warehouse: invariants paused") == 2
+    assert done.stdout.count("database subscriptions") == 1
+    assert "(payments/expired_lease_jobs is violated too, but its header says `for: 2`" in (
+        done.stdout
+    )
+    assert done.stdout.rstrip().endswith("Removed the demo databases and stopped the server.")
     assert done.stderr == ""
     # The throwaway server's data folder lived under TMPDIR and is gone. (pgserver leaves
     # an empty runtime-<uid> folder of platformdirs' there, which is not the server's.)

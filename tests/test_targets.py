@@ -259,3 +259,124 @@ def test_a_state_store_from_before_targets_moves_to_default(
             assert [r.target for r in store.runs("bills", limit=10)] == ["billing"]
         finally:
             store.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_refused_port_is_found_down_at_once_not_after_the_pool_timeout(
+    tmp_path: Path, database: str
+) -> None:
+    """The connect timeout is two minutes; a refused port must not cost it, at load (the
+    fence's vetting) or at the run (the replica gate): the test's deadline is half that."""
+    from monitor.config import Config, HttpConfig
+    from monitor.daemon import Daemon
+    from monitor.state import StateStore
+
+    items(database, bad=1)
+    root = tmp_path / "invariants"
+    for target in ("payments", "jobs"):
+        (root / target).mkdir(parents=True)
+        (root / target / "bad.sql").write_text(header() + QUERY)
+    config = Config.model_validate(
+        {
+            "invariants": root,
+            "http": HttpConfig(listen=None),
+            "targets": {
+                "payments": {"dsn": database},
+                "jobs": {"dsn": "host=127.0.0.1 port=1 dbname=x", "connect_timeout": "120s"},
+            },
+        }
+    )
+    store = StateStore.open(path=tmp_path / "state.db")
+    daemon = Daemon.build(config, None, store)
+    try:
+        _, results = daemon.run_once()
+    finally:
+        daemon.close()
+    assert {r.invariant: (r.status, r.count) for r in results} == {
+        "payments/bad": ("violated", 1),
+        "jobs/bad": ("error", None),
+    }
+    assert sorted((i.invariant, i.kind) for i in store.open_incidents()) == [
+        ("(target jobs)", "target_unreachable"),
+        ("payments/bad", "violation"),
+    ]
+    store.close()
+
+
+def two_target_store(tmp_path: Path) -> Path:
+    """A state store with runs and incidents on targets payments and billing, and the
+    config that names them; returns the config's folder."""
+    from datetime import UTC, datetime
+
+    from monitor.results import RunResult
+    from monitor.state import StateStore
+
+    (tmp_path / "invariants").mkdir()
+    (tmp_path / "invmon.yaml").write_text(
+        "state:\n  path: state.db\n"
+        "targets:\n  payments:\n    dsn: host=p\n  billing:\n    dsn: host=b\n"
+    )
+    store = StateStore.open(path=tmp_path / "state.db")
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    store.record_run(
+        "payments/bad", RunResult.counted("payments/bad", 2, [], [], target="payments"), now
+    )
+    store.record_run(
+        "billing/bad", RunResult.counted("billing/bad", 3, [], [], target="billing"), now
+    )
+    store.record_run(
+        "billing/fine", RunResult.counted("billing/fine", 0, [], [], target="billing"), now
+    )
+    store.close()
+    return tmp_path
+
+
+def test_status_and_history_say_and_filter_by_target(tmp_path: Path) -> None:
+    root = two_target_store(tmp_path)
+    everything = json.loads(cli("status", "--format", "json", cwd=root).stdout)
+    assert sorted((r["invariant"], r["target"]) for r in everything["last_runs"]) == [
+        ("billing/bad", "billing"),
+        ("billing/fine", "billing"),
+        ("payments/bad", "payments"),
+    ]
+    assert sorted((i["invariant"], i["target"]) for i in everything["open_incidents"]) == [
+        ("billing/bad", "billing"),
+        ("payments/bad", "payments"),
+    ]
+    billing = json.loads(cli("status", "--target", "billing", "--format", "json", cwd=root).stdout)
+    assert [r["invariant"] for r in billing["last_runs"]] == ["billing/bad", "billing/fine"]
+    assert [i["invariant"] for i in billing["open_incidents"]] == ["billing/bad"]
+    table = cli("status", "--target", "payments", cwd=root).stdout
+    assert "target" in table.splitlines()[1]  # the open incidents' header names the column
+    assert [line.split()[:3] for line in table.splitlines() if line.startswith("#")] == [
+        ["#1", "payments/bad", "payments"]
+    ]
+    history = json.loads(cli("history", "--target", "billing", "--format", "json", cwd=root).stdout)
+    assert sorted((r["invariant"], r["target"]) for r in history["runs"]) == [
+        ("billing/bad", "billing"),
+        ("billing/fine", "billing"),
+    ]
+    assert [i["invariant"] for i in history["incidents"]] == ["billing/bad"]
+    unknown = cli("status", "--target", "warehouse", cwd=root)
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == (
+        "invmon: no target named 'warehouse'; targets: billing, payments"
+    )
+    neither = cli("history", cwd=root)
+    assert neither.returncode == 2
+    assert "name an invariant, or a target with --target" in neither.stderr
+
+
+def test_the_daemon_refuses_to_start_with_a_target_that_has_no_dsn(tmp_path: Path) -> None:
+    (tmp_path / "invariants").mkdir()
+    (tmp_path / "invmon.yaml").write_text(
+        "state:\n  path: state.db\n"
+        "targets:\n  payments:\n    dsn: host=p\n  billing: {}\n  jobs: {}\n"
+    )
+    ran = cli("run", "--once", cwd=tmp_path)
+    assert ran.returncode == 2
+    assert ran.stderr.strip() == (
+        "invmon: cannot start: target 'billing' has no DSN: set targets.billing.dsn in "
+        "invmon.yaml; target 'jobs' has no DSN: set targets.jobs.dsn in invmon.yaml"
+    )
+    assert not (tmp_path / "state.db").exists()
