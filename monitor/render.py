@@ -280,16 +280,20 @@ def results_markdown(results: Sequence[RunResult], problems: Sequence[Problem]) 
     held = sum(r.status == "ok" for r in results)
     violated = sum(r.status == "violated" for r in results)
     errored = sum(r.status == "error" for r in results)
+    several = names_targets(r.target for r in results)
     lines = [
         f"### invmon: {held} held, {violated} violated, {errored} could not be evaluated",
         "",
-        "| invariant | status | offending rows | duration |",
-        "|---|---|---:|---:|",
+        "| invariant |"
+        + (" target |" if several else "")
+        + " status | offending rows | duration |",
+        "|---|" + ("---|" if several else "") + "---|---:|---:|",
     ]
     for r in results:
         count = "–" if r.count is None else f"{r.count:,}"
+        target = f" {_md_cell(r.target)} |" if several else ""
         lines.append(
-            f"| `{r.invariant}` | {STATUS_LABEL[r.status].strip()} | {count} | "
+            f"| `{r.invariant}` |{target} {STATUS_LABEL[r.status].strip()} | {count} | "
             f"{r.duration_ms:,.0f} ms |"
         )
     for r in results:

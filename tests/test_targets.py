@@ -121,6 +121,13 @@ def test_each_invariant_runs_on_its_own_database_and_a_dead_one_stays_its_own(
     )
     table = cli("check", cwd=tmp_path)
     assert "target" in table.stdout.splitlines()[0]
+    markdown = cli("check", "--format", "markdown", cwd=tmp_path).stdout.splitlines()
+    assert markdown[2] == "| invariant | target | status | offending rows | duration |"
+    assert sorted(line.split(" | ")[:2] for line in markdown if line.startswith("| `")) == [
+        ["| `billing/bad_invoices`", "billing"],
+        ["| `jobs/stuck`", "jobs"],
+        ["| `payments/bad_payments`", "payments"],
+    ]
 
 
 def test_lint_and_test_use_each_targets_own_schema(tmp_path: Path, database: str) -> None:
