@@ -40,6 +40,7 @@ from monitor.results import DEFAULT_TARGET, exit_code
 from monitor.runner import describe_error
 from monitor.scaffold import Planned
 from monitor.selection import NothingSelected, select
+from monitor.storage import StoreInUse, hold_single_daemon
 
 if TYPE_CHECKING:
     from monitor.state import StateStore
@@ -387,6 +388,14 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
     require(config)  # a daemon starts with every reference set, or not at all
     setup_logging(config.log.format, config.log.level)
     require_every_target(config)
+    lock = None
+    if not config.state.dsn:
+        try:
+            lock = hold_single_daemon(config.state.path)
+        except StoreInUse as exc:
+            fail(str(exc))
+        except OSError as exc:
+            fail(f"cannot lock the state store {str(config.state.path)!r}: {exc.strerror}")
     store = open_store(config)
     daemon = Daemon.build(config, config.dsn, store)
     try:
@@ -399,6 +408,8 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
     finally:
         daemon.close()
         store.close()
+        if lock is not None:
+            lock.close()
 
 
 @main.command()

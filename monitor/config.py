@@ -102,8 +102,22 @@ class DaemonConfig(_Model):
     jitter: timedelta = timedelta(seconds=10)  # capped at a tenth of an interval
     shutdown_grace: timedelta = timedelta(seconds=30)
     track_keys: int = Field(default=1000, ge=0, le=100_000)  # offending keys kept per run
+    # Several daemons on one PostgreSQL store (claims.py, fleet.py): a claimed slot whose
+    # daemon stops renewing it for `lease` is taken over; a daemon not preferred for a slot
+    # waits `handoff` before claiming it.
+    lease: timedelta = timedelta(seconds=30)
+    handoff: timedelta = timedelta(seconds=5)
 
-    _t = field_validator("max_replica_lag", "jitter", "shutdown_grace", mode="before")(_duration)
+    _t = field_validator(
+        "max_replica_lag", "jitter", "shutdown_grace", "lease", "handoff", mode="before"
+    )(_duration)
+
+    @field_validator("lease")
+    @classmethod
+    def _lease_long_enough(cls, value: timedelta) -> timedelta:
+        if value < timedelta(seconds=3):
+            raise ValueError("must be at least 3s: it is renewed every third of it")
+        return value
 
 
 class WatchdogConfig(_Model):

@@ -15,7 +15,9 @@ the same path without threads through `run_due(now)`, as Celery beat's `Schedule
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import socket
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,11 +33,13 @@ from alerts.interactions import Interactions
 from alerts.pump import DeliveryPump
 from alerts.socket_mode import SocketModeReceiver
 from alerts.transport import Transport
+from monitor.claims import Claim, Claims
 from monitor.clock import Clock, utc_now
 from monitor.config import Config
 from monitor.databases import Databases
 from monitor.definitions import Definitions, Reload
 from monitor.evaluation import Evaluator
+from monitor.fleet import Queue
 from monitor.http import Listener, Probe, Routes
 from monitor.loader import Invariant
 from monitor.metrics import Metrics
@@ -91,6 +95,12 @@ class Daemon:
             SocketModeReceiver(self.interactions, config.slack) if config.slack.app_token else None
         )
         self.timetable = Timetable(config.daemon.jitter)
+        # One daemon among any number on the store: slots are claimed (claims.py), the
+        # preferred daemon first (fleet.py), so each runs once across the fleet.
+        self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.claims = Claims(store.storage, self.me, config.daemon.lease)
+        self.queue = Queue(self.me, config.daemon.handoff)
+        self._members: set[str] = {self.me}
         self.reloader = Reloader(
             config,
             databases,
@@ -119,6 +129,7 @@ class Daemon:
         self._started = False
         self._lock = threading.Lock()  # the invariants and the timetable
         self._in_flight: dict[str, datetime] = {}  # name -> when its run started
+        self._holding: dict[str, Claim] = {}  # name -> its claim, queued or running
         self._idle = threading.Condition()
         self._heartbeat = time.monotonic()
         self._stopping = False
@@ -161,20 +172,31 @@ class Daemon:
 
     # --- evaluating ----------------------------------------------------------------------
 
-    def evaluate(self, name: str) -> RunResult | None:
+    def evaluate(self, name: str, claim: Claim | None = None) -> RunResult | None:
         """Evaluate one invariant now, in this thread; None when it is not loaded (or the
-        daemon is stopping, or it is already running)."""
+        daemon is stopping, or it is already running, or its claim was taken over)."""
         with self._lock:
             inv = self.invariants.get(name)
             if inv is None or self._stopping or self.signals.stopping or name in self._in_flight:
+                if claim is not None:
+                    self._release(claim)
                 return None
             self._in_flight[name] = self.clock()
         try:
-            return self.evaluator.evaluate(inv)
+            return self.evaluator.evaluate(inv, claim)
         finally:
+            if claim is not None:
+                with self._lock:
+                    self._holding.pop(name, None)
             with self._idle:
                 self._in_flight.pop(name, None)
                 self._idle.notify_all()
+
+    def _release(self, claim: Claim) -> None:
+        with self._lock:
+            self._holding.pop(claim.invariant, None)
+        with self.store_health.guard("releasing a slot"):
+            self.claims.release(claim, self.clock())
 
     def _loaded(self) -> dict[str, Loaded]:
         with self._lock:
@@ -184,26 +206,85 @@ class Daemon:
         with self._idle:
             return dict(self._in_flight)
 
-    def _due(self, now: datetime) -> list[str]:
+    def _claimed(self, now: datetime) -> list[Claim]:
+        """The slots this daemon runs now: those due whose claim it won. A slot that an
+        earlier run of its invariant still holds, anywhere in the fleet, waits."""
         with self._lock:
-            return [d.name for d in self.timetable.due(now, busy=self._in_flight)]
+            due = self.timetable.due(now, busy=self._in_flight)
+            self.queue.keep_only(self.invariants)
+            self.queue.add(due, self._members, now)
+            ready = [d for d in self.queue.ready(now) if d.name not in self._in_flight]
+        won = []
+        for item in ready:
+            with self.store_health.guard("claiming a slot"):
+                outcome = self.claims.claim(item, now)
+                with self._lock:
+                    if outcome != "busy":
+                        self.queue.settle(item)
+                if outcome == "claimed":
+                    claim = Claim(item.name, item.slot, self.me)
+                    with self._lock:
+                        # Renewed from now on, while it waits for a worker as well as while
+                        # it runs: a queued claim is not an abandoned one.
+                        self._holding[item.name] = claim
+                    won.append(claim)
+        return won
+
+    def heartbeat(self, now: datetime) -> list[Claim]:
+        """Say this daemon is alive, renew the leases of its runs in flight, learn who else
+        is, and take over the slots of daemons that stopped renewing theirs."""
+        with self._lock:
+            holding = list(self._holding.values())
+            loaded = set(self.invariants) - set(self._in_flight) - set(self._holding)
+        with self.store_health.guard("renewing this daemon's claims"):
+            self.claims.heartbeat(now, holding, socket.gethostname(), os.getpid())
+            self._members = self.claims.members(now, 3 * self._beat) | {self.me}
+            self.metrics.fleet_daemons.set(len(self._members))
+            taken = self.claims.take_over(loaded, now)
+            self.metrics.slots_taken_over.inc(len(taken))
+            with self._lock:
+                self._holding.update({t.name: Claim(t.name, t.slot, self.me) for t in taken})
+            for item in taken:
+                log.warning(
+                    "took over a slot whose daemon stopped renewing it",
+                    extra={"fields": {"invariant": item.name, "slot": item.slot.isoformat()}},
+                )
+            return [Claim(t.name, t.slot, self.me) for t in taken]
+        return []
+
+    @property
+    def _beat(self) -> timedelta:
+        return self.config.daemon.lease / 3
 
     def run_due(self, now: datetime) -> list[RunResult]:
         """One turn of the timetable in this thread: evaluate what is due at `now`."""
-        return [r for name in self._due(now) if (r := self.evaluate(name)) is not None]
+        return [r for c in self._claimed(now) if (r := self.evaluate(c.invariant, c)) is not None]
 
     def tick(self) -> list[Future[RunResult | None]]:
         """The scheduler's turn: start what is due, each on its target's own workers (a
         target that hangs fills only its own); also the heartbeat."""
         self._heartbeat = time.monotonic()
+        if not self._started or self._stopping or self.signals.stopping:
+            return []  # a stopping daemon claims nothing it would then hand back
+        return self._start(self._claimed(utc_now()))
+
+    def beat(self) -> list[Future[RunResult | None]]:
+        """The fleet's turn (every third of a lease): heartbeat, then run what was taken over."""
         if not self._started or self._stopping:
             return []
+        return self._start(self.heartbeat(utc_now()))
+
+    def _start(self, claims: list[Claim]) -> list[Future[RunResult | None]]:
         futures = []
-        for name in self._due(utc_now()):
-            inv = self.invariants.get(name)
-            started = self.databases.submit(inv, self.evaluate, name) if inv else None
+        for claim in claims:
+            inv = self.invariants.get(claim.invariant)
+            started = (
+                self.databases.submit(inv, self.evaluate, claim.invariant, claim) if inv else None
+            )
             if started is not None:
                 futures.append(started)
+            else:
+                self._release(claim)
         return futures
 
     def run_once(self) -> tuple[Reload, list[RunResult]]:
@@ -228,7 +309,9 @@ class Daemon:
 
     def prune(self) -> None:
         with self.store_health.guard("pruning old runs"):
-            removed = self.store.prune_runs(self.clock() - self.config.state.retention)
+            before = self.clock() - self.config.state.retention
+            removed = self.store.prune_runs(before)
+            self.claims.prune(before)
             if removed:
                 log.info("pruned old runs", extra={"fields": {"runs": removed}})
 
@@ -255,6 +338,7 @@ class Daemon:
             # delays an evaluation and the heartbeat ticks even when every worker is busy.
             executors={
                 "ticks": JobExecutor(1),
+                "fleet": JobExecutor(1),
                 "alerts": JobExecutor(1),
                 "housekeeping": JobExecutor(1),
             },
@@ -263,6 +347,13 @@ class Daemon:
         now = datetime.now(UTC)
         every_second = IntervalTrigger(seconds=TICK.total_seconds())
         scheduler.add_job(self.tick, every_second, id="tick", next_run_time=now, executor="ticks")
+        scheduler.add_job(
+            self.beat,
+            IntervalTrigger(seconds=self._beat.total_seconds()),
+            id="beat",
+            next_run_time=now,
+            executor="fleet",
+        )
         scheduler.add_job(
             self.deliver, every_second, id="deliver", next_run_time=now, executor="alerts"
         )
@@ -355,6 +446,8 @@ class Daemon:
             self.socket_mode.stop()
         self.databases.close()
         self.pump.deliver_until_idle(min(10.0, grace))
+        with self.store_health.guard("leaving the fleet"):
+            self.claims.leave(self.clock() - timedelta(days=1))
         log.info("stopped")
 
     def close(self) -> None:

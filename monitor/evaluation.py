@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import time
 
+from monitor.claims import Claim, LostClaim
 from monitor.clock import Clock
 from monitor.config import DaemonConfig, Target
 from monitor.databases import Databases
@@ -53,21 +54,28 @@ class Evaluator:
         self.settings = settings
         self.clock = clock
 
-    def evaluate(self, inv: Invariant) -> RunResult:
+    def evaluate(self, inv: Invariant, claim: Claim | None = None) -> RunResult | None:
+        """Run and store one evaluation; None when `claim` was taken over meanwhile (another
+        daemon stores that slot's run, so this one is dropped)."""
         result = self._run(inv)
         finished = self.clock()
         with self.health.guard(f"recording a run of {inv.name}"):
-            self.store.record_run(
-                inv.name,
-                result,
-                finished,
-                inv.header.for_runs,
-                self.settings.cannot_evaluate_after,
-                context_of(
-                    inv,
-                    self.databases[inv.target].target if inv.target in self.databases else None,
-                ),
-            )
+            try:
+                self.store.record_run(
+                    inv.name,
+                    result,
+                    finished,
+                    inv.header.for_runs,
+                    self.settings.cannot_evaluate_after,
+                    context_of(
+                        inv,
+                        self.databases[inv.target].target if inv.target in self.databases else None,
+                    ),
+                    claim,
+                )
+            except LostClaim as lost:
+                log.warning("run not stored: %s by another daemon", lost)
+                return None
         self.metrics.observe(result, finished.timestamp())
         log.info(
             "evaluated %s: %s",

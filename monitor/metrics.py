@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Enum, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, generate_latest
 
 from monitor.results import RunResult
 from monitor.store_health import STORE_ERRORS
@@ -81,6 +81,30 @@ class Metrics:
             "Invariant files that failed validation.",
             registry=self.registry,
         )
+        self.period = Gauge(
+            "invmon_schedule_period_seconds",
+            "Each loaded invariant's time between slots: alert rules compare the age of its "
+            "last success with it.",
+            ["invariant", "target"],
+            registry=self.registry,
+        )
+        self.target_up = Gauge(
+            "invmon_target_up",
+            "1 when the target's database answered at its last run, 0 when it did not.",
+            ["target"],
+            registry=self.registry,
+        )
+        self.fleet_daemons = Gauge(
+            "invmon_fleet_daemons",
+            "Daemons this one saw alive on the state store at its last heartbeat (itself "
+            "included); they share the schedule.",
+            registry=self.registry,
+        )
+        self.slots_taken_over = Counter(
+            "invmon_slots_taken_over",
+            "Slots this daemon took over from a daemon that stopped renewing its lease.",
+            registry=self.registry,
+        )
 
     def observe_deliveries(self, by_state: dict[str, int], failures: int) -> None:
         for state in ("PENDING", "UNKNOWN", "SENT", "FAILED"):
@@ -97,12 +121,18 @@ class Metrics:
             self.last_success.labels(*labels).set(finished_at_epoch)
         if result.replica_lag is not None:
             self.replica_lag.labels(result.target).set(result.replica_lag)
+        self.target_up.labels(result.target).set(0 if result.unreachable else 1)
+
+    def scheduled(self, invariant: str, target: str, seconds: float) -> None:
+        self._target_of[invariant] = target
+        self.period.labels(invariant, target).set(seconds)
 
     def forget(self, invariant: str) -> None:
         target = self._target_of.pop(invariant, None)
         if target is None:
             return
-        for metric in (self.status, self.offending_rows, self.duration, self.last_success):
+        metrics = (self.status, self.offending_rows, self.duration, self.last_success, self.period)
+        for metric in metrics:
             with contextlib.suppress(KeyError):
                 metric.remove(invariant, target)
 

@@ -17,6 +17,7 @@ from monitor.definitions import Definitions, Reload, diff
 from monitor.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.metrics import Metrics
 from monitor.problems import Problem
+from monitor.slots import latest_slot, period
 from monitor.state import StateStore
 from monitor.store_health import StoreHealth
 
@@ -104,6 +105,9 @@ class Reloader:
                     },
                 )
         self.metrics.invalid_files.set(len(invalid))
+        for name, inv in running.items():
+            slot = latest_slot(inv.schedule, now)
+            self.metrics.scheduled(name, inv.target, period(inv.schedule, slot).total_seconds())
         for name in change.removed:
             self.metrics.forget(name)
         with self.health.guard("recording what the reload changed"):

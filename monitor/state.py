@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.acks import Action, Outcome, decide_action
+from monitor.claims import Claim, LostClaim, finish
 from monitor.clock import parse_stamp, stamp
 from monitor.incidents import (
     CLOSE_EVENT,
@@ -80,9 +81,12 @@ class StateStore(StateQueries):
         for_runs: int = 1,
         error_threshold: int = 3,
         context: IncidentContext | None = None,
+        claim: Claim | None = None,
     ) -> list[StoredEvent]:
         """Store the run, move the incidents on, and write the events: all or nothing.
-        `context` is kept with any incident this run opens."""
+        `context` is kept with any incident this run opens. With a `claim` (the daemon's
+        scheduled runs) the claim is closed in the same transaction, and LostClaim is
+        raised, storing nothing, when this daemon no longer holds it."""
         seen = Observation(
             # A run its target could not take is, for the invariant's incidents, like a stale
             # one: it neither opens nor resolves anything (the target's incident covers it).
@@ -94,8 +98,10 @@ class StateStore(StateQueries):
         )
         now = stamp(finished_at)
         with self._db.transaction() as tx:
+            if claim is not None and not finish(tx, claim, finished_at):
+                raise LostClaim(f"{invariant} at {stamp(claim.slot)} was taken over")
             state = self._load_state(tx, invariant, now)
-            run_id = self._insert_run(tx, invariant, result, finished_at)
+            run_id = self._insert_run(tx, invariant, result, finished_at, claim)
             decision = decide(state, seen, for_runs, error_threshold)
             tx.run(
                 "UPDATE invariant_state SET consecutive_violations = ?, consecutive_errors = ?,"
@@ -288,12 +294,19 @@ class StateStore(StateQueries):
             int(incident_id), kind, parse_stamp(opened_at), frozenset(k for (k,) in keys)
         )
 
-    def _insert_run(self, tx: Tx, invariant: str, result: RunResult, finished_at: datetime) -> int:
+    def _insert_run(
+        self,
+        tx: Tx,
+        invariant: str,
+        result: RunResult,
+        finished_at: datetime,
+        claim: Claim | None = None,
+    ) -> int:
         started = result.started_at or finished_at
         [(run_id,)] = tx.rows(
             "INSERT INTO runs (invariant, started_at, finished_at, status, count, error,"
-            " replica_lag_seconds, duration_ms, columns_json, sample_json, target)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " replica_lag_seconds, duration_ms, columns_json, sample_json, target, slot)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 invariant,
                 stamp(started),
@@ -306,6 +319,7 @@ class StateStore(StateQueries):
                 json.dumps(result.columns),
                 json.dumps(result.rows),
                 result.target,
+                stamp(claim.slot) if claim else None,
             ),
         )
         return int(run_id)

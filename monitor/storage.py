@@ -14,12 +14,15 @@ depend on what it watches.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import socket
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from monitor.clock import stamp, utc_now
 from monitor.migrations import migrations
@@ -161,16 +164,68 @@ def open_storage(
     return storage
 
 
+MIGRATION_LOCK = 0x696E766D6F6E  # "invmon": the advisory lock that orders migrations
+
+
+def _serialise_migrations(storage: Storage, tx: Tx) -> None:
+    """Daemons starting together on one PostgreSQL store migrate one after the other: a row
+    lock cannot do it (an empty table has no row to lock), and concurrent CREATE TABLE IF
+    NOT EXISTS collide in the catalog. SQLite's BEGIN IMMEDIATE already serialises."""
+    if storage.kind == "postgresql":
+        tx.rows("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+
+
+class StoreInUse(Exception):
+    """Another daemon holds this SQLite store."""
+
+
+def hold_single_daemon(path: Path) -> IO[str]:
+    """The lock that keeps a SQLite store to one daemon, held until the returned file is
+    closed or the process dies (the kernel drops it then, so a crash never leaves a stale
+    lock). Several daemons need the shared, PostgreSQL store."""
+    lock_path = path.with_name(path.name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    handle = lock_path.open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip()[:200] or "another process"
+        handle.close()
+        raise StoreInUse(
+            f"another daemon ({holder}) already runs on the SQLite state store {str(path)!r}; "
+            "SQLite serves one daemon: for several, set state.dsn to a PostgreSQL database"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    return handle
+
+
+class StoreTooNew(Exception):
+    """The store was migrated by a newer release than this one."""
+
+
 def migrate(storage: Storage, steps: Sequence[str]) -> None:
+    """Bring the store to the code's schema. A store at a newer schema than the code knows
+    is refused, never used: this release cannot know what the newer one keeps there."""
     with storage.transaction() as tx:
+        _serialise_migrations(storage, tx)
         tx.script(
             "CREATE TABLE IF NOT EXISTS invmon_schema (version INTEGER PRIMARY KEY,"
             " applied_at TEXT NOT NULL)"
         )
+        [(newest,)] = tx.rows("SELECT max(version) FROM invmon_schema")
+    if newest is not None and int(newest) > len(steps):
+        raise StoreTooNew(
+            f"the state store is at schema version {newest}, newer than this invmon knows "
+            f"({len(steps)}): a newer release migrated it; run that release (or newer) here"
+        )
     for version, ddl in enumerate(steps, start=1):
         with storage.transaction() as tx:
             # Re-checked inside the transaction: two daemons may start together.
-            tx.rows(f"SELECT version FROM invmon_schema{tx.for_update}")
+            _serialise_migrations(storage, tx)
             if tx.rows("SELECT 1 FROM invmon_schema WHERE version = ?", (version,)):
                 continue
             tx.script(ddl)

@@ -56,8 +56,9 @@ def test_a_damaged_store_makes_the_daemon_unhealthy_and_it_keeps_evaluating(
         assert problem.startswith(f"the state store (state.path {str(state)!r}) failed while ")
         assert daemon.health_problem() == problem
         assert b"invmon_state_store_ok 0.0" in daemon.metrics.render()
-        assert len([r for r in caplog.records if r.name == "invmon.state"]) == 1  # per minute
-        assert "Recovering the state store" in caplog.records[0].getMessage()
+        said = [r.getMessage() for r in caplog.records if r.name == "invmon.state"]
+        assert len(said) == 1  # per minute
+        assert "Recovering the state store" in said[0]
     finally:
         daemon.close()
         store.close()

@@ -1,0 +1,301 @@
+"""Several daemons on one state store: the claim rule (a slot is claimed once, taken over
+once its lease expires, stored once), the choice of the preferred daemon, and the guards
+around it (one daemon per SQLite file, no code older than its store)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from helpers import cli
+
+from monitor.claims import Claim, Claims, LostClaim
+from monitor.fleet import Queue, preferred
+from monitor.results import RunResult
+from monitor.slots import Due
+from monitor.state import StateStore
+from monitor.storage import StoreInUse, StoreTooNew, hold_single_daemon
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+LEASE = timedelta(seconds=30)
+
+
+def runs_per_slot(store: StateStore) -> dict[tuple[str, str], int]:
+    with store.storage.transaction() as tx:
+        found = tx.rows(
+            "SELECT invariant, slot, count(*) FROM runs WHERE slot IS NOT NULL"
+            " GROUP BY invariant, slot"
+        )
+    return {(str(i), str(s)): int(n) for i, s, n in found}
+
+
+def test_a_slot_is_claimed_by_exactly_one_of_many_daemons_racing(store: StateStore) -> None:
+    daemons = [Claims(store.storage, f"d{n}", LEASE) for n in range(8)]
+    due = Due("refunds", T0)
+    start = threading.Barrier(len(daemons))
+    outcomes: dict[str, str] = {}
+
+    def race(claims: Claims) -> None:
+        start.wait()
+        outcomes[claims.me] = claims.claim(due, T0)
+
+    threads = [threading.Thread(target=race, args=(d,)) for d in daemons]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert Counter(outcomes.values()) == {"claimed": 1, "taken": 7}
+
+
+def test_a_run_is_stored_once_per_slot_and_only_by_the_claims_holder(store: StateStore) -> None:
+    a, b = Claims(store.storage, "a", LEASE), Claims(store.storage, "b", LEASE)
+    assert a.claim(Due("refunds", T0), T0) == "claimed"
+    assert b.claim(Due("refunds", T0), T0) == "taken"
+    result = RunResult.counted("refunds", 0, [], [])
+    with pytest.raises(LostClaim):  # b never held it: nothing stored
+        store.record_run("refunds", result, T0, claim=Claim("refunds", T0, "b"))
+    store.record_run("refunds", result, T0, claim=Claim("refunds", T0, "a"))
+    with pytest.raises(LostClaim):  # finished: a second store of the slot is refused too
+        store.record_run("refunds", result, T0, claim=Claim("refunds", T0, "a"))
+    assert runs_per_slot(store) == {("refunds", "2026-11-30T12:00:00.000000Z"): 1}
+
+
+def test_a_claim_whose_daemon_stopped_renewing_is_taken_over_once(store: StateStore) -> None:
+    a, b, c = (Claims(store.storage, n, LEASE) for n in "abc")
+    assert a.claim(Due("refunds", T0), T0) == "claimed"
+    # Renewed at +20s, so still a's at +40s; expired at +51s (a died after renewing).
+    a.heartbeat(T0 + timedelta(seconds=20), [Claim("refunds", T0, "a")], "host", 1)
+    assert b.take_over({"refunds"}, T0 + timedelta(seconds=40)) == []
+    late = T0 + timedelta(seconds=51)
+    assert b.take_over({"refunds"}, late) == [Due("refunds", T0)]
+    assert c.take_over({"refunds"}, late) == []  # b holds it now, with a fresh lease
+    result = RunResult.counted("refunds", 0, [], [])
+    with pytest.raises(LostClaim):  # a came back from a long pause: its run is dropped
+        store.record_run("refunds", result, late, claim=Claim("refunds", T0, "a"))
+    store.record_run("refunds", result, late, claim=Claim("refunds", T0, "b"))
+    assert runs_per_slot(store) == {("refunds", "2026-11-30T12:00:00.000000Z"): 1}
+    with store.storage.transaction() as tx:
+        assert tx.rows("SELECT owner, outcome, takeovers FROM slot_claims") == [("b", "run", 1)]
+
+
+def test_a_slot_waits_while_an_earlier_run_of_its_invariant_holds_a_live_lease(
+    store: StateStore,
+) -> None:
+    a, b = Claims(store.storage, "a", LEASE), Claims(store.storage, "b", LEASE)
+    assert a.claim(Due("refunds", T0), T0) == "claimed"
+    later = Due("refunds", T0 + timedelta(minutes=1))
+    at = T0 + timedelta(seconds=10)
+    assert b.claim(later, at) == "busy"  # never twice at once across the fleet
+    assert b.claim(Due("ledger", T0), at) == "claimed"  # other invariants are not held up
+    store.record_run(
+        "refunds", RunResult.counted("refunds", 0, [], []), at, claim=Claim("refunds", T0, "a")
+    )
+    assert b.claim(later, at) == "claimed"
+
+
+def test_an_orphan_holds_its_invariants_later_slots_until_it_is_taken_over_and_run(
+    store: StateStore,
+) -> None:
+    a, b = Claims(store.storage, "a", LEASE), Claims(store.storage, "b", LEASE)
+    assert a.claim(Due("refunds", T0), T0) == "claimed"  # a dies holding it
+    after = T0 + timedelta(minutes=2)  # long expired
+    later = Due("refunds", T0 + timedelta(minutes=1))
+    assert b.claim(later, after) == "busy"  # a slot once claimed is run, and first
+    assert b.take_over({"ledger"}, after) == []  # only invariants b has loaded
+    assert b.take_over({"refunds"}, after) == [Due("refunds", T0)]
+    store.record_run(
+        "refunds", RunResult.counted("refunds", 0, [], []), after, claim=Claim("refunds", T0, "b")
+    )
+    assert b.claim(later, after) == "claimed"
+    assert sorted(runs_per_slot(store).items()) == [(("refunds", "2026-11-30T12:00:00.000000Z"), 1)]
+
+
+def test_the_preferred_daemon_spreads_slots_evenly_and_moves_only_a_leavers_share() -> None:
+    members = {"d1", "d2", "d3"}
+    slots = [(f"inv{n % 20}", T0 + timedelta(minutes=n // 20)) for n in range(3000)]
+    chosen = {s: preferred(*s, members) for s in slots}
+    shares = Counter(chosen.values())
+    assert set(shares) == members
+    assert all(900 <= n <= 1100 for n in shares.values()), shares
+    after = {s: preferred(*s, members - {"d3"}) for s in slots}
+    moved = {s for s in slots if after[s] != chosen[s]}
+    assert moved == {s for s in slots if chosen[s] == "d3"}
+    assert preferred("inv", T0, set()) is None
+
+
+def test_only_the_preferred_daemon_claims_at_once_the_others_after_the_handoff() -> None:
+    members = {"d1", "d2", "d3"}
+    due = [Due(f"inv{n}", T0) for n in range(30)]
+    for me in sorted(members):
+        queue = Queue(me, timedelta(seconds=5))
+        queue.add(due, members, T0)
+        mine = {d for d in due if preferred(d.name, d.slot, members) == me}
+        assert set(queue.ready(T0)) == mine
+        assert set(queue.ready(T0 + timedelta(seconds=5))) == set(due)
+        newer = Due("inv0", T0 + timedelta(minutes=1))
+        queue.add([newer], members, T0 + timedelta(seconds=6))
+        assert newer in queue.ready(T0 + timedelta(minutes=2)) and Due("inv0", T0) not in (
+            queue.ready(T0 + timedelta(minutes=2))
+        )  # a newer slot replaces one still waiting, as missed slots coalesce
+        queue.keep_only({"inv1"})
+        assert [d.name for d in queue.ready(T0 + timedelta(minutes=2))] == ["inv1"]
+
+
+def test_a_second_daemon_on_one_sqlite_store_is_refused_and_a_dead_ones_lock_is_gone(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.db"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, pathlib; from monitor.storage import hold_single_daemon;"
+            f"h = hold_single_daemon(pathlib.Path({str(path)!r})); print('held', flush=True);"
+            "sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(StoreInUse) as refused:
+            hold_single_daemon(path)
+        assert str(refused.value) == (
+            f"another daemon (pid {holder.pid} on {__import__('socket').gethostname()}) "
+            f"already runs on the SQLite state store {str(path)!r}; SQLite serves one daemon: "
+            "for several, set state.dsn to a PostgreSQL database"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    hold_single_daemon(path).close()  # the kernel dropped the dead holder's lock
+
+
+def test_the_daemon_refuses_a_store_migrated_by_a_newer_release(tmp_path: Path) -> None:
+    StateStore.open(path=tmp_path / "state.db").close()
+    store = StateStore.open(path=tmp_path / "state.db")
+    newest = len(store.storage.migrations)
+    with store.storage.transaction() as tx:
+        tx.run(
+            "INSERT INTO invmon_schema (version, applied_at) VALUES (?, '2027-01-01')",
+            (newest + 1,),
+        )
+    store.close()
+    with pytest.raises(StoreTooNew):
+        StateStore.open(path=tmp_path / "state.db")
+    (tmp_path / "invariants").mkdir()
+    (tmp_path / "invmon.yaml").write_text("dsn: host=x\nstate:\n  path: state.db\n")
+    ran = cli("run", "--once", cwd=tmp_path)
+    assert ran.returncode == 2
+    assert ran.stderr.strip() == (
+        f"invmon: cannot open the state store (state.path 'state.db'): the state store is at "
+        f"schema version {newest + 1}, newer than this invmon knows ({newest}): a newer "
+        "release migrated it; run that release (or newer) here"
+    )
+
+
+def test_daemons_starting_together_on_a_new_postgres_store_migrate_it_once(
+    admin_dsn: str,
+) -> None:
+    from monitor.pgtemp import scratch_database
+
+    with scratch_database(admin_dsn, prefix="invmon_state") as dsn:
+        start = threading.Barrier(4)
+        errors: list[BaseException] = []
+        opened: list[StateStore] = []
+
+        def open_it() -> None:
+            start.wait()
+            try:
+                opened.append(StateStore.open(dsn=dsn))
+            except BaseException as exc:  # the collision this test is about
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_it) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for store in opened:
+            store.close()
+        assert errors == []
+        store = StateStore.open(dsn=dsn)
+        with store.storage.transaction() as tx:
+            versions = [v for (v,) in tx.rows("SELECT version FROM invmon_schema ORDER BY 1")]
+        assert versions == list(range(1, len(store.storage.migrations) + 1))
+        store.close()
+
+
+def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
+    admin_dsn: str, database: str, tmp_path: Path
+) -> None:
+    """The daemon's own path, driven by a clock the test holds: both daemons see every slot
+    due, each slot is stored once, and a slot claimed by a daemon that then stops (no
+    heartbeat, no run) is run by the other once the lease has passed."""
+    from helpers import FakeClock, items_table
+
+    from monitor.config import Config, DaemonConfig, HttpConfig
+    from monitor.daemon import Daemon
+    from monitor.pgtemp import scratch_database
+
+    items_table(database, bad=(1,))
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    for n in range(6):
+        (folder / f"inv_{n}.sql").write_text(
+            f"-- description: invariant {n}\n-- key: [id]\n-- schedule: every 1m\n"
+            "SELECT id FROM items WHERE bad\n"
+        )
+    # Half a minute past a slot, ahead of the real time the timetable starts from at reload.
+    now = datetime.now(UTC)
+    clock = FakeClock(now.replace(second=0, microsecond=0) + timedelta(minutes=1, seconds=30))
+    config = Config(
+        invariants=folder,
+        http=HttpConfig(listen=None),
+        daemon=DaemonConfig(lease=timedelta(seconds=30), handoff=timedelta(seconds=5)),
+    )
+    with scratch_database(admin_dsn, prefix="invmon_state") as state:
+        stores = [StateStore.open(dsn=state) for _ in range(2)]
+        a, b = (Daemon.build(config, database, s, clock=clock) for s in stores)
+        try:
+            for daemon in (a, b):
+                daemon.reload()
+            for daemon in (a, b, a):
+                daemon.heartbeat(clock())
+            assert a.metrics.fleet_daemons._value.get() == 2
+            ran: dict[str, list[str]] = {"a": [], "b": []}
+            for slot in range(3):  # three slots: at each, then again once the handoff passed
+                clock.advance(54 if slot else 0)
+                for turn in range(2):
+                    clock.advance(6 if turn else 0)
+                    for name, daemon in (("a", a), ("b", b)):
+                        ran[name] += [r.invariant for r in daemon.run_due(clock())]
+            assert sorted(ran["a"] + ran["b"]) == sorted([f"inv_{n}" for n in range(6)] * 3)
+            assert ran["a"] != [] and ran["b"] != []  # shared, not all on one
+            # a claims the next slot of every invariant, then stops dead: no run, no beat.
+            clock.advance(54)
+            claimed = a._claimed(clock())
+            clock.advance(6)
+            claimed += a._claimed(clock())
+            assert sorted(c.invariant for c in claimed) == [f"inv_{n}" for n in range(6)]
+            assert b.run_due(clock()) == []  # all a's
+            assert b.heartbeat(clock() + timedelta(seconds=10)) == []  # a's leases hold
+            clock.advance(40)  # past a's leases
+            taken = b.heartbeat(clock())
+            assert sorted(c.invariant for c in taken) == [f"inv_{n}" for n in range(6)]
+            for claim in taken:
+                assert b.evaluate(claim.invariant, claim) is not None
+            assert b.metrics.slots_taken_over._value.get() == 6
+            per_slot = runs_per_slot(stores[0])
+            assert set(per_slot.values()) == {1}
+            assert len(per_slot) == 6 * 4
+        finally:
+            for daemon, store in zip((a, b), stores, strict=True):
+                daemon.close()
+                store.close()

@@ -1,0 +1,221 @@
+"""Three real daemon processes on one PostgreSQL state store share the schedule: every slot
+of every invariant is evaluated and stored exactly once, each alert reaches the fake Slack
+once, and a daemon SIGKILLed in the middle of a run (at seeded moments, restarted) loses
+nothing: another takes its slot over once the lease expires."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from fake_slack import TOKEN, FakeSlack
+from helpers import items_table, wait_for
+
+from monitor.clock import parse_stamp
+from monitor.pgtemp import scratch_database
+
+PERIOD = timedelta(seconds=8)
+LEASE = timedelta(seconds=3)
+INVARIANTS = 4
+SLOTS = 5  # finished slots per invariant before the fleet is stopped
+# About half a second of work per run, so that a kill can land in the middle of one: a
+# condition on no column is a one-time filter, evaluated before any row is read.
+SLOW = "(SELECT count(*) FROM generate_series(1, 3000000)) > 0"
+
+
+def invariant_file(n: int) -> str:
+    # slow_0 is violated (items 2 and 5 are bad): the one incident, the one alert.
+    where = "i.bad" if n == 0 else "i.id < 0"
+    return (
+        f"-- description: invariant {n} of the fleet test\n-- key: [id]\n"
+        f"-- schedule: every {PERIOD.seconds}s\n"
+        f"SELECT i.id FROM items AS i WHERE {SLOW} AND {where}\n"
+    )
+
+
+def claims(state: str) -> list[tuple[str, str, str, str, str | None, str | None, int]]:
+    with psycopg.connect(state) as conn:
+        exists = conn.execute("SELECT to_regclass('slot_claims')").fetchone()
+        if exists is None or exists[0] is None:  # the daemons have not migrated it yet
+            return []
+        return [
+            tuple(row)  # type: ignore[misc]
+            for row in conn.execute(
+                "SELECT invariant, slot, owner, claimed_at, finished_at, outcome, takeovers"
+                " FROM slot_claims ORDER BY invariant, slot"
+            )
+        ]
+
+
+@pytest.fixture
+def fleet(
+    database: str, admin_dsn: str, tmp_path: Path
+) -> Iterator[tuple[str, Path, Callable[[Path, int], subprocess.Popen[bytes]]]]:
+    items_table(database, bad=(2, 5))
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    for n in range(INVARIANTS):
+        (folder / f"slow_{n}.sql").write_text(invariant_file(n))
+    started: list[subprocess.Popen[bytes]] = []
+
+    def launch(config: Path, slot: int) -> subprocess.Popen[bytes]:
+        log = (tmp_path / f"daemon-{slot}.log").open("wb")  # the newest of each slot
+        process = subprocess.Popen(
+            [sys.executable, "-m", "monitor.cli", "run", "--config", str(config)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env={**os.environ, "INVMON_DSN": database},
+        )
+        log.close()
+        started.append(process)
+        return process
+
+    with scratch_database(admin_dsn, prefix="invmon_state") as state:
+        yield state, folder, launch
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def write_config(tmp_path: Path, folder: Path, state: str, fake: FakeSlack) -> Path:
+    config = tmp_path / "invmon.yaml"
+    config.write_text(
+        f"invariants: {folder}\n"
+        f"state:\n  dsn: '{state}'\n"
+        "http:\n  listen: null\n"
+        "log:\n  format: json\n"
+        f"daemon:\n  shutdown_grace: 5s\n  lease: {LEASE.seconds}s\n  handoff: 2s\n"
+        "slack:\n"
+        f"  token: {TOKEN}\n"
+        f"  api_url: {fake.api_url}\n"
+        "  channel: '#invariants'\n"
+        "  settle: 1s\n"
+        "  timeout: 0.5s\n"
+        "  lease: 3s\n"
+    )
+    return config
+
+
+def run_fleet(
+    seed: int,
+    fleet: tuple[str, Path, Callable[[Path, int], subprocess.Popen[bytes]]],
+    tmp_path: Path,
+) -> None:
+    rng = random.Random(seed)
+    label = f"seed {seed}"
+    state, folder, launch = fleet
+    with FakeSlack(seed=seed) as fake:
+        config = write_config(tmp_path, folder, state, fake)
+        daemons = [launch(config, n) for n in range(3)]
+        kills = rng.randint(1, 3)
+        # Claims a killed daemon held when it died, with its pid: each must be taken over,
+        # unless the run's own commit was already on its way to the server.
+        orphans: dict[tuple[str, str], int] = {}
+        for _ in range(kills):
+            # Wait a seeded number of finished runs, then for a run in flight on a seeded
+            # victim, and kill it there: mid-run, holding its claim.
+            finished = sum(c[4] is not None for c in claims(state)) + rng.randint(0, 6)
+            wait_for(
+                lambda f=finished: sum(c[4] is not None for c in claims(state)) >= f,
+                60,
+                f"{finished} finished runs ({label})",
+            )
+            victim = rng.randrange(3)
+            pid = daemons[victim].pid
+            wait_for(
+                lambda p=pid: any(c[4] is None and f":{p}:" in c[2] for c in claims(state)),
+                60,
+                f"a run in flight on daemon {victim} ({label})",
+            )
+            daemons[victim].send_signal(signal.SIGKILL)
+            daemons[victim].wait()
+            orphans.update(
+                {(c[0], c[1]): pid for c in claims(state) if c[4] is None and f":{pid}:" in c[2]}
+            )
+            daemons[victim] = launch(config, victim)
+
+        def enough() -> bool:
+            done: dict[str, int] = {}
+            for name, _slot, _owner, _at, finished_at, _outcome, _n in claims(state):
+                done[name] = done.get(name, 0) + (finished_at is not None)
+            return len(done) == INVARIANTS and min(done.values()) >= SLOTS
+
+        wait_for(enough, 120, f"{SLOTS} finished slots of each invariant ({label})")
+        wait_for(lambda: len(fake.roots()) >= 1, 30, f"the alert ({label})")
+        for n in range(len(daemons)):
+            # A SIGTERM before the handlers exist (a restarted daemon still starting) kills.
+            log = tmp_path / f"daemon-{n}.log"
+            wait_for(lambda g=log: "invmon running" in g.read_text(), 30, f"start-up ({label})")
+        stopping = datetime.now(UTC)
+        for daemon in daemons:
+            daemon.send_signal(signal.SIGTERM)
+        for daemon in daemons:
+            assert daemon.wait(timeout=60) == 0, label
+
+    everything = claims(state)
+    # A slot claimed as its daemon began to stop is handed back (its lease ended at once)
+    # for another daemon to take; here every daemon stopped, so it stays open.
+    handed_back = [c for c in everything if c[4] is None]
+    assert all(parse_stamp(c[3]) >= stopping - timedelta(seconds=2) for c in handed_back), (
+        f"{label}: {handed_back}"
+    )
+    assert len(handed_back) <= INVARIANTS, label
+    found = [c for c in everything if c[4] is not None]
+    with psycopg.connect(state) as conn:
+        per_slot = conn.execute(
+            "SELECT invariant, slot, count(*) FROM runs WHERE slot IS NOT NULL"
+            " GROUP BY invariant, slot"
+        ).fetchall()
+    # Exactly once: every claimed slot has one stored run, and no slot has two.
+    assert all(n == 1 for _i, _s, n in per_slot), f"{label}: {per_slot}"
+    assert {(i, s) for i, s, _n in per_slot} == {(c[0], c[1]) for c in found}, (
+        f"{label}: {[c for c in found if (c[0], c[1], 1) not in per_slot]}"
+    )
+    assert [c for c in found if c[5] != "run"] == [], f"{label}: superseded"
+    # Nothing skipped: each invariant's slots follow one another, one period apart.
+    for n in range(INVARIANTS):
+        slots = [parse_stamp(c[1]) for c in found if c[0] == f"slow_{n}"]
+        gaps = {b - a for a, b in itertools.pairwise(slots)}
+        assert gaps == {PERIOD}, f"{label}: slow_{n} slots {slots}"
+    # The work spread over the daemons, and each kill mid-run was taken over in time.
+    owners = Counter(c[2] for c in found)
+    assert len(owners) >= 2 and max(owners.values()) < 0.8 * len(found), f"{label}: {owners}"
+    taken = [c for c in found if c[6] > 0]
+    assert {(c[0], c[1]) for c in taken} <= set(orphans), f"{label}: {orphans}, {taken}"
+    for c in found:
+        if (c[0], c[1]) in orphans and c[6] == 0:  # committed by the dying daemon itself
+            assert f":{orphans[c[0], c[1]]}:" in c[2], f"{label}: {c} never taken over"
+    for c in taken:
+        # Each takeover within a lease, a beat to notice and a run (the taker may die too).
+        took = parse_stamp(str(c[4])) - parse_stamp(c[3])
+        assert took < c[6] * (LEASE + timedelta(seconds=3)), f"{label}: {c} took {took}"
+    # One incident, one alert: a single root message in Slack.
+    assert len(fake.roots()) == 1, f"{label}: {len(fake.roots())} root messages"
+
+
+def test_three_daemons_evaluate_each_slot_once_through_a_sigkill_mid_run(
+    fleet: tuple[str, Path, Callable[[Path, int], subprocess.Popen[bytes]]], tmp_path: Path
+) -> None:
+    run_fleet(17, fleet, tmp_path)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("seed", range(1000, 1100))
+def test_soak_fleet_over_100_seeds(
+    seed: int,
+    fleet: tuple[str, Path, Callable[[Path, int], subprocess.Popen[bytes]]],
+    tmp_path: Path,
+) -> None:
+    run_fleet(seed, fleet, tmp_path)
