@@ -119,3 +119,15 @@ def invariant(
         timeout=timedelta(seconds=timeout),
         sample=sample,
     )
+
+
+def start_daemon(config: Path, log: Path, dsn: str) -> subprocess.Popen[bytes]:
+    """`invmon run --config CONFIG` as a real process, its output in `log`, watching `dsn`."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "monitor.cli", "run", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=log.parent,
+            env={**os.environ, "INVMON_DSN": dsn},
+        )

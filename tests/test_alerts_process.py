@@ -3,18 +3,16 @@ seeded points and restarted: still one root message, each event once, the CSV ex
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fake_slack import TOKEN, FakeSlack
-from helpers import items_table, sql, wait_for
+from helpers import items_table, sql, start_daemon, wait_for
 from scenario import CHANGES, EVENTS_AFTER_STEP, INVARIANT, assert_one_clean_incident
 
 from monitor.state import StateStore
@@ -59,15 +57,7 @@ def launcher(
     started: list[subprocess.Popen[bytes]] = []
 
     def launch(config: Path) -> subprocess.Popen[bytes]:
-        log = (tmp_path / f"daemon-{len(started)}.log").open("wb")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "monitor.cli", "run", "--config", str(config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-            env={**os.environ, "INVMON_DSN": dsn},
-        )
-        log.close()
+        process = start_daemon(config, tmp_path / f"daemon-{len(started)}.log", dsn)
         started.append(process)
         return process
 

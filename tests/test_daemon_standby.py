@@ -20,6 +20,18 @@ if TYPE_CHECKING:
     from standby import StandbyPair
 
 
+def go_stale(standby_pair: StandbyPair, daemon: Daemon, table: str, name: str) -> RunResult:
+    """Pause replay, change the data on the primary, and evaluate until the run is stale."""
+    standby_pair.pause_replay()
+    with standby_pair.primary() as conn:
+        conn.execute(f"UPDATE {table} SET bad = false")
+    return wait_for(
+        lambda: r if (r := daemon.evaluate(name)) and r.status == "stale" else None,
+        20,
+        f"a stale run of {name}",
+    )
+
+
 def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident(
     standby_pair: StandbyPair, tmp_path: Path
 ) -> None:
@@ -47,14 +59,7 @@ def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident
         assert (first.status, first.count) == ("violated", 1)
         assert first.replica_lag is not None and first.replica_lag < 3
 
-        standby_pair.pause_replay()
-        with standby_pair.primary() as conn:
-            conn.execute(f"UPDATE {table} SET bad = false")
-        stale = wait_for(
-            lambda: r if (r := daemon.evaluate("bad")) and r.status == "stale" else None,
-            20,
-            "a stale run",
-        )
+        stale = go_stale(standby_pair, daemon, table, "bad")
         assert stale.count is None
         assert stale.replica_lag is not None and stale.replica_lag > 3
         assert stale.error is not None and stale.error.startswith("not evaluated: replica lag ")
@@ -131,14 +136,7 @@ def test_a_stale_target_pauses_only_its_own_invariants(
         daemon.reload()
         fresh = daemon.evaluate("payments/bad")
         assert fresh is not None and (fresh.status, fresh.count) == ("violated", 1)
-        standby_pair.pause_replay()
-        with standby_pair.primary() as conn:
-            conn.execute(f"UPDATE {table} SET bad = false")
-        stale = wait_for(
-            lambda: r if (r := daemon.evaluate("payments/bad")) and r.status == "stale" else None,
-            20,
-            "a stale run on payments",
-        )
+        stale = go_stale(standby_pair, daemon, table, "payments/bad")
         assert stale.target == "payments" and stale.count is None
         billing = daemon.evaluate("billing/bad")
         assert billing is not None

@@ -6,11 +6,9 @@ nothing: another takes its slot over once the lease expires."""
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from fake_slack import TOKEN, FakeSlack
-from helpers import items_table, wait_for
+from helpers import items_table, start_daemon, wait_for
 
 from monitor.clock import parse_stamp
 from monitor.pgtemp import scratch_database
@@ -27,7 +25,7 @@ from monitor.pgtemp import scratch_database
 PERIOD = timedelta(seconds=8)
 LEASE = timedelta(seconds=3)
 INVARIANTS = 4
-SLOTS = 5  # finished slots per invariant before the fleet is stopped
+SLOTS = 5  # finished slots per invariant before the fleet is stopped (the sweep)
 # About half a second of work per run, so that a kill can land in the middle of one: a
 # condition on no column is a one-time filter, evaluated before any row is read.
 SLOW = "(SELECT count(*) FROM generate_series(1, 3000000)) > 0"
@@ -69,15 +67,8 @@ def fleet(
     started: list[subprocess.Popen[bytes]] = []
 
     def launch(config: Path, slot: int) -> subprocess.Popen[bytes]:
-        log = (tmp_path / f"daemon-{slot}.log").open("wb")  # the newest of each slot
-        process = subprocess.Popen(
-            [sys.executable, "-m", "monitor.cli", "run", "--config", str(config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-            env={**os.environ, "INVMON_DSN": database},
-        )
-        log.close()
+        # Its log is the newest of each slot's daemons.
+        process = start_daemon(config, tmp_path / f"daemon-{slot}.log", database)
         started.append(process)
         return process
 
@@ -112,6 +103,7 @@ def run_fleet(
     seed: int,
     fleet: tuple[str, Path, Callable[[Path, int], subprocess.Popen[bytes]]],
     tmp_path: Path,
+    slots: int = SLOTS,
 ) -> None:
     rng = random.Random(seed)
     label = f"seed {seed}"
@@ -150,9 +142,9 @@ def run_fleet(
             done: dict[str, int] = {}
             for name, _slot, _owner, _at, finished_at, _outcome, _n in claims(state):
                 done[name] = done.get(name, 0) + (finished_at is not None)
-            return len(done) == INVARIANTS and min(done.values()) >= SLOTS
+            return len(done) == INVARIANTS and min(done.values()) >= slots
 
-        wait_for(enough, 120, f"{SLOTS} finished slots of each invariant ({label})")
+        wait_for(enough, 120, f"{slots} finished slots of each invariant ({label})")
         wait_for(lambda: len(fake.roots()) >= 1, 30, f"the alert ({label})")
         for n in range(len(daemons)):
             # A SIGTERM before the handlers exist (a restarted daemon still starting) kills.
@@ -186,9 +178,9 @@ def run_fleet(
     assert [c for c in found if c[5] != "run"] == [], f"{label}: superseded"
     # Nothing skipped: each invariant's slots follow one another, one period apart.
     for n in range(INVARIANTS):
-        slots = [parse_stamp(c[1]) for c in found if c[0] == f"slow_{n}"]
-        gaps = {b - a for a, b in itertools.pairwise(slots)}
-        assert gaps == {PERIOD}, f"{label}: slow_{n} slots {slots}"
+        stored = [parse_stamp(c[1]) for c in found if c[0] == f"slow_{n}"]
+        gaps = {b - a for a, b in itertools.pairwise(stored)}
+        assert gaps == {PERIOD}, f"{label}: slow_{n} slots {stored}"
     # The work spread over the daemons, and each kill mid-run was taken over in time.
     owners = Counter(c[2] for c in found)
     assert len(owners) >= 2 and max(owners.values()) < 0.8 * len(found), f"{label}: {owners}"
@@ -208,7 +200,7 @@ def run_fleet(
 def test_three_daemons_evaluate_each_slot_once_through_a_sigkill_mid_run(
     fleet: tuple[str, Path, Callable[[Path, int], subprocess.Popen[bytes]]], tmp_path: Path
 ) -> None:
-    run_fleet(17, fleet, tmp_path)
+    run_fleet(17, fleet, tmp_path, slots=3)  # the default run: short; the sweep runs 5
 
 
 @pytest.mark.soak
