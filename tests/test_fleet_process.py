@@ -190,9 +190,10 @@ def run_fleet(
         if (c[0], c[1]) in orphans and c[6] == 0:  # committed by the dying daemon itself
             assert f":{orphans[c[0], c[1]]}:" in c[2], f"{label}: {c} never taken over"
     for c in taken:
-        # Each takeover within a lease, a beat to notice and a run (the taker may die too).
+        # Each takeover within a lease, a beat to notice and a run (the taker may die too),
+        # with room for a loaded 2-core machine running three daemons and their queries.
         took = parse_stamp(str(c[4])) - parse_stamp(c[3])
-        assert took < c[6] * (LEASE + timedelta(seconds=3)), f"{label}: {c} took {took}"
+        assert took < c[6] * (LEASE + timedelta(seconds=5)), f"{label}: {c} took {took}"
     # One incident, one alert: a single root message in Slack.
     assert len(fake.roots()) == 1, f"{label}: {len(fake.roots())} root messages"
 
