@@ -38,11 +38,11 @@ from monitor.render import (
 )
 from monitor.results import DEFAULT_TARGET, exit_code
 from monitor.runner import describe_error
-from monitor.scaffold import Planned
 from monitor.selection import NothingSelected, select
 from monitor.storage import StoreInUse, hold_single_daemon
 
 if TYPE_CHECKING:
+    from monitor.scaffold import Planned  # sqlglot behind it: only `new` and `init` load it
     from monitor.state import StateStore
 
 F = TypeVar("F", bound=Callable[..., Any])
