@@ -20,7 +20,10 @@
 -- before that inventory was taken. The cutoff is the report date's midnight UTC, less one
 -- hour, because an inventory can leave out objects written just before it was taken.
 -- Until an inventory has been loaded, max() is NULL and no invoice is reported missing.
-WITH inventory AS (
+-- MATERIALIZED computes the cutoff once: inlined, the planner can put it inside a nested loop
+-- and scan the whole listing again for every candidate invoice (8 s instead of 1 s on 300k
+-- invoices in bench/).
+WITH inventory AS MATERIALIZED (
     SELECT (max(inventory_date)::timestamp AT TIME ZONE 'UTC') - interval '1 hour' AS complete_before
     FROM receipt_objects
 ),
