@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -26,14 +27,15 @@ import psycopg
 from psycopg import pq, sql
 from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 
-from monitor.fence import TRUST_NOTHING, Allowances, fence
+from monitor.fence import TRUST_NOTHING, Allowances, verdict
 from monitor.loader import Invariant
 from monitor.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, RowLimits
-from monitor.pgcatalog import LiveCatalog
+from monitor.pgcatalog import CatalogMemory, LiveCatalog, Name
 from monitor.problems import Problem, SqlProblem
 from monitor.query import MAX_COLUMNS, USER_SQL_LINE, Column, bounded_query, describing_query
 from monitor.redaction import Masker
 from monitor.rows import unique_column_names
+from monitor.sqltree import Analysis, analyze
 from monitor.text import shorten
 
 # A run that was cancelled leaves its transaction idle at most this long past its timeout.
@@ -120,8 +122,14 @@ def begin_read_only(
 
 
 class LiveFence:
-    """The fence against the database a connection is on, remembering each verdict for a
-    while: a catalog changes far less often than an invariant runs."""
+    """The fence against the database a connection is on. Cheap to ask again: each text is
+    parsed once (its reading is kept, without the tree), each verdict is remembered for a
+    while, and so is what the catalog said about each name, since a catalog changes far
+    less often than an invariant runs."""
+
+    # Readings kept, most recently used first out last: two texts per invariant (the
+    # describing and the bounded query), with room for a large folder.
+    MAX_READINGS = 8192
 
     def __init__(
         self,
@@ -133,7 +141,22 @@ class LiveFence:
         self._remember = remember.total_seconds()
         self._clock = clock
         self._verdicts: dict[str, tuple[float, list[SqlProblem]]] = {}
+        self._readings: OrderedDict[str, Analysis] = OrderedDict()
+        self.catalog = CatalogMemory(self._remember, clock)
         self._lock = threading.Lock()
+
+    def _reading(self, text: str) -> Analysis:
+        with self._lock:
+            known = self._readings.get(text)
+            if known is not None:
+                self._readings.move_to_end(text)
+                return known
+        reading = analyze(text).without_tree()
+        with self._lock:
+            self._readings[text] = reading
+            while len(self._readings) > self.MAX_READINGS:
+                self._readings.popitem(last=False)
+        return reading
 
     def problems(self, conn: psycopg.Connection[Any], text: str) -> list[SqlProblem]:
         now = self._clock()
@@ -141,10 +164,14 @@ class LiveFence:
             known = self._verdicts.get(text)
         if known is not None and now - known[0] < self._remember:
             return known[1]
-        verdict = fence(text, LiveCatalog(conn), self.allow)
+        found = verdict(self._reading(text), self.catalog.over(LiveCatalog(conn)), self.allow)
         with self._lock:
-            self._verdicts[text] = (now, verdict)
-        return verdict
+            if len(self._verdicts) >= self.MAX_READINGS:  # keep only the live ones
+                self._verdicts = {
+                    t: v for t, v in self._verdicts.items() if now - v[0] < self._remember
+                }
+            self._verdicts[text] = (now, found)
+        return found
 
     def refuse_unless_allowed(
         self, conn: psycopg.Connection[Any], text: str, invariant: Invariant, user_line: int = 1
@@ -187,9 +214,10 @@ _TYPES = (
 )
 
 
-def _columns(cur: psycopg.Cursor[Any]) -> list[Column]:
+def _columns(cur: psycopg.Cursor[Any], memory: CatalogMemory) -> list[Column]:
     """The invariant's result columns, as the row description just received says (the base
-    type of a domain), each with how its text is taken."""
+    type of a domain), each with how its text is taken (asked of the catalog once per type
+    while `memory` remembers)."""
     description = cur.description or []
     if len(description) > MAX_COLUMNS:
         raise Unrunnable(
@@ -197,9 +225,14 @@ def _columns(cur: psycopg.Cursor[Any]) -> list[Column]:
         )
     names = unique_column_names([c.name for c in description])
     oids = [c.type_code for c in description]
-    via_format = dict(cur.execute(_TYPES, [oids]).fetchall()) if oids else {}
+
+    def ask(types: list[Name]) -> dict[Name, bool]:
+        rows = cur.execute(_TYPES, [[int(t[0]) for t in types]]).fetchall()
+        return {(str(oid),): bool(via) for oid, via in rows}
+
+    via_format = memory.recall("text_cast", [(str(oid),) for oid in oids], ask)
     return [
-        Column(name, oid, bool(via_format.get(oid, True)))
+        Column(name, oid, via_format.get((str(oid),), True))
         for name, oid in zip(names, oids, strict=True)
     ]
 
@@ -250,7 +283,7 @@ def execute(
         described = describing_query(invariant.sql)
         live_fence.refuse_unless_allowed(conn, described, invariant, USER_SQL_LINE)
         send_one_statement(cur, described)
-        columns = _columns(cur)
+        columns = _columns(cur, live_fence.catalog)
         key = _key_positions(columns, invariant)
         cell = limits.cell(len(columns))
         fetch = max(sample, track) if key else sample

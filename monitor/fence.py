@@ -402,7 +402,13 @@ def fence(
     sql: str, catalog: Catalog, allow: Allowances = TRUST_NOTHING, depth: int = 0
 ) -> list[SqlProblem]:
     """The whole judgement of one text: its structure, then what it calls."""
-    analysis = analyze(sql)
+    return verdict(analyze(sql), catalog, allow, depth)
+
+
+def verdict(
+    analysis: Analysis, catalog: Catalog, allow: Allowances = TRUST_NOTHING, depth: int = 0
+) -> list[SqlProblem]:
+    """The judgement of a text the parser has read (`analyze`)."""
     if analysis.statement is None:
         return analysis.problems
     return sorted(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -53,6 +54,27 @@ _LOCK_WORDS = {
 }
 
 
+# The node types _collect turns into references or problems; the walk skips the rest.
+_COLLECTED = frozenset(
+    {
+        "FuncCall",
+        "A_Expr",
+        "SubLink",
+        "JoinExpr",
+        "RangeTableFunc",
+        "SortBy",
+        "CaseExpr",
+        "TypeCast",
+        "ColumnRef",
+        "A_Indirection",
+        "RangeVar",
+        "RangeTableSample",
+        *_JSON_SYNTAX,
+        *_DML,
+    }
+)
+
+
 @dataclass(frozen=True)
 class Reference:
     """Something the query asks PostgreSQL to run or read, where it is written."""
@@ -75,6 +97,18 @@ class Analysis:
     def named(self, kind: RefKind) -> list[Reference]:
         return [r for r in self.references if r.kind == kind]
 
+    def without_tree(self) -> Analysis:
+        """The same reading without the parse tree (which only lint's shape rules read):
+        small enough to keep for every text a daemon sends. An empty statement still says
+        there was one SELECT."""
+        return Analysis(
+            self.problems,
+            self.references,
+            None if self.statement is None else {},
+            self.text,
+            self.text_first_line,
+        )
+
 
 class _Lines:
     """Line numbers from libpg_query's byte offsets and the scanner's character offsets."""
@@ -83,8 +117,8 @@ class _Lines:
         self.sql = sql
         self.encoded = sql.encode("utf-8")
         # Where each line starts, so a big query's many nodes cost a bisect each.
-        self._bytes = [i for i, b in enumerate(self.encoded) if b == 0x0A]
-        self._chars = [i for i, c in enumerate(sql) if c == "\n"]
+        self._bytes = [m.start() for m in re.finditer(b"\n", self.encoded)]
+        self._chars = [m.start() for m in re.finditer("\n", sql)]
 
     def of_byte(self, offset: int | None) -> int:
         return bisect.bisect_left(self._bytes, max(0, offset or 0)) + 1
@@ -103,23 +137,25 @@ def node_items(
     type is fixed by the grammar are inlined without that wrapper and are walked too."""
     for item in _objects(tree, stop_at):
         if len(item) == 1:
-            (key, value), *_ = item.items()
-            if key[:1].isupper() and isinstance(value, dict):
+            key = next(iter(item))
+            value = item[key]
+            if key[:1].isupper() and type(value) is dict:
                 yield key, value
 
 
 def _objects(tree: Any, stop_at: frozenset[str] = frozenset()) -> Iterator[dict[str, Any]]:
-    """Every JSON object in the tree, depth first (iteratively: no recursion limit)."""
+    """Every JSON object in the tree, depth first (iteratively: no recursion limit). Only
+    containers are stacked: a tree has many more strings and numbers than objects."""
     stack = [tree]
     while stack:
         item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(reversed(item))
-        elif isinstance(item, dict):
-            if len(item) == 1 and next(iter(item)) in stop_at:
+        if type(item) is list:
+            stack.extend(v for v in reversed(item) if type(v) in (dict, list))
+        elif type(item) is dict:
+            if stop_at and len(item) == 1 and next(iter(item)) in stop_at:
                 continue
             yield item
-            stack.extend(reversed(list(item.values())))
+            stack.extend(v for v in reversed(item.values()) if type(v) in (dict, list))
 
 
 def _names(items: list[Any] | None) -> Name:
@@ -171,7 +207,6 @@ def analyze(sql: str) -> Analysis:
         return Analysis(
             [SqlProblem(first, "the file has no query; write a SELECT of the offending rows")]
         )
-    tokens = pg_parser.scan(sql)
     if len(statements) > 1:
         second = statements[1].get("stmt_location", 0)
         return Analysis(
@@ -190,6 +225,7 @@ def analyze(sql: str) -> Analysis:
     analysis = Analysis(text=text, text_first_line=lines.of_byte(start))
     (kind, body), *_ = raw["stmt"].items()
     if kind != "SelectStmt":
+        tokens = pg_parser.scan(sql)
         word = next((t for t in tokens if _char_to_byte(sql, t.start) >= start), None)
         keyword = sql[word.start : word.end + 1].upper() if word else kind
         keyword = _DML.get(kind, keyword)  # WITH ... INSERT is an INSERT
@@ -202,7 +238,7 @@ def analyze(sql: str) -> Analysis:
         )
         return analysis
     analysis.statement = body
-    _collect(raw["stmt"], analysis, lines, tokens)
+    _collect(raw["stmt"], analysis, lines)
     return analysis
 
 
@@ -210,16 +246,43 @@ def _char_to_byte(sql: str, offset: int) -> int:
     return len(sql[:offset].encode("utf-8"))
 
 
-def _collect(tree: Any, analysis: Analysis, lines: _Lines, tokens: list[Any]) -> None:
-    refs = analysis.references
-    lock_tokens = [
+def _lock_tokens(sql: str) -> list[Any]:
+    """Where each FOR UPDATE/SHARE clause is written (the tree does not say)."""
+    tokens = pg_parser.scan(sql)
+    return [
         t
         for i, t in enumerate(tokens)
         if t.name == "FOR"
         and i + 1 < len(tokens)
         and tokens[i + 1].name in ("UPDATE", "SHARE", "NO", "KEY")
     ]
-    for kind, body in node_items(tree):
+
+
+def _collect(tree: Any, analysis: Analysis, lines: _Lines) -> None:
+    refs = analysis.references
+    lock_tokens: list[Any] | None = None  # scanned only when a locking clause is found
+    # One walk of the tree does everything (a wrapped query has thousands of nodes, and this
+    # runs for every text sent): only containers are stacked, and a line is worked out only
+    # for the kinds of node that can become a reference.
+    stack: list[Any] = [tree]
+    while stack:
+        item = stack.pop()
+        if type(item) is list:
+            stack.extend(reversed(item))
+            continue
+        if type(item) is not dict:
+            continue
+        stack.extend(v for v in reversed(item.values()) if type(v) in (dict, list))
+        if "intoClause" in item or "lockingClause" in item:
+            if lock_tokens is None:
+                lock_tokens = _lock_tokens(lines.sql)
+            _select_clauses(item, analysis, lines, lock_tokens)
+        if len(item) != 1:
+            continue
+        kind = next(iter(item))
+        body = item[kind]
+        if type(body) is not dict or kind not in _COLLECTED:
+            continue
         line = lines.of_byte(body.get("location"))
         if kind == "FuncCall":
             refs.append(Reference("function", _names(body["funcname"]), line))
@@ -289,29 +352,28 @@ def _collect(tree: Any, analysis: Analysis, lines: _Lines, tokens: list[Any]) ->
                     f"data-modifying {_DML[kind]} inside the query is not allowed",
                 )
             )
-    # INTO and locking clauses can sit on a SELECT that the tree inlines (a UNION's arms).
-    for select in _dicts_with(tree, ("intoClause", "lockingClause")):
-        into = select.get("intoClause")
-        if into:
-            analysis.problems.append(
-                SqlProblem(
-                    lines.of_byte((into.get("rel") or {}).get("location")),
-                    "SELECT ... INTO creates a table; not allowed",
-                )
-            )
-        for clause in select.get("lockingClause") or []:
-            strength = clause.get("LockingClause", {}).get("strength", "")
-            words = _LOCK_WORDS.get(strength, "FOR UPDATE/SHARE")
-            where = lock_tokens.pop(0).start if lock_tokens else None
-            analysis.problems.append(
-                SqlProblem(
-                    lines.of_char(where), f"{words} takes row locks on the replica; not allowed"
-                )
-            )
 
 
-def _dicts_with(tree: Any, keys: tuple[str, ...]) -> Iterator[dict[str, Any]]:
-    return (item for item in _objects(tree) if any(key in item for key in keys))
+def _select_clauses(
+    select: dict[str, Any], analysis: Analysis, lines: _Lines, lock_tokens: list[Any]
+) -> None:
+    """INTO and locking clauses, which can sit on a SELECT that the tree inlines (a UNION's
+    arms) rather than under a typed node."""
+    into = select.get("intoClause")
+    if into:
+        analysis.problems.append(
+            SqlProblem(
+                lines.of_byte((into.get("rel") or {}).get("location")),
+                "SELECT ... INTO creates a table; not allowed",
+            )
+        )
+    for clause in select.get("lockingClause") or []:
+        strength = clause.get("LockingClause", {}).get("strength", "")
+        words = _LOCK_WORDS.get(strength, "FOR UPDATE/SHARE")
+        where = lock_tokens.pop(0).start if lock_tokens else None
+        analysis.problems.append(
+            SqlProblem(lines.of_char(where), f"{words} takes row locks on the replica; not allowed")
+        )
 
 
 def _relation_name(body: dict[str, Any]) -> Name:
