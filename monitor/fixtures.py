@@ -51,7 +51,7 @@ class _Loader(StrictLoader):
     would silently drop the first list), plus `!sql`."""
 
 
-def _sql(loader: yaml.SafeLoader, node: yaml.Node) -> SqlExpression:
+def _sql(loader: StrictLoader, node: yaml.Node) -> SqlExpression:
     text = str(loader.construct_scalar(node))  # type: ignore[arg-type]
     problem = sql_expression_problem(text)
     if problem:

@@ -198,15 +198,50 @@ def read_text(path: Path, max_bytes: int) -> tuple[str | None, Problem | None]:
 DEFAULT_LOADING = Loading()
 
 
+Loaded = tuple[Invariant | None, list[Problem]]
+
+
+class LoadMemo:
+    """What each file loaded to, by its text: a daemon re-reads the whole folder on every
+    reload, and parses only the files whose text (or the loading settings) changed."""
+
+    def __init__(self) -> None:
+        self._by_path: dict[Path, tuple[str, str, Loading, Loaded]] = {}
+
+    def recall(self, path: Path, text: str, name: str, loading: Loading) -> Loaded | None:
+        known = self._by_path.get(path)
+        if known is not None and known[:3] == (text, name, loading):
+            return known[3]
+        return None
+
+    def keep(self, path: Path, text: str, name: str, loading: Loading, loaded: Loaded) -> None:
+        self._by_path[path] = (text, name, loading, loaded)
+
+    def forget_others(self, paths: set[Path]) -> None:
+        """Only the files of the latest load are worth remembering."""
+        for path in set(self._by_path) - paths:
+            del self._by_path[path]
+
+
 def load_file(
-    path: Path, name: str, loading: Loading = DEFAULT_LOADING
-) -> tuple[Invariant | None, list[Problem]]:
+    path: Path, name: str, loading: Loading = DEFAULT_LOADING, memo: LoadMemo | None = None
+) -> Loaded:
     """The invariant (None when an error stops it) and every problem found, warnings too."""
-    defaults, policy = loading.defaults, loading.policy
     text, unreadable = read_text(path, loading.max_file_bytes)
     if text is None:
         assert unreadable is not None
         return None, [unreadable]
+    if memo is None:
+        return _parse_file(path, name, text, loading)
+    loaded = memo.recall(path, text, name, loading)
+    if loaded is None:
+        loaded = _parse_file(path, name, text, loading)
+        memo.keep(path, text, name, loading, loaded)
+    return loaded
+
+
+def _parse_file(path: Path, name: str, text: str, loading: Loading) -> Loaded:
+    defaults, policy = loading.defaults, loading.policy
     split = split_file(text)
     problems: list[Problem] = []
     if name.startswith(RESERVED_PREFIX):
@@ -278,7 +313,9 @@ def load_file(
     ), problems
 
 
-def load_directory(directory: Path, loading: Loading = DEFAULT_LOADING) -> LoadResult:
+def load_directory(
+    directory: Path, loading: Loading = DEFAULT_LOADING, memo: LoadMemo | None = None
+) -> LoadResult:
     result = LoadResult()
     if not directory.is_dir():
         result.problems.append(
@@ -286,17 +323,23 @@ def load_directory(directory: Path, loading: Loading = DEFAULT_LOADING) -> LoadR
         )
         return result
     paths, skipped = discover(directory)
-    loaded = load_paths(paths, directory, loading)
+    loaded = load_paths(paths, directory, loading, memo)
     loaded.problems[:0] = skipped
     return loaded
 
 
 def load_paths(
-    paths: Iterable[Path], directory: Path, loading: Loading = DEFAULT_LOADING
+    paths: Iterable[Path],
+    directory: Path,
+    loading: Loading = DEFAULT_LOADING,
+    memo: LoadMemo | None = None,
 ) -> LoadResult:
     result = LoadResult()
+    paths = list(paths)
+    if memo is not None:
+        memo.forget_others(set(paths))
     for path in paths:
-        invariant, problems = load_file(path, name_for(path, directory), loading)
+        invariant, problems = load_file(path, name_for(path, directory), loading, memo)
         if invariant is not None:
             result.invariants.append(invariant)
         result.problems.extend(problems)

@@ -14,7 +14,7 @@ from monitor.clock import Clock
 from monitor.config import Config
 from monitor.databases import Databases
 from monitor.definitions import Definitions, Reload, diff
-from monitor.loader import Invariant, LoadResult, load_directory, name_for
+from monitor.loader import Invariant, LoadMemo, LoadResult, load_directory, name_for
 from monitor.metrics import Metrics
 from monitor.problems import Problem
 from monitor.slots import latest_slot, period
@@ -47,6 +47,7 @@ class Reloader:
         self.definitions = definitions
         self.install = install
         self.clock = clock
+        self.memo = LoadMemo()  # a reload parses only the files that changed
 
     def reload(self) -> Reload:
         directory = self.config.invariants
@@ -60,7 +61,7 @@ class Reloader:
                 len(running),
             )
             return Reload(kept_previous=sorted(running))
-        loaded = load_directory(directory, self.config.loading(with_database=True))
+        loaded = load_directory(directory, self.config.loading(with_database=True), self.memo)
         invalid = self._problems_by_name(loaded)
         # The fence again, against the monitored database's own catalog: what lint could
         # not know (user-defined and extension functions, views) is decided here.

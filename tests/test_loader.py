@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from monitor.durations import CronSchedule, IntervalSchedule, parse_duration, parse_schedule
-from monitor.loader import Defaults, Invariant, Loading, load_directory
+from monitor.loader import Defaults, Invariant, Loading, LoadMemo, load_directory
 
 GOOD = """\
 -- description: >-
@@ -156,3 +156,32 @@ def test_schedules_are_intervals_or_five_field_cron() -> None:
     assert parse_schedule("0 * * * *") == CronSchedule("0 * * * *")
     with pytest.raises(ValueError, match="five-field cron"):
         parse_schedule("0 0 * * * *")
+
+
+def test_a_reload_parses_only_the_files_whose_text_or_settings_changed(tmp_path: Path) -> None:
+    memo = LoadMemo()
+    write(tmp_path, "a.sql", GOOD)
+    write(tmp_path, "b.sql", GOOD.replace("every 5m", "every 10m"))
+    first = {i.name: i for i in load_directory(tmp_path, memo=memo).invariants}
+    write(tmp_path, "b.sql", GOOD.replace("every 5m", "every 20m"))
+    second = {i.name: i for i in load_directory(tmp_path, memo=memo).invariants}
+    assert set(second) == {"a", "b"}
+    assert second["a"] is first["a"]  # the same text: the earlier result, not parsed again
+    assert second["b"] is not first["b"]
+    assert second["b"].schedule == parse_schedule("every 20m")
+    slower = Loading(Defaults(timeout=timedelta(seconds=7)))
+    third = {i.name: i for i in load_directory(tmp_path, slower, memo).invariants}
+    assert third["a"] is not second["a"]  # other settings: parsed again
+
+
+def test_a_removed_file_is_forgotten_and_a_broken_one_stays_broken(tmp_path: Path) -> None:
+    memo = LoadMemo()
+    write(tmp_path, "a.sql", GOOD)
+    broken = write(tmp_path, "b.sql", GOOD.replace("SELECT", "SELEC", 1))
+    first = load_directory(tmp_path, memo=memo)
+    assert [i.name for i in first.invariants] == ["a"]
+    again = load_directory(tmp_path, memo=memo)
+    assert [(p.path, p.line) for p in again.errors] == [(p.path, p.line) for p in first.errors]
+    assert {p.path for p in again.errors} == {broken}
+    (tmp_path / "a.sql").unlink()
+    assert load_directory(tmp_path, memo=memo).invariants == []
