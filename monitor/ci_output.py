@@ -5,7 +5,6 @@ nearly every CI). Pure: findings in, text out.
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +72,8 @@ def junit_xml(suite: str, cases: Sequence[JunitCase]) -> str:
     """One <testsuite>; control characters escaped (XML 1.0 cannot hold them)."""
     failures = sum(c.failure is not None for c in cases)
     errors = sum(c.error is not None for c in cases)
+    import xml.etree.ElementTree as ET  # only JUnit needs it; every command loads this module
+
     root = ET.Element("testsuites", name="invmon")
     element = ET.SubElement(
         root,

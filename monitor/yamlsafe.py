@@ -59,7 +59,7 @@ def check_shape(text: str) -> None:
             elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
                 depth -= 1
     except yaml.MarkedYAMLError as exc:
-        raise _problem(exc) from None
+        raise _problem(exc, text) from None
     except yaml.YAMLError as exc:
         raise YamlProblem(1, f"not valid YAML ({exc})") from None
 
@@ -75,7 +75,7 @@ def load(text: str, max_bytes: int, loader: type[StrictLoader] = StrictLoader) -
     except YamlProblem:
         raise
     except yaml.MarkedYAMLError as exc:
-        raise _problem(exc) from None
+        raise _problem(exc, text) from None
     except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
         # e.g. an integer of 100,000 digits: Python refuses to build it.
         raise YamlProblem(1, f"cannot be read: {type(exc).__name__}: {str(exc)[:120]}") from None
@@ -83,7 +83,7 @@ def load(text: str, max_bytes: int, loader: type[StrictLoader] = StrictLoader) -
 
 HINTS = {
     # The most common slip: a value with ": " in it (a description, a runbook title).
-    "mapping values are not allowed here": 'a value that contains ": " must be quoted, '
+    "mapping values are not allowed": 'a value that contains ": " must be quoted, '
     'e.g. description: "Every order: exactly one payment"',
     "found character '@' that cannot start any": "a value starting with @ "
     'must be quoted, e.g. owner: "@payments-oncall"',
@@ -93,9 +93,15 @@ HINTS = {
 }
 
 
-def _problem(exc: yaml.MarkedYAMLError) -> YamlProblem:
+def _problem(exc: yaml.MarkedYAMLError, text: str) -> YamlProblem:
     mark = exc.problem_mark or exc.context_mark
     line = mark.line + 1 if mark else 1
     reason = exc.problem or exc.context or "unreadable"
+    if reason == "found character that cannot start any token" and exc.problem_mark:
+        # libyaml leaves the character out of its message; it is the one at the mark.
+        lines = text.splitlines()
+        at = exc.problem_mark
+        if at.line < len(lines) and at.column < len(lines[at.line]):
+            reason = f"found character {lines[at.line][at.column]!r} that cannot start any token"
     hint = next((h for known, h in HINTS.items() if known in reason), None)
     return YamlProblem(line, f"not valid YAML ({reason})" + (f"; {hint}" if hint else ""))
