@@ -102,6 +102,12 @@ def _delivery(row: Sequence[Any]) -> Delivery:
 # (to be reconciled), or PENDING with its root message sent and no earlier row of its thread
 # still pending or in doubt (a thread's messages go out in order). `claim` adds "due and
 # unleased"; `next_due` asks when the earliest such row becomes due.
+# Actions that are chat.postMessage calls, limited by Slack per channel; the first three
+# are top-level messages, the others replies in a thread.
+_TOP_LEVEL = "('post_root', 'post_digest', 'post_summary')"
+_POSTS = "('post_root', 'post_digest', 'post_summary', 'post_reply', 'post_detail')"
+POST_ACTIONS = frozenset({"post_root", "post_digest", "post_summary", "post_reply", "post_detail"})
+
 _READY = (
     "(d.state = 'UNKNOWN' OR (d.state = 'PENDING' AND ("
     "   d.root_id IS NULL OR EXISTS (SELECT 1 FROM deliveries r"
@@ -234,7 +240,10 @@ class Ledger:
             candidates = tx.rows(
                 "SELECT d.id, d.state FROM deliveries d"
                 " WHERE d.next_attempt_at <= ? AND (d.lease_until IS NULL OR d.lease_until < ?)"
-                f" AND {_READY} ORDER BY d.id LIMIT 5",
+                # Top-level posts first: under a rate limit, every incident is in the
+                # channel (with its own root or in a digest) before the threads fill in.
+                f" AND {_READY} ORDER BY CASE WHEN d.action IN {_TOP_LEVEL} THEN 0 ELSE 1 END,"
+                " d.id LIMIT 5",
                 (stamp(now), stamp(now)),
             )
             for delivery_id, state in candidates:
@@ -268,6 +277,18 @@ class Ledger:
         slack_ts: str | None = None,
     ) -> None:
         self._finish(delivery, now, "SENT", None, now, channel=channel, slack_ts=slack_ts)
+
+    def hold_posts(self, channel: str, until: datetime) -> int:
+        """Slack rate-limited posting to `channel`: no pending post to it is tried before
+        `until` (else each row would draw its own 429). Returns how many were held."""
+        with self.storage.transaction() as tx:
+            held = tx.rows(
+                "UPDATE deliveries SET next_attempt_at = ?"
+                f" WHERE channel = ? AND state = 'PENDING' AND action IN {_POSTS}"
+                " AND next_attempt_at < ? RETURNING id",
+                (stamp(until), channel, stamp(until)),
+            )
+        return len(held)
 
     def retry_at(self, delivery: Delivery, now: datetime, when: datetime, error: str) -> None:
         """Certainly not done: back to PENDING, due at `when`."""

@@ -8,6 +8,7 @@ client gets an empty list of retry handlers and each failure is classified exact
 from __future__ import annotations
 
 import http.client
+import math
 import re
 import socket
 import urllib.error
@@ -47,9 +48,19 @@ AMBIGUOUS = {"internal_error", "fatal_error", "service_unavailable", "request_ti
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{6,}$")
 
 
+def _seconds(retry_after: str | None) -> float | None:
+    """Retry-After as seconds (Slack sends whole ones; a fraction is rounded up), or None
+    when absent or unreadable (then the row backs off by its attempts)."""
+    try:
+        wait = float(retry_after or "")
+    except ValueError:
+        return None
+    return float(math.ceil(wait)) if 0 <= wait <= 3600 else None
+
+
 def classify_api_error(status: int, error: str, retry_after: str | None) -> TransportError:
     if status == 429 or error in ("ratelimited", "rate_limited", "message_limit_exceeded"):
-        wait = float(retry_after) if retry_after and retry_after.isdigit() else None
+        wait = _seconds(retry_after)
         return TransportError(f"rate limited by Slack (retry after {wait}s)", "retry", wait)
     if status >= 500 or error in AMBIGUOUS:
         return TransportError(f"Slack answered {status} {error or ''}".strip(), "ambiguous")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from alerts.csvfile import csv_title, left_out_because, offending_csv
-from alerts.ledger import Delivery, Ledger
+from alerts.ledger import POST_ACTIONS, Delivery, Ledger
 from alerts.messages import (
     SUMMARY_GROUPS,
     IncidentView,
@@ -266,6 +266,9 @@ class DeliveryWorker:
                 else backoff(delivery.attempts, self.settings.max_backoff)
             )
             self.ledger.retry_at(delivery, now, now + wait, error.message)
+            if error.retry_after is not None and delivery.action in POST_ACTIONS:
+                # Slack limits posts per channel: the channel's other posts wait too.
+                self.ledger.hold_posts(delivery.channel, now + wait)
         else:
             log.warning(
                 "delivery outcome unknown, will check Slack before retrying: %s",

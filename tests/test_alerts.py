@@ -85,6 +85,40 @@ def test_a_429_is_rescheduled_by_retry_after_without_sleeping(world: World) -> N
     assert len(fake.roots()) == 1
 
 
+def test_a_429_holds_every_pending_post_to_that_channel_until_retry_after(
+    world: World,
+) -> None:
+    for name in ("bad_items_b", "bad_items_c", "bad_items_d"):
+        (world.folder / f"{name}.sql").write_text(INVARIANT)
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        script(world, daemon, 0)
+        for name in ("bad_items_b", "bad_items_c", "bad_items_d"):
+            daemon.evaluate(name)
+        posts: list[str] = []
+        first_post = iter(["rate_limit"])
+
+        def rate_limit_first_post(method: str) -> str:
+            if method != "chat.postMessage":
+                return "none"
+            posts.append(method)
+            return next(first_post, "none")
+
+        fake._fault = rate_limit_first_post  # type: ignore[method-assign]
+        world.clock.advance(2)  # past the quiet window: four openings, four roots
+        daemon.deliver()
+        roots = [d for d in daemon.alerter.ledger.all() if d.action == "post_root"]
+        assert [d.state for d in roots] == ["PENDING"] * 4
+        assert len(posts) == 1  # the other three were held, not each refused in turn
+        daemon.deliver()
+        assert len(posts) == 1  # still within Retry-After
+        world.clock.advance(1)
+        settle(daemon, world.clock, "after 429")
+        daemon.databases.close()
+    assert len(fake.roots()) == 4
+    assert len(posts) == 5
+
+
 def test_slack_sdk_never_retries_a_post_on_its_own() -> None:
     with FakeSlack() as fake:
         transport = SlackTransport(TOKEN, fake.api_url, timeout=0.3)

@@ -132,6 +132,10 @@ def test_routing_precedence(
     ("status", "error", "retry_after", "kind", "wait"),
     [
         (429, "ratelimited", "7", "retry", 7.0),
+        (429, "ratelimited", "1.5", "retry", 2.0),  # a fraction is rounded up, not dropped
+        (429, "ratelimited", "soon", "retry", None),
+        (429, "ratelimited", "nan", "retry", None),
+        (429, "ratelimited", "-3", "retry", None),
         (200, "message_limit_exceeded", None, "retry", None),
         (500, "", None, "ambiguous", None),
         (200, "internal_error", None, "ambiguous", None),
