@@ -8,12 +8,18 @@ Faults (chosen per request by `random.Random(seed)`):
 - rate_limit: 429 with Retry-After, nothing accepted;
 - error_500_applied / error_500: a 500 after or without accepting the effect;
 - slow: a short delay, then a normal answer.
+
+Rate limit (off by default): `post_rate=(per_second, burst)` gives each channel a token bucket
+for chat.postMessage, as Slack's "about one message per second per channel, short bursts
+allowed"; a post that finds the bucket empty gets 429 with an integer Retry-After and nothing
+is accepted. Counted in `rate_limited` (channel id -> 429s).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 import socket
 import threading
@@ -64,6 +70,7 @@ class FakeSlack:
         channels: dict[str, str] | None = None,
         answer_delay: float = 0.5,
         clock: Callable[[], datetime] | None = None,
+        post_rate: tuple[float, int] | None = None,
     ) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
@@ -80,6 +87,11 @@ class FakeSlack:
         self.socket_url: str | None = None  # what apps.connections.open hands out
         self.scripted: dict[str, list[str]] = {}  # method -> faults for its next calls
         self.lock = threading.Lock()
+        # chat.postMessage per channel: (tokens per second, bucket size); None: unlimited.
+        # Real (monotonic) time, not `clock`: the limit is about how fast calls arrive.
+        self.post_rate = post_rate
+        self._buckets: dict[str, tuple[float, float]] = {}  # channel -> (tokens, at)
+        self.rate_limited: dict[str, int] = {}  # channel id -> 429s answered
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -141,6 +153,27 @@ class FakeSlack:
                 fault = self.scripted[method].pop(0)
             self.calls.append((method, fault))
             return fault
+
+    def _throttle(self, method: str, args: dict[str, Any]) -> int | None:
+        """Seconds to put in Retry-After when this call exceeds its channel's rate, else
+        None (and a token is spent). Only chat.postMessage, only with `post_rate`."""
+        if self.post_rate is None or method != "chat.postMessage":
+            return None
+        channel = self._channel(args.get("channel"))
+        if channel is None:
+            return None  # channel_not_found is answered as usual
+        rate, burst = self.post_rate
+        now = time.monotonic()
+        with self.lock:
+            tokens, at = self._buckets.get(channel, (float(burst), now))
+            tokens = min(float(burst), tokens + (now - at) * rate)
+            if tokens >= 1:
+                self._buckets[channel] = (tokens - 1, now)
+                return None
+            self._buckets[channel] = (tokens, now)
+            self.rate_limited[channel] = self.rate_limited.get(channel, 0) + 1
+            # Slack's Retry-After is whole seconds: until the next token, rounded up.
+            return max(1, math.ceil((1 - tokens) / rate))
 
     def _next_ts(self) -> str:
         return f"{int(self.clock().timestamp())}.{next(self._ts):06d}"
@@ -325,6 +358,11 @@ class FakeSlack:
                     )
                 if fault == "error_500":
                     return self._json(500, {"ok": False, "error": "internal_error"})
+                wait = fake._throttle(method, args)
+                if wait is not None:
+                    return self._json(
+                        429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(wait)}
+                    )
                 if fault == "slow":
                     time.sleep(0.05)
                 with fake.lock:
