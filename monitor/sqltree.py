@@ -40,6 +40,7 @@ _JSON_SYNTAX: dict[str, str | dict[str, str]] = {
     "JsonArrayAgg": "json_arrayagg",
 }
 _BETWEEN_OPERATORS: tuple[Name, ...] = ((">=",), ("<=",))
+_ORDERINGS = frozenset({"<", "<=", ">", ">="})
 _DML = {
     "InsertStmt": "INSERT",
     "UpdateStmt": "UPDATE",
@@ -93,6 +94,9 @@ class Analysis:
     statement: dict[str, Any] | None = None  # the one SelectStmt, as libpg_query's JSON
     text: str = ""  # exactly the statement, without a trailing `;` or what follows it
     text_first_line: int = 1  # the line of the given SQL where `text` starts
+    # Every `a < b` (<, <=, >, >=) as libpg_query's A_Expr, for lint's rules: found on the
+    # one walk of the tree rather than by walking it again.
+    orderings: list[dict[str, Any]] = field(default_factory=list)
 
     def named(self, kind: RefKind) -> list[Reference]:
         return [r for r in self.references if r.kind == kind]
@@ -291,7 +295,10 @@ def _collect(tree: Any, analysis: Analysis, lines: _Lines) -> None:
             if expr_kind.startswith(("AEXPR_BETWEEN", "AEXPR_NOT_BETWEEN")):
                 refs += [Reference("operator", op, line) for op in _BETWEEN_OPERATORS]
             else:
-                refs.append(Reference("operator", _names(body.get("name")), line))
+                operator = _names(body.get("name"))
+                refs.append(Reference("operator", operator, line))
+                if expr_kind == "AEXPR_OP" and operator and operator[-1] in _ORDERINGS:
+                    analysis.orderings.append(body)
         elif kind == "SubLink" and body.get("operName"):
             refs.append(Reference("operator", _names(body["operName"]), line))
         elif kind == "SubLink" and body.get("subLinkType") in ("ANY_SUBLINK", "ALL_SUBLINK"):

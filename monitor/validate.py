@@ -26,7 +26,6 @@ _NOW_VALUES = frozenset(
         "SVFOP_LOCALTIMESTAMP_N",
     }
 )
-_ORDERINGS = frozenset({"<", "<=", ">", ">="})
 
 
 def validate_sql(sql: str, policy: FencePolicy = OFFLINE) -> list[SqlProblem]:
@@ -93,7 +92,7 @@ def _shape_problems(analysis: Analysis) -> list[SqlProblem]:
                     "offending rows, or add HAVING, e.g. HAVING count(*) > 0",
                 )
             )
-    for line in _now_comparisons(statement, analysis):
+    for line in _now_comparisons(analysis):
         problems.append(
             SqlProblem(
                 line,
@@ -120,14 +119,9 @@ def _is_now(node: Any) -> int | None:
     return None
 
 
-def _now_comparisons(statement: dict[str, Any], analysis: Analysis) -> Iterator[int]:
+def _now_comparisons(analysis: Analysis) -> Iterator[int]:
     encoded = analysis.text.encode("utf-8")
-    for kind, body in node_items(statement):
-        if kind != "A_Expr" or body.get("kind", "AEXPR_OP") != "AEXPR_OP":
-            continue
-        names = [p["String"]["sval"] for p in body.get("name", []) if "String" in p]
-        if not names or names[-1] not in _ORDERINGS:
-            continue
+    for body in analysis.orderings:
         where = _is_now(body.get("lexpr"))
         if where is None:
             where = _is_now(body.get("rexpr"))

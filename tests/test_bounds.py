@@ -9,10 +9,12 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from monitor import yamlsafe
 from monitor.config import ConfigError, load_config, parse_config
 from monitor.fixtures import load_fixture
 from monitor.header import HeaderError, parse_header, split_file
@@ -337,3 +339,30 @@ def test_any_fixture_file_gives_cases_or_problems_at_lines(
         assert all(p.line >= 1 and p.message for p in fixture.problems)
 
     _bounded(parse)
+
+
+# YAML's structural characters, names, spaces and newlines: texts that nest, anchor and alias.
+_YAML_TEXT = st.text(alphabet=list(":?-[]{}&*!|>'\",# \nab01"), max_size=80)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_YAML_TEXT)
+def test_the_shortcut_past_the_shape_walk_never_skips_an_anchor_or_deep_nesting(
+    text: str,
+) -> None:
+    """A header skips the walk over its events only when the walk could find nothing."""
+    if not yamlsafe._plainly_shallow(text):
+        return
+    depth = deepest = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            assert not isinstance(event, yaml.AliasEvent), text
+            assert getattr(event, "anchor", None) is None, text
+            if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                depth += 1
+                deepest = max(deepest, depth)
+            elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        pass  # invalid YAML: load() reports it with its line either way
+    assert deepest <= yamlsafe.MAX_DEPTH, text
