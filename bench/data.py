@@ -18,6 +18,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -170,7 +171,16 @@ def generate_sql(s: Shape) -> list[str]:
 
 
 def admin_dsn(dsn: str, dbname: str) -> str:
-    return make_conninfo(dsn, dbname=dbname)
+    """`dsn` on another database, as a URL (every tool of the bench, peers included, takes
+    one)."""
+    parts = conninfo_to_dict(make_conninfo(dsn, dbname=dbname))
+    user = quote(str(parts.get("user") or "postgres"), safe="")
+    password = parts.get("password")
+    auth = f"{user}:{quote(str(password), safe='')}" if password else user
+    host, port = str(parts.get("host") or "127.0.0.1"), parts.get("port") or "5432"
+    if host.startswith("/"):  # a socket folder (a throwaway pgserver) goes in the query
+        return f"postgresql://{auth}@/{quote(dbname, safe='')}?host={quote(host)}&port={port}"
+    return f"postgresql://{auth}@{host}:{port}/{quote(dbname, safe='')}"
 
 
 def marker(s: Shape) -> str:

@@ -292,6 +292,9 @@ started = time.perf_counter()
 memo = LoadMemo()
 invariants = load_directory(folder, memo=memo).invariants
 loaded = time.perf_counter() - started
+if sys.argv[1] == "--load-only":
+    print(json.dumps({"load_s": loaded}))
+    sys.exit(0)
 started = time.perf_counter()
 again = load_directory(folder, memo=memo).invariants
 reloaded = time.perf_counter() - started
@@ -325,6 +328,18 @@ def scale_figures(dsn: str, every: int) -> dict[str, Any]:
             cwd=ROOT,
         )
         found: dict[str, Any] = json.loads(done.stdout)
+        # The load alone, each in a fresh process as a daemon's start-up pays it: the median.
+        loads = []
+        for _ in range(5):
+            once = subprocess.run(
+                [sys.executable, str(script), "--load-only", str(folder)],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=ROOT,
+            )
+            loads.append(json.loads(once.stdout)["load_s"])
+        found["load_s"], found["load_runs_s"] = statistics.median(loads), loads
         found["lint_s"] = median_wall([*INVMON, "lint", "--invariants", str(folder)], runs=3)
     return found
 
@@ -471,7 +486,15 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=60, help="idle window in seconds")
     parser.add_argument("--incidents", type=int, default=200)
     parser.add_argument("--rows", default="10000,1000000,10000000")
+    parser.add_argument(
+        "--reuse",
+        default="",
+        help="sections kept from bench/results.json instead of measured again, e.g. "
+        "delivery,idle,rows_memory (a README regenerated this way says which)",
+    )
     args = parser.parse_args()
+    reuse = {s for s in args.reuse.split(",") if s}
+    earlier = json.loads((BENCH / "results.json").read_text()) if reuse else {}
     if not shutil.which("psql"):
         raise SystemExit("psql is needed: it is the floor every figure is compared with")
 
@@ -480,19 +503,23 @@ def main() -> None:
     expected = data.check(dsn, shape)
     results: dict[str, Any] = {"machine": machine(dsn), "shape": asdict(shape)}
     results["expected"] = expected
-    print("tick vs the floor ...", flush=True)
-    results["tick"] = tick(dsn, expected, args.rounds, not args.no_peers)
-    print("start-up and profile ...", flush=True)
-    results["startup"] = startup()
-    results["profile"] = tick_profile(dsn)
-    print("scale ...", flush=True)
-    results["scale"] = scale_figures(dsn, args.every)
-    results["idle"] = idle_daemon(dsn, args.idle)
     sizes = [int(n) for n in args.rows.split(",") if n]
-    results["rows_memory"] = offending_rows_memory(args.dsn, sizes)
-    if args.incidents:
-        print("delivery ...", flush=True)
-        results["delivery"] = delivery_figures(args.incidents)
+    measure: dict[str, Callable[[], Any]] = {
+        "tick": lambda: tick(dsn, expected, args.rounds, not args.no_peers),
+        "startup": startup,
+        "profile": lambda: tick_profile(dsn),
+        "scale": lambda: scale_figures(dsn, args.every),
+        "idle": lambda: idle_daemon(dsn, args.idle),
+        "rows_memory": lambda: offending_rows_memory(args.dsn, sizes),
+        "delivery": lambda: delivery_figures(args.incidents) if args.incidents else None,
+    }
+    results["reused"] = sorted(reuse & set(measure))
+    for section, run in measure.items():
+        if section in reuse:
+            results[section] = earlier[section]
+        else:
+            print(f"{section} ...", flush=True)
+            results[section] = run()
     results["commands"] = {
         "psql": "psql -X -q -v ON_ERROR_STOP=1 DSN -f four.sql",
         "invmon": "invmon check --config invmon.yaml --invariants invariants --dsn DSN "

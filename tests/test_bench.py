@@ -1,0 +1,51 @@
+"""The benchmarks' own parts that can be wrong without being slow: the data set holds exactly
+what its rules say, and the results page renders. (No timing here: figures live in bench/.)"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import data  # noqa: E402
+import report  # noqa: E402
+
+
+def test_the_bench_data_holds_exactly_the_violations_its_rules_plant(admin_dsn: str) -> None:
+    shape = data.Shape(scale=0.01, every=100)
+    name = f"invmon_bench_test_{uuid.uuid4().hex[:8]}"
+    try:
+        target = data.ensure(admin_dsn, name, shape, log=False)
+        assert data.expected(shape) == {
+            "balance_ledger_drift": 10,  # accounts 100..1000 step 100
+            "duplicate_settled_refunds": 20,  # disputes paid twice: 1..2000, every 100th
+            "expired_lease_jobs": 20,
+            "orphaned_receipts": 90,  # 30 shared, 30 missing, 30 unreferenced
+        }
+        assert data.check(target, shape) == data.expected(shape)
+        assert data.ensure(admin_dsn, name, shape, log=False) == target  # reused, not rebuilt
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def test_the_results_page_renders_every_target_from_the_committed_results() -> None:
+    results = json.loads((BENCH / "results.json").read_text())
+    page = report.render(results)
+    assert [line.split(" | ")[0] for line in page.splitlines() if "|" in line and "≤" in line][
+        :3
+    ] == [
+        "| `invmon check` ≤ 1.10× psql at concurrency 1",
+        "| `invmon check` ≤ 0.90× psql at concurrency 4",
+        "| `invmon check` peak RSS ≤ 64 MiB",
+    ]
+    assert page == (BENCH / "README.md").read_text()  # the committed page is the rendering
