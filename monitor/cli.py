@@ -627,6 +627,7 @@ def test_command(
             selected = [i for i in selected if i.name in only]
         reports = []
         known = config.resolved_targets()
+        refuse_without_schema(selected, {n: schema_file or t.schema_path for n, t in known.items()})
         # Each target's cases run in a scratch database made from its own schema file.
         for name, group in sorted(by_target(selected).items()):
             schema = schema_file or known[name].schema_path
@@ -667,6 +668,36 @@ def test_command(
         watching(config.invariants, schema_path, again)
     except KeyboardInterrupt:
         sys.exit(0)
+
+
+def refuse_without_schema(invariants: Sequence[Invariant], schemas: dict[str, Path | None]) -> None:
+    """Cases run in an empty scratch database: without a schema, every case of an invariant
+    that reads a table would fail with `relation … does not exist`. Say so once instead."""
+    from monitor.fixtures import fixture_path
+    from monitor.sqltree import tables_read
+
+    needing = {
+        inv.name: tables
+        for inv in invariants
+        if schemas.get(inv.target) is None
+        and fixture_path(inv.path).exists()
+        and (tables := tables_read(inv.sql))
+    }
+    if not needing:
+        return
+    tables = sorted({t for found in needing.values() for t in found})
+    fail(
+        f"no schema was given, and {len(needing)} invariant{'s' * (len(needing) > 1)} with "
+        f"cases read{'s' * (len(needing) == 1)} tables a scratch database does not have "
+        f"({shorten_list(tables)}); nothing was run. Give the schema with --schema FILE or "
+        "`schema: FILE` in invmon.yaml (per target under `targets:`), e.g. the output of "
+        "`pg_dump --schema-only` of the production database"
+    )
+
+
+def shorten_list(items: Sequence[str], at_most: int = 5) -> str:
+    shown = ", ".join(items[:at_most])
+    return shown + (f" and {len(items) - at_most} more" if len(items) > at_most else "")
 
 
 def write_planned(root: Path, planned: Sequence[Planned]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -123,9 +124,11 @@ def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
             for r in results
         ],
     )
-    details = []
+    details = _shared_errors(results)
+    repeated = _repeated(results)
+    shared = {r.invariant for r in results if _error_key(r) in repeated}
     for r in results:
-        if r.status == "error":
+        if r.status == "error" and r.invariant not in shared:
             reason = printable(r.error or "")
             details.append(f"\n{printable(r.invariant)}: could not be evaluated\n    {reason}")
         elif r.status == "violated" and r.rows:
@@ -142,6 +145,35 @@ def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
     errored = sum(r.status == "error" for r in results)
     footer = f"\n\n{held} held, {violated} violated, {errored} could not be evaluated"
     return summary + "\n" + "\n".join(details) + footer
+
+
+CONNECT_ERROR = "cannot connect"
+
+
+def _error_key(r: RunResult) -> tuple[str, str] | None:
+    return (r.target, r.error or "") if r.status == "error" else None
+
+
+def _repeated(results: Sequence[RunResult]) -> set[tuple[str, str]]:
+    """Errors that several invariants of one target share: one cause, said once."""
+    counts = Counter(k for r in results if (k := _error_key(r)) is not None)
+    return {k for k, n in counts.items() if n > 1}
+
+
+def _shared_errors(results: Sequence[RunResult]) -> list[str]:
+    out = []
+    for target, error in sorted(_repeated(results)):
+        names = [printable(r.invariant) for r in results if _error_key(r) == (target, error)]
+        where = "the database" if target == DEFAULT_TARGET else f"target {printable(target)}"
+        if error.startswith(CONNECT_ERROR):
+            head = (
+                f"{where}: {CONNECT_ERROR}, so {len(names)} invariants could not be evaluated "
+                "(check the DSN: --dsn, INVMON_DSN, or `dsn:` / `targets:` in invmon.yaml)"
+            )
+        else:
+            head = f"{len(names)} invariants could not be evaluated, all for one reason"
+        out.append(f"\n{head}:\n    {printable(error)}\n    not evaluated: {', '.join(names)}")
+    return out
 
 
 def problems_text(problems: Sequence[Problem]) -> str:

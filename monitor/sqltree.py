@@ -402,3 +402,25 @@ def called_functions(sql: str) -> list[Name]:
     """The functions the query calls, in order, as PostgreSQL's parser names them."""
     analysis = analyze(sql)
     return [r.name for r in analysis.references if r.kind == "function"]
+
+
+def tables_read(sql: str) -> list[str]:
+    """The tables and views a query reads, as written (CTE names and the system catalogs
+    left out): what a scratch database must have for the query to run."""
+    analysis = analyze(sql)
+    if analysis.statement is None:
+        return []
+    ctes = {
+        str(body.get("ctename"))
+        for kind, body in node_items(analysis.statement)
+        if kind == "CommonTableExpr"
+    }
+    found: list[str] = []
+    for ref in analysis.named("relation"):
+        system = ref.name[0] in ("pg_catalog", "information_schema") or (
+            len(ref.name) == 1 and ref.name[0].startswith("pg_")
+        )
+        name = ".".join(ref.name)
+        if not system and not (len(ref.name) == 1 and name in ctes) and name not in found:
+            found.append(name)
+    return found

@@ -329,3 +329,22 @@ def test_a_counts_only_preview_shows_no_value_from_the_database(
         "check", "--dsn", database, "--invariants", str(tmp_path), "--format", "markdown"
     )
     assert "hunter2" in unredacted.stdout  # the same run without the flag does show it
+
+
+def test_an_unreachable_database_is_said_once_with_what_it_stopped(
+    shop: tuple[str, Path],
+) -> None:
+    dsn, folder = shop
+    wrong = dsn.replace("postgresql://postgres@", "postgresql://no_such_role@")
+    if wrong == dsn:  # a DSN in key=value form
+        wrong = f"{dsn} user=no_such_role"
+    done = cli("check", "--dsn", wrong, "--invariants", str(folder))
+    assert done.returncode == 2
+    assert done.stdout.count('role "no_such_role" does not exist') == 1, done.stdout
+    names = sorted(p.stem for p in folder.glob("*.sql"))
+    assert f"    not evaluated: {', '.join(names)}\n" in done.stdout
+    assert "cannot connect, so" in done.stdout and "check the DSN" in done.stdout
+    as_json = cli("check", "--dsn", wrong, "--invariants", str(folder), "--format", "json")
+    results = json.loads(as_json.stdout)["results"]
+    assert sorted(r["invariant"] for r in results) == names  # one result per invariant
+    assert {r["status"] for r in results} == {"error"}

@@ -197,3 +197,37 @@ def test_invmon_test_and_the_daemon_read_the_same_rows_the_same_way(
         1,
         [{"job_id": 1, "until": "infinity"}],
     )
+
+
+def test_without_a_schema_cases_that_need_tables_are_not_run_and_the_fix_is_named(
+    tmp_path: Path, admin_dsn: str
+) -> None:
+    shutil.copytree(ROOT / "invariants", tmp_path / "invariants")
+    # One invariant that reads no table: it alone could run, but the run is refused whole.
+    (tmp_path / "invariants" / "no_tables.sql").write_text(
+        "-- description: x\nWITH t AS (SELECT 1 AS a) SELECT a FROM t WHERE a > 1\n"
+    )
+    done = cli("test", "--dsn", admin_dsn, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""  # nothing ran: no failing case, no false "untested"
+    assert done.stderr == (
+        "invmon: no schema was given, and 4 invariants with cases read tables a scratch "
+        "database does not have (accounts, credit_log, disputes, invoices, jobs and 2 more); "
+        "nothing was run. Give the schema with --schema FILE or `schema: FILE` in invmon.yaml "
+        "(per target under `targets:`), e.g. the output of `pg_dump --schema-only` of the "
+        "production database\n"
+    )
+
+
+def test_cases_of_invariants_that_read_no_table_need_no_schema(
+    tmp_path: Path, admin_dsn: str
+) -> None:
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "no_tables.sql").write_text(
+        "-- description: x\nWITH t AS (SELECT 1 AS a) SELECT a FROM t WHERE a > 1\n"
+    )
+    (folder / "no_tables.test.yaml").write_text("cases:\n  - name: holds\n    expect: {count: 0}\n")
+    done = cli("test", "--dsn", admin_dsn, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "✅ holds" in done.stdout
