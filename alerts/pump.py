@@ -13,6 +13,7 @@ from alerts.alerter import Alerter
 from monitor.clock import Clock
 from monitor.metrics import Metrics
 from monitor.records import StoredEvent
+from monitor.rows import key_values
 from monitor.state import StateStore
 from monitor.store_health import StoreHealth
 
@@ -52,6 +53,12 @@ class DeliveryPump:
                         "event": event.kind,
                         "invariant": event.invariant,
                         **event.payload,
+                        # Keys are stored as JSON text; logged as the values they are.
+                        **(
+                            {"keys": [key_values(k) for k in event.payload["keys"]]}
+                            if isinstance(event.payload.get("keys"), list)
+                            else {}
+                        ),
                     }
                 },
             )

@@ -16,7 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from monitor.durations import Schedule, format_duration, parse_duration, parse_schedule
+from monitor.durations import (
+    IntervalSchedule,
+    Schedule,
+    format_duration,
+    parse_duration,
+    parse_schedule,
+)
 from monitor.fence import OFFLINE, FencePolicy
 from monitor.header import (
     HeaderError,
@@ -89,6 +95,8 @@ class LoadResult:
         return {p.path for p in self.errors}
 
 
+# Shorter schedules are allowed (down to a second) but said to be unusual.
+WARN_INTERVAL = timedelta(minutes=1)
 MAX_FILE_BYTES = 256 * 1024  # an invariant is one query; a bigger file is not one
 MAX_FILES = 10_000  # a folder of invariants, not a disk
 
@@ -253,6 +261,18 @@ def _parse_file(path: Path, name: str, text: str, loading: Loading) -> Loaded:
         header = parse_header(split)
     except HeaderError as exc:
         problems.extend(Problem(path, line, message) for line, message in exc.problems)
+    schedule = header.parsed_schedule if header is not None else None
+    if isinstance(schedule, IntervalSchedule) and schedule.every < WARN_INTERVAL:
+        problems.append(
+            Problem(
+                path,
+                line_of_key(split, "schedule") or _header_line(split),
+                f"runs {schedule} against the replica: each run is a query there and a row in "
+                "the state store, and a replica lags by seconds anyway; under a minute is "
+                "rarely worth it (e.g. every 1m)",
+                "warning",
+            )
+        )
     offset = split.sql_first_line - 1
     analysis, sql_problems = check_sql(split.sql, policy)
     problems.extend(Problem(path, p.line + offset, p.message, p.level) for p in sql_problems)

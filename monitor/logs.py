@@ -88,9 +88,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(document, ensure_ascii=False)
 
 
+def _readable(value: Any, inner: bool = False) -> str:
+    """A field's value as a person reads it: a list as [a, b], a list inside one (an
+    offending key's values) as (a, b), strings unquoted; JSON is for the JSON format."""
+    if isinstance(value, list):
+        parts = ", ".join(_readable(v, inner=True) for v in value)
+        return f"({parts})" if inner else f"[{parts}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_readable(v, True)}" for k, v in value.items()) + "}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str)
+
+
 def _scalar(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return json.dumps(text) if (" " in text or not text) else printable(text)
+    text = _readable(value)
+    # One level of quotes when the value has spaces: the line stays key=value splittable.
+    return json.dumps(text, ensure_ascii=False) if (" " in text or not text) else printable(text)
 
 
 def setup_logging(fmt: str = "text", level: str = "INFO") -> None:

@@ -58,6 +58,14 @@ def unique_column_names(names: Sequence[str]) -> list[str]:
     return out
 
 
+def key_values(key: str) -> JsonValue:
+    """What offending_key encoded: the key columns' values (or the whole row)."""
+    try:
+        return json.loads(key)
+    except ValueError:
+        return key  # written by an older version, or not a key: shown as it is
+
+
 def offending_key(row: dict[str, JsonValue], key_columns: Sequence[str]) -> str:
     """A stable identity for one offending row: its key columns, else the whole row."""
     if key_columns:

@@ -185,3 +185,21 @@ def test_a_removed_file_is_forgotten_and_a_broken_one_stays_broken(tmp_path: Pat
     assert {p.path for p in again.errors} == {broken}
     (tmp_path / "a.sql").unlink()
     assert load_directory(tmp_path, memo=memo).invariants == []
+
+
+@pytest.mark.parametrize(
+    ("schedule", "found"),
+    [
+        ("every 1ms", [(2, "error", "'every 1ms' is shorter than a second")]),
+        ("every 10s", [(2, "warning", "runs every 10s against the replica")]),
+        ("every 1m", []),
+        ("'* * * * *'", []),  # cron cannot go under a minute
+    ],
+)
+def test_a_schedule_under_a_second_is_refused_and_under_a_minute_is_questioned(
+    tmp_path: Path, schedule: str, found: list[tuple[int, str, str]]
+) -> None:
+    write(tmp_path, "x.sql", f"-- description: x\n-- schedule: {schedule}\nSELECT 1 AS a\n")
+    problems = load_directory(tmp_path).problems
+    assert [(p.line, p.level) for p in problems] == [(line, level) for line, level, _ in found]
+    assert all(text in p.message for p, (_, _, text) in zip(problems, found, strict=True))

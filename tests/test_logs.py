@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from monitor.logs import JsonFormatter, TextFormatter, redact
+from monitor.rows import key_values, offending_key
 
 SECRET = "hunter2pass"
 LEAKS = [
@@ -62,3 +63,17 @@ def test_redaction_keeps_what_is_not_a_secret() -> None:
         "evaluated balance_ledger_drift: violated count=3"
     )
     assert redact("postgresql://db:5432/app") == "postgresql://db:5432/app"
+
+
+def test_offending_keys_read_as_tuples_in_text_and_as_arrays_in_json() -> None:
+    keys = [
+        offending_key({"problem": "missing_object", "subject": "5006"}, ["problem", "subject"]),
+        offending_key({"problem": "unreferenced", "subject": "a b.pdf"}, ["problem", "subject"]),
+    ]
+    fields = {"event": "opened", "keys": [key_values(k) for k in keys], "count": 2}
+    text = TextFormatter().format(record("event opened: orphaned_receipts", fields))
+    assert text.endswith(
+        'event=opened keys="[(missing_object, 5006), (unreferenced, a b.pdf)]" count=2'
+    ), text
+    document = json.loads(JsonFormatter().format(record("event opened", fields)))
+    assert document["keys"] == [["missing_object", "5006"], ["unreferenced", "a b.pdf"]]
