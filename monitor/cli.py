@@ -768,6 +768,7 @@ def new(
 @INVARIANTS
 @SELECT
 @SCHEMA
+@output_format("text", "json")
 @JUNIT
 def lint(
     directory: Path | None,
@@ -775,6 +776,7 @@ def lint(
     invariants_dir: Path | None,
     selectors: tuple[str, ...],
     schema_file: Path | None,
+    fmt: str,
     junit: Path | None,
 ) -> None:
     """Validate every invariant file and its fixture; print all problems as path:line:
@@ -801,7 +803,9 @@ def lint(
             report = report.only(selectors, config.invariants)
         except NothingSelected as exc:
             fail(str(exc))
-    if report.problems:
+    if fmt == "json":
+        click.echo(to_json(report.document()))
+    elif report.problems:
         click.echo(problems_text(report.problems))
     click.echo(report.summary(), err=True)
     if junit is not None:

@@ -82,14 +82,31 @@ class LintReport:
             for path, found in sorted(by_path.items())
         ]
 
-    def summary(self) -> str:
-        """Counted by invariant: a problem in its fixture is a problem of the invariant."""
+    def counts(self) -> tuple[int, int]:
+        """(valid, with errors), counted by invariant: a problem in its fixture is a problem
+        of the invariant."""
         broken = {
             p.with_name(p.name.removesuffix(SUFFIX) + ".sql") if p.name.endswith(SUFFIX) else p
             for p in self.loaded.failed_paths()
         }
-        valid = len([i for i in self.loaded.invariants if i.path not in broken])
-        return f"{valid} invariant{'s' * (valid != 1)} valid, {len(broken)} with errors"
+        return len([i for i in self.loaded.invariants if i.path not in broken]), len(broken)
+
+    def summary(self) -> str:
+        valid, broken = self.counts()
+        return f"{valid} invariant{'s' * (valid != 1)} valid, {broken} with errors"
+
+    def document(self) -> dict[str, object]:
+        """`lint --format json`: every problem, and the counts the summary line gives."""
+        valid, broken = self.counts()
+        return {
+            "problems": [
+                {"path": str(p.path), "line": p.line, "level": p.level, "message": p.message}
+                for p in self.problems
+            ],
+            "valid": valid,
+            "with_errors": broken,
+            "failed": self.failed,
+        }
 
 
 def schema_problems(path: Path, text: str) -> list[Problem]:

@@ -9,6 +9,8 @@ import psycopg
 import pytest
 from helpers import cli, invmon, sql
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def write(folder: Path, name: str, text: str) -> None:
     path = folder / name
@@ -348,3 +350,27 @@ def test_an_unreachable_database_is_said_once_with_what_it_stopped(
     results = json.loads(as_json.stdout)["results"]
     assert sorted(r["invariant"] for r in results) == names  # one result per invariant
     assert {r["status"] for r in results} == {"error"}
+
+
+def test_every_reading_command_has_a_json_document_with_its_documented_keys(
+    database: str, admin_dsn: str, tmp_path: Path
+) -> None:
+    """The shapes README's "Scripting" section documents; a script can rely on them."""
+    schema = ROOT / "deploy" / "demo" / "schema.sql"
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(schema.read_text())  # type: ignore[arg-type]
+    for path in (ROOT / "invariants").iterdir():
+        (tmp_path / "invariants").mkdir(exist_ok=True)
+        (tmp_path / "invariants" / path.name).write_bytes(path.read_bytes())
+    assert cli("run", "--once", "--dsn", database, cwd=tmp_path).returncode == 0
+    commands = {
+        ("status",): {"open_incidents", "last_runs"},
+        ("history", "expired_lease_jobs"): {"invariant", "targets", "runs", "incidents"},
+        ("lint",): {"problems", "valid", "with_errors", "failed"},
+        ("test", "--schema", str(schema), "--dsn", admin_dsn): {"invariants", "exit_code"},
+        ("explain", "--dsn", database): {"results", "exit_code"},
+        ("check", "--dsn", database): {"results", "problems"},
+    }
+    for command, keys in commands.items():
+        done = cli(*command, "--format", "json", cwd=tmp_path)
+        assert set(json.loads(done.stdout)) == keys, (command, done.stdout[:300], done.stderr)
