@@ -92,6 +92,8 @@ def _readable(value: Any, inner: bool = False) -> str:
     """A field's value as a person reads it: a list as [a, b], a list inside one (an
     offending key's values) as (a, b), strings unquoted; JSON is for the JSON format."""
     if isinstance(value, list):
+        if inner and len(value) == 1:  # a one-column key reads as its value
+            return _readable(value[0], inner=True)
         parts = ", ".join(_readable(v, inner=True) for v in value)
         return f"({parts})" if inner else f"[{parts}]"
     if isinstance(value, dict):
@@ -107,9 +109,22 @@ def _scalar(value: Any) -> str:
     return json.dumps(text, ensure_ascii=False) if (" " in text or not text) else printable(text)
 
 
+# What APScheduler says when a job's turn comes while its last turn still runs, or comes
+# late: invmon's jobs coalesce on purpose (a tick that overlaps the next is skipped, and the
+# next one picks up what is due), and the watchdog reports a scheduler that stops ticking.
+_EXPECTED_SCHEDULER_NOTES = ("maximum number of running instances reached", "was missed by")
+
+
+def expected_scheduler_note(record: logging.LogRecord) -> bool:
+    return record.name.startswith("apscheduler") and any(
+        note in record.getMessage() for note in _EXPECTED_SCHEDULER_NOTES
+    )
+
+
 def setup_logging(fmt: str = "text", level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(lambda record: not expected_scheduler_note(record))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

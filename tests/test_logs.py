@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from monitor.logs import JsonFormatter, TextFormatter, redact
+from monitor.logs import JsonFormatter, TextFormatter, redact, setup_logging
 from monitor.rows import key_values, offending_key
 
 SECRET = "hunter2pass"
@@ -77,3 +77,36 @@ def test_offending_keys_read_as_tuples_in_text_and_as_arrays_in_json() -> None:
     ), text
     document = json.loads(JsonFormatter().format(record("event opened", fields)))
     assert document["keys"] == [["missing_object", "5006"], ["unreferenced", "a b.pdf"]]
+
+
+def test_a_one_column_key_reads_as_its_value() -> None:
+    fields = {"keys": [key_values(offending_key({"id": 7}, ["id"])), [None]]}
+    assert TextFormatter().format(record("x", fields)).endswith('keys="[7, null]"')
+
+
+@pytest.mark.parametrize(
+    ("logger", "message", "shown"),
+    [
+        (
+            "apscheduler.scheduler",
+            'Execution of job "Daemon.tick (trigger: interval[0:00:01])" skipped: maximum '
+            "number of running instances reached (1)",
+            False,
+        ),
+        ("apscheduler.executors.ticks", 'Run time of job "tick" was missed by 0:00:02', False),
+        ("apscheduler.executors.ticks", 'Job "tick" raised an exception', True),
+        ("invmon.daemon", "maximum number of running instances reached", True),
+    ],
+)
+def test_the_scheduler_speaks_only_when_it_means_something(
+    logger: str, message: str, shown: bool
+) -> None:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        setup_logging("text", "INFO")
+        handler = root.handlers[0]
+        rec = logging.LogRecord(logger, logging.WARNING, __file__, 1, message, (), None)
+        assert bool(handler.filter(rec)) == shown
+    finally:  # the root logger is the process's: leave it as pytest set it up
+        root.handlers[:], root.level = handlers, level
