@@ -6,6 +6,7 @@ Secrets never need to be written into the file: any string may be `${ENV_VAR}`,
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import secrets
@@ -154,8 +155,27 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+MIN_PAGE_TOKEN = 16  # a shared secret people type or paste; shorter ones are guessable
+
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach a listener bound to `host`."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name may resolve to anything
+
+
 class HttpConfig(_Model):
     listen: str | None = "127.0.0.1:9187"  # /healthz, /readyz, /metrics; null disables
+    # The status page (/) asks for this as a bearer token or a basic-auth password; without
+    # it the page is served only on a loopback listener. Use ${INVMON_PAGE_TOKEN}.
+    page_token: str | None = None
+    page_refresh: timedelta = timedelta(seconds=30)  # the page reloads its tables this often
+
+    _t = field_validator("page_refresh", mode="before")(_duration)
 
     @field_validator("listen")
     @classmethod
@@ -163,6 +183,30 @@ class HttpConfig(_Model):
         if value is not None:
             parse_listen(value)
         return value
+
+    @field_validator("page_token", mode="before")
+    @classmethod
+    def _empty_token_is_unset(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("page_token")
+    @classmethod
+    def _long_enough(cls, value: str | None) -> str | None:
+        if value is not None and len(value) < MIN_PAGE_TOKEN:
+            raise ValueError(f"must be at least {MIN_PAGE_TOKEN} characters")
+        return value
+
+    @field_validator("page_refresh")
+    @classmethod
+    def _sane_refresh(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(hours=1):
+            raise ValueError("must be between 1s and 1h")
+        return value
+
+    @property
+    def page_is_local(self) -> bool:
+        """The listener is reachable from this machine only."""
+        return self.listen is not None and is_loopback(parse_listen(self.listen)[0])
 
 
 class LogConfig(_Model):

@@ -51,6 +51,7 @@ from monitor.slots import Timetable
 from monitor.state import StateStore
 from monitor.store_health import StoreHealth
 from monitor.watchdog import Watchdog
+from monitor.web.page import StatusPage
 
 log = logging.getLogger("invmon.daemon")
 
@@ -393,11 +394,18 @@ class Daemon:
         )
 
     def routes(self) -> Routes:
+        http = self.config.http
+        if http.listen is not None and not http.page_is_local and not http.page_token:
+            log.warning(
+                "the status page is not served: http.listen is not a loopback address and "
+                "http.page_token is not set"
+            )
         return Routes(
             healthz=Probe(self.health_problem),
             readyz=Probe(self.databases.readiness, self.databases.partly),
             metrics=self.metrics.render,
             slack_actions=self.interactions.http if self.config.slack.signing_secret else None,
+            page=StatusPage(self.store, lambda: self.definitions.current, http, self.clock),
         )
 
     def health_problem(self) -> str | None:

@@ -1,4 +1,5 @@
-"""The daemon's HTTP listener: /healthz, /readyz, /metrics and POST /slack/actions.
+"""The daemon's HTTP listener: /healthz, /readyz, /metrics, POST /slack/actions, and the
+status page (monitor/web/page.py) when the daemon mounts it.
 
 Served by waitress, a small, well-kept WSGI server that bounds what a client can cost: the
 request line and headers (16 KiB), the body (1 MiB; a missing, negative or non-numeric
@@ -33,6 +34,7 @@ REASONS = {
     200: "OK",
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     413: "Content Too Large",
@@ -53,12 +55,27 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Reply:
+    """An answer with headers of its own (the status page's)."""
+
+    status: int
+    body: bytes
+    content_type: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+# (method, path, query string, headers) -> a Reply, or None for a path it does not serve.
+Page = Callable[[str, str, str, Mapping[str, str]], Reply | None]
+
+
+@dataclass(frozen=True)
 class Routes:
     healthz: Probe
     readyz: Probe
     metrics: Callable[[], bytes]
     # POST /slack/actions: (body, headers) -> (status, text); None when not configured.
     slack_actions: Callable[[bytes, Mapping[str, str]], tuple[int, str]] | None = None
+    page: Page | None = None  # the status page; never consulted for the paths above
 
 
 def _headers(environ: Mapping[str, Any]) -> dict[str, str]:
@@ -82,16 +99,32 @@ class Application:
     def __call__(self, environ: Mapping[str, Any], start: StartResponse) -> Iterable[bytes]:
         method = str(environ.get("REQUEST_METHOD", ""))
         path = str(environ.get("PATH_INFO", ""))
+        extra: tuple[tuple[str, str], ...] = ()
         try:
-            status, body, kind = self.answer(method, path, environ)
+            reply = self.page(method, path, environ)
+            if reply is not None:
+                status, body, kind, extra = (
+                    reply.status,
+                    reply.body,
+                    reply.content_type,
+                    reply.headers,
+                )
+            else:
+                status, body, kind = self.answer(method, path, environ)
         except Exception:  # a bug behind a route: answer, log, and keep serving
             log.exception("HTTP %s %s failed", method, printable(path[:200]))
-            status, body, kind = 500, b"internal error\n", TEXT
+            status, body, kind, extra = 500, b"internal error\n", TEXT, ()
         start(
             f"{status} {REASONS.get(status, 'Error')}",
-            [("Content-Type", kind), ("Content-Length", str(len(body)))],
+            [("Content-Type", kind), ("Content-Length", str(len(body))), *extra],
         )
         return [body]
+
+    def page(self, method: str, path: str, environ: Mapping[str, Any]) -> Reply | None:
+        if self.routes.page is None or path in ("/healthz", "/readyz", "/metrics"):
+            return None
+        query = str(environ.get("QUERY_STRING", ""))
+        return self.routes.page(method, path, query, _headers(environ))
 
     def answer(self, method: str, path: str, environ: Mapping[str, Any]) -> tuple[int, bytes, str]:
         if path in ("/healthz", "/readyz", "/metrics") and method not in ("GET", "HEAD"):

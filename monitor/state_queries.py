@@ -130,6 +130,11 @@ class StateQueries:
         where, params = _narrowed("r.", invariant, targets)
         return self._runs(f"{where} ORDER BY r.id DESC LIMIT ?", (*params, limit))
 
+    def run(self, run_id: int) -> Run | None:
+        """One run with its sample rows."""
+        found = self._runs("WHERE r.id = ?", (run_id,))
+        return found[0] if found else None
+
     def counts(self) -> dict[str, int]:
         with self._db.transaction() as tx:
             [(pending,)] = tx.rows("SELECT count(*) FROM events WHERE dispatched_at IS NULL")

@@ -1,0 +1,221 @@
+"""What the status page reads from the state store: a few short, bounded transactions.
+
+The SQLite store is one connection behind a lock that every evaluation also takes, so the
+page never holds it long: light columns only (never a run's sample, except the one shown),
+LIMIT on everything, and the overview read once for all the visitors of a second or two
+(page.py caches it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from monitor.clock import maybe_parse, parse_stamp
+from monitor.records import Incident, Run, StoredEvent
+from monitor.state import StateStore
+from monitor.storage import Tx
+
+SPARK_RUNS = 30  # runs drawn in each sparkline
+DETAIL_RUNS = 50  # runs listed on an invariant's page
+DETAIL_INCIDENTS = 20  # incidents listed on an invariant's page
+EVENTS_LIMIT = 500  # events of one incident (or one invariant's listed incidents)
+KEYS_LIMIT = 200  # offending keys listed on an incident's page
+DELIVERIES_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    """A run without its sample rows: what charts and run lists need."""
+
+    id: int
+    invariant: str
+    started_at: datetime
+    finished_at: datetime
+    status: str
+    count: int | None
+    duration_ms: float | None
+    replica_lag_seconds: float | None
+    error: str | None
+    target: str
+
+
+@dataclass(frozen=True)
+class ActionRecord:
+    """An acknowledgement, unacknowledgement or snooze, as recorded (incident_actions)."""
+
+    incident_id: int
+    action: str
+    actor: str
+    actor_name: str | None
+    detail: str | None
+    source: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class SlackPost:
+    """A message (or file) the ledger delivered, or is delivering, about an incident."""
+
+    action: str
+    kind: str  # the event or "reminder" it was about
+    state: str
+    created_at: datetime
+    channel_id: str | None
+    ts: str | None
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything the front page shows, read at one moment."""
+
+    latest: dict[str, RunPoint]  # each invariant's last run
+    points: dict[str, list[RunPoint]]  # its recent runs, oldest first
+    open_incidents: list[Incident]
+
+
+@dataclass(frozen=True)
+class InvariantRecords:
+    runs: list[RunPoint]  # newest first
+    last_sample: Run | None  # the latest run that counted, with its rows
+    incidents: list[Incident]  # newest first
+    events: dict[int, list[StoredEvent]] = field(default_factory=dict)  # by incident, in order
+
+
+@dataclass(frozen=True)
+class IncidentRecords:
+    incident: Incident
+    events: list[StoredEvent]
+    actions: list[ActionRecord]
+    keys: list[tuple[str, datetime, datetime, datetime | None]]  # key, first, last, gone
+    keys_total: int
+    posts: list[SlackPost]
+
+
+_POINT = (
+    "id, invariant, started_at, finished_at, status, count, duration_ms,"
+    " replica_lag_seconds, error, target"
+)
+
+
+def _point(row: tuple[Any, ...]) -> RunPoint:
+    i, inv, started, finished, status, count, duration, lag, error, target = row
+    return RunPoint(
+        int(i),
+        str(inv),
+        parse_stamp(started),
+        parse_stamp(finished),
+        str(status),
+        None if count is None else int(count),
+        None if duration is None else float(duration),
+        None if lag is None else float(lag),
+        error,
+        str(target),
+    )
+
+
+def _points(tx: Tx, invariant: str, limit: int) -> list[RunPoint]:
+    # One index range scan each (runs_by_invariant: invariant, id).
+    found = tx.rows(
+        f"SELECT {_POINT} FROM runs WHERE invariant = ? ORDER BY id DESC LIMIT ?",
+        (invariant, limit),
+    )
+    return [_point(r) for r in found]
+
+
+def read_overview(store: StateStore, names: Iterable[str]) -> Overview:
+    """The latest run of every invariant the store knows or the daemon runs, the last
+    SPARK_RUNS runs of each, and the open incidents."""
+
+    def reading(tx: Tx) -> dict[str, list[RunPoint]]:
+        known = {str(n) for (n,) in tx.rows("SELECT invariant FROM invariant_state")}
+        # Subjects such as "(replica)" have a state row but no runs: they show as incidents.
+        return {n: _points(tx, n, SPARK_RUNS) for n in sorted(known | set(names))}
+
+    by_name = store.read(reading)
+    latest = {name: points[0] for name, points in by_name.items() if points}
+    oldest_first = {name: list(reversed(points)) for name, points in by_name.items() if points}
+    return Overview(latest, oldest_first, store.open_incidents())
+
+
+def _events(tx: Tx, where: str, params: tuple[Any, ...]) -> list[StoredEvent]:
+    found = tx.rows(
+        "SELECT id, incident_id, invariant, kind, created_at, payload_json FROM events "
+        f"{where} ORDER BY id DESC LIMIT {EVENTS_LIMIT}",
+        params,
+    )
+    return [
+        StoredEvent(int(i), int(inc), str(inv), str(kind), parse_stamp(at), json.loads(payload))
+        for i, inc, inv, kind, at, payload in reversed(found)
+    ]
+
+
+def read_invariant(store: StateStore, name: str) -> InvariantRecords:
+    runs = store.read(lambda tx: _points(tx, name, DETAIL_RUNS))
+    counted = next((r for r in runs if r.count is not None), None)
+    sample = None
+    if counted is not None:
+        # The one run whose rows are shown; its sample is bounded by limits.sample_bytes.
+        sample = store.run(counted.id)
+    incidents = store.incidents(name, limit=DETAIL_INCIDENTS)
+    events: dict[int, list[StoredEvent]] = {}
+    if incidents:
+        oldest = min(i.id for i in incidents)
+        found = store.read(
+            lambda tx: _events(tx, "WHERE invariant = ? AND incident_id >= ?", (name, oldest))
+        )
+        for event in found:
+            events.setdefault(event.incident_id, []).append(event)
+    return InvariantRecords(runs, sample, incidents, events)
+
+
+def read_incident(store: StateStore, incident_id: int) -> IncidentRecords | None:
+    incident = store.incident(incident_id)
+    if incident is None:
+        return None
+
+    def reading(
+        tx: Tx,
+    ) -> tuple[list[StoredEvent], list[ActionRecord], list[Any], int, list[SlackPost]]:
+        events = _events(tx, "WHERE incident_id = ?", (incident_id,))
+        actions = [
+            ActionRecord(int(inc), str(a), str(actor), name, detail, str(src), parse_stamp(at))
+            for inc, a, actor, name, detail, src, at in tx.rows(
+                "SELECT incident_id, action, actor, actor_name, detail, source, at"
+                " FROM incident_actions WHERE incident_id = ? ORDER BY id LIMIT ?",
+                (incident_id, EVENTS_LIMIT),
+            )
+        ]
+        keys = [
+            (str(k), parse_stamp(first), parse_stamp(last), maybe_parse(gone))
+            for k, first, last, gone in tx.rows(
+                "SELECT offending_key, first_seen_at, last_seen_at, gone_at FROM incident_keys"
+                " WHERE incident_id = ? ORDER BY first_seen_at, offending_key LIMIT ?",
+                (incident_id, KEYS_LIMIT),
+            )
+        ]
+        [(total,)] = tx.rows(
+            "SELECT count(*) FROM incident_keys WHERE incident_id = ?", (incident_id,)
+        )
+        posts = [
+            SlackPost(
+                str(action),
+                str(json.loads(payload or "{}").get("kind") or action),
+                str(state),
+                parse_stamp(created),
+                channel,
+                ts,
+            )
+            for action, state, created, channel, ts, payload in tx.rows(
+                "SELECT action, state, created_at, slack_channel, slack_ts, payload_json"
+                " FROM deliveries WHERE incident_id = ? ORDER BY id LIMIT ?",
+                (incident_id, DELIVERIES_LIMIT),
+            )
+        ]
+        return events, actions, keys, int(total), posts
+
+    events, actions, keys, total, posts = store.read(reading)
+    return IncidentRecords(incident, events, actions, keys, total, posts)

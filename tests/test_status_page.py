@@ -1,0 +1,374 @@
+"""The status page's pure core: view models from records, and the HTML rendered from them.
+Hostile invariant names and row values are escaped; filters, the chart and the SQL colouring
+are exact; access is decided in constant time. No server, no store: plain data in, text out."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
+
+import pytest
+
+from monitor.config import ConfigError, HttpConfig, parse_config
+from monitor.records import Incident, IncidentContext, Run, StoredEvent
+from monitor.web.access import Access, presented
+from monitor.web.filters import MAX_QUERY, Filters, QueryTooLong, parse_filters
+from monitor.web.reads import (
+    ActionRecord,
+    IncidentRecords,
+    InvariantRecords,
+    Overview,
+    RunPoint,
+    SlackPost,
+)
+from monitor.web.render import render
+from monitor.web.sparkline import sparkline
+from monitor.web.sqlhighlight import highlight
+from monitor.web.views import (
+    InvariantInfo,
+    incident_page,
+    invariant_page,
+    overview_page,
+    rows_of,
+    slack_link,
+)
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+HOSTILE = "<script>alert('x')</script>&\"q\""
+HOSTILE_VALUE = '<img src=x onerror="alert(1)">'
+
+
+def info(name: str, **fields: object) -> InvariantInfo:
+    values: dict[str, object] = {
+        "name": name,
+        "description": f"{name} holds",
+        "severity": "warning",
+        "owner": "@team",
+        "runbook": None,
+        "tags": (),
+        "target": "default",
+        "schedule": "every 15m",
+        "timeout": "30s",
+        "key": ("id",),
+        "sql": "SELECT id FROM t WHERE bad",
+        "for_runs": 1,
+    }
+    values.update(fields)
+    return InvariantInfo(**values)  # type: ignore[arg-type]
+
+
+def point(name: str, n: int, count: int | None, status: str = "violated") -> RunPoint:
+    at = NOW - timedelta(minutes=60 - n)
+    return RunPoint(
+        n, name, at, at + timedelta(seconds=1), status, count, 12.5, 0.0, None, "default"
+    )
+
+
+def latest(
+    p: RunPoint, columns: list[str] | None = None, rows: list[dict[str, object]] | None = None
+) -> Run:
+    return Run(
+        p.id,
+        p.invariant,
+        p.started_at,
+        p.finished_at,
+        p.status,  # type: ignore[arg-type]
+        p.count,
+        p.error,
+        p.replica_lag_seconds,
+        p.duration_ms,
+        columns or [],
+        rows or [],
+        p.target,
+    )
+
+
+def incident(name: str, number: int = 7, **fields: object) -> Incident:
+    values: dict[str, object] = {
+        "id": number,
+        "invariant": name,
+        "kind": "violation",
+        "opened_at": NOW - timedelta(hours=2, minutes=5),
+        "resolved_at": None,
+        "first_count": 2,
+        "last_count": 3,
+        "last_seen_at": NOW,
+        "context": IncidentContext(severity="critical", description=f"{name} holds", owner="@o"),
+    }
+    values.update(fields)
+    return Incident(**values)  # type: ignore[arg-type]
+
+
+def overview_of(points: dict[str, list[RunPoint]]) -> Overview:
+    return Overview({n: p[-1] for n, p in points.items()}, points, [])
+
+
+class Tags(HTMLParser):
+    """Every element and attribute of a document, to prove nothing hostile became markup."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def elements(html: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = Tags()
+    parser.feed(html)
+    return parser.tags
+
+
+def assert_inert(html: str) -> None:
+    tags = elements(html)
+    scripts = [attrs.get("src") for tag, attrs in tags if tag == "script"]
+    assert scripts == ["/static/page.js"]
+    assert [t for t, _ in tags if t == "img"] == []
+    handlers = [(t, k) for t, attrs in tags for k in attrs if k.startswith("on")]
+    assert handlers == []
+
+
+def test_hostile_names_and_row_values_are_escaped_on_every_page() -> None:
+    name = f"evil/{HOSTILE}"
+    infos = {name: info(name, description=HOSTILE, owner=HOSTILE, tags=(HOSTILE,))}
+    points = {name: [point(name, 1, 2), point(name, 2, 1)]}
+    run = latest(points[name][-1], ["id", HOSTILE], [{"id": 1, HOSTILE: HOSTILE_VALUE}])
+    overview = Overview({name: points[name][-1]}, points, [incident(name)])
+
+    front = render(
+        "overview.html",
+        page=overview_page(infos, overview, Filters(), NOW, 30),
+        generated="now",
+        refresh_seconds=30,
+    )
+    assert HOSTILE not in front and HOSTILE_VALUE not in front
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&#34;q&#34;" in front
+    # The link is percent-encoded: the name cannot end the attribute or start a query.
+    assert 'href="/invariants/evil/%3Cscript%3Ealert%28%27x%27%29%3C/script%3E%26%22q%22"' in front
+    assert_inert(front)
+
+    records = InvariantRecords([points[name][-1]], run, [incident(name)], {})
+    detail = invariant_page(name, infos[name], records, overview, NOW, 30)
+    assert detail is not None
+    page = render("invariant.html", page=detail, generated="now", refresh_seconds=30)
+    assert HOSTILE not in page and HOSTILE_VALUE not in page
+    assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in page
+    assert_inert(page)
+
+    event = StoredEvent(1, 7, name, "opened", NOW, {"count": 1, "keys": [HOSTILE_VALUE]})
+    action = ActionRecord(7, "ack", HOSTILE, HOSTILE, "until_resolved", "cli", NOW)
+    one = IncidentRecords(
+        incident(name), [event], [action], [(HOSTILE_VALUE, NOW, NOW, None)], 1, []
+    )
+    timeline = render(
+        "incident.html", page=incident_page(one, NOW, 30), generated="now", refresh_seconds=30
+    )
+    assert HOSTILE not in timeline and HOSTILE_VALUE not in timeline
+    assert_inert(timeline)
+
+
+def test_rows_are_worst_first_each_status_with_a_word_and_an_icon_removed_files_left_out() -> None:
+    infos = {
+        n: info(n, severity=s)
+        for n, s in [
+            ("a_ok", "critical"),
+            ("b_warn", "warning"),
+            ("c_crit", "critical"),
+            ("d_error", "info"),
+            ("e_new", "info"),
+            ("f_big", "warning"),
+        ]
+    }
+    points = {
+        "a_ok": [point("a_ok", 1, 0, "ok")],
+        "b_warn": [point("b_warn", 1, 2)],
+        "c_crit": [point("c_crit", 1, 1)],
+        "d_error": [point("d_error", 1, None, "error")],
+        "f_big": [point("f_big", 1, 40)],
+    }
+    points["removed_long_ago"] = [point("removed_long_ago", 1, 5)]
+    points["invmon-self/runs_stuck"] = [point("invmon-self/runs_stuck", 1, 0, "ok")]
+    rows = rows_of(infos, overview_of(points), NOW)
+    assert [(r.name, r.status.word, r.status.icon) for r in rows] == [
+        ("c_crit", "Violated", "✖"),
+        ("f_big", "Violated", "✖"),
+        ("b_warn", "Violated", "✖"),
+        ("d_error", "Error", "⚠"),
+        ("e_new", "Not run yet", "…"),
+        ("a_ok", "Holds", "✔"),
+        ("invmon-self/runs_stuck", "Holds", "✔"),
+    ]
+
+
+def test_filters_select_by_status_severity_owner_tag_target_and_search() -> None:
+    infos = {
+        "pay/refunds": info(
+            "pay/refunds",
+            severity="critical",
+            owner="@pay",
+            tags=("money",),
+            target="payments",
+            description="Refunds settle once",
+        ),
+        "jobs/leases": info("jobs/leases", owner="@platform", tags=("queue",), target="jobs"),
+        "pay/ledger": info("pay/ledger", owner="@pay", tags=("money", "ledger"), target="payments"),
+    }
+    points = {
+        "pay/refunds": [point("pay/refunds", 1, 2)],
+        "jobs/leases": [point("jobs/leases", 1, 0, "ok")],
+        "pay/ledger": [point("pay/ledger", 1, 0, "ok")],
+    }
+    overview = overview_of(points)
+
+    def shown(query: str) -> set[str]:
+        page = overview_page(infos, overview, parse_filters(query), NOW, 30)
+        return {r.name for r in page.rows}
+
+    assert shown("") == set(infos)
+    assert shown("status=violated") == {"pay/refunds"}
+    assert shown("severity=critical") == {"pay/refunds"}
+    assert shown("owner=%40pay") == {"pay/refunds", "pay/ledger"}
+    assert shown("tag=ledger") == {"pay/ledger"}
+    assert shown("target=jobs") == {"jobs/leases"}
+    assert shown("q=SETTLE+refunds") == {"pay/refunds"}
+    assert shown("status=ok&owner=%40pay") == {"pay/ledger"}
+    # A choice nobody has selects nothing rather than failing: old bookmarks still open.
+    assert shown("status=exploded&severity=%3Cb%3E") == set(infos)
+    page = overview_page(infos, overview, parse_filters("owner=%40pay"), NOW, 30)
+    assert [(o.value, o.selected) for o in page.filters.owner] == [
+        ("", False),
+        ("@pay", True),
+        ("@platform", False),
+    ]
+
+
+def test_a_query_string_past_its_bounds_is_refused_and_values_are_cut() -> None:
+    with pytest.raises(QueryTooLong):
+        parse_filters("q=" + "a" * MAX_QUERY)
+    with pytest.raises(QueryTooLong):
+        parse_filters("&".join(f"f{i}=1" for i in range(30)))
+    assert parse_filters("q=" + "b" * 500).q == "b" * 200
+    assert parse_filters("owner=%00%1b%5B31m%40x").owner == "[31m@x"
+
+
+def test_the_chart_breaks_at_runs_that_counted_nothing_and_says_so_in_words() -> None:
+    chart = sparkline([3, 2, None, 4, 0])
+    assert chart is not None
+    # Peak 4 at the top (y=3), zero at the bottom (y=25).
+    assert chart.paths == ("M3,8.5 L31.5,14", "M88.5,3 L117,25")
+    assert [(m.kind, m.x) for m in chart.marks] == [("unknown", 60.0), ("ok", 117.0)]
+    assert chart.label == (
+        "Offending rows over the last 5 runs: 3 at first, 0 now, at most 4; 1 run counted nothing."
+    )
+    assert sparkline([]) is None
+    flat = sparkline([0, 0])
+    assert flat is not None and flat.paths == ("M3,25 L117,25",)
+
+
+def test_sql_is_coloured_by_postgresqls_scanner_and_the_text_is_kept_exactly() -> None:
+    sql = "-- ünïcode -- comment\nSELECT 'it''s -- not a comment', $1, 4.5 /* c */ FROM t"
+    spans = highlight(sql)
+    assert "".join(s.text for s in spans) == sql
+    assert [(s.kind, s.text) for s in spans if s.kind] == [
+        ("com", "-- ünïcode -- comment"),
+        ("kw", "SELECT"),
+        ("str", "'it''s -- not a comment'"),
+        ("param", "$1"),
+        ("num", "4.5"),
+        ("com", "/* c */"),
+        ("kw", "FROM"),
+    ]
+    broken = "SELECT 'unterminated"
+    assert "".join(s.text for s in highlight(broken)) == broken
+
+
+def test_the_token_is_taken_as_bearer_or_basic_password_and_nothing_else() -> None:
+    token = "t0ken-of-sixteen-chars"
+    basic = base64.b64encode(f"anyone:{token}".encode()).decode()
+    assert presented(f"Bearer {token}", token)
+    assert presented(f"Basic {basic}", token)
+    assert not presented(f"Bearer {token}x", token)
+    assert not presented(f"Basic {base64.b64encode(token.encode()).decode()}", token)
+    assert not presented("Basic !!!notbase64", token)
+    assert not presented(f"Token {token}", token)
+    assert not presented("Bearer " + "x" * 5000, token)
+    assert not presented(None, token)
+    assert Access(local=True, token=None).verdict(None) == "allowed"
+    assert Access(local=False, token=None).verdict(f"Bearer {token}") == "refused"
+    assert Access(local=True, token=token).verdict(None) == "ask"
+    assert Access(local=False, token=token).verdict(f"Bearer {token}") == "allowed"
+
+
+def test_the_page_token_must_be_long_and_is_never_echoed() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"http": {"page_token": "short-secret"}}, "invmon.yaml")
+    assert "at least 16 characters" in str(caught.value)
+    assert "short-secret" not in str(caught.value)
+    assert parse_config({"http": {"page_token": ""}}, "x").http.page_token is None
+    assert HttpConfig(listen="127.0.0.1:9187").page_is_local
+    assert HttpConfig(listen="[::1]:9187").page_is_local
+    assert HttpConfig(listen="localhost:9187").page_is_local
+    assert not HttpConfig(listen="0.0.0.0:9187").page_is_local
+    assert not HttpConfig(listen="monitor.internal:9187").page_is_local
+
+
+def test_slack_links_are_made_only_from_ids_slack_returned() -> None:
+    def post(channel: str | None, ts: str | None, state: str = "SENT") -> SlackPost:
+        return SlackPost("post_root", "opened", state, NOW, channel, ts)
+
+    assert slack_link(post("C0123ABC", "1764500000.001200")) == (
+        "https://slack.com/archives/C0123ABC/p1764500000001200"
+    )
+    assert slack_link(post("C0123ABC", "1764500000.001200", "UNKNOWN")) is None
+    assert slack_link(post("javascript:alert(1)//", "1.2")) is None
+    assert slack_link(post("C1", '1.2"><b>')) is None
+
+
+def test_an_incident_shows_who_acknowledged_which_meaning_until_when_and_its_timeline() -> None:
+    name = "refunds"
+    acked = incident(
+        name,
+        acked_by="cli:ana",
+        acked_by_name="ana",
+        acked_at=NOW - timedelta(minutes=30),
+        ack_mode="until_new_rows",
+        snoozed_until=NOW + timedelta(hours=4),
+    )
+    events = [
+        StoredEvent(
+            1, 7, name, "opened", NOW - timedelta(hours=2), {"count": 2, "keys": ["[1]", "[2]"]}
+        ),
+        StoredEvent(
+            2, 7, name, "keys_appeared", NOW - timedelta(hours=1), {"count": 3, "keys": ["[3]"]}
+        ),
+        StoredEvent(3, 7, name, "resolved", NOW, {"count": 0, "lasted_seconds": 7200}),
+    ]
+    actions = [
+        ActionRecord(
+            7, "ack", "cli:ana", "ana", "until_new_rows", "cli", NOW - timedelta(minutes=30)
+        )
+    ]
+    posts = [
+        SlackPost(
+            "post_root", "opened", "SENT", NOW - timedelta(hours=2), "C1", "1764500000.000100"
+        ),
+        SlackPost("post_reply", "reminder", "SENT", NOW - timedelta(minutes=10), "C1", "1.2"),
+    ]
+    page = incident_page(IncidentRecords(acked, events, actions, [], 0, posts), NOW, 30)
+    assert page.summary.ack is not None
+    assert (page.summary.ack.by, page.summary.ack.meaning, page.summary.ack.snoozed_until) == (
+        "@ana",
+        "until new rows appear",
+        "2026-11-30 16:00 UTC",
+    )
+    assert [(line.icon, line.text) for line in page.timeline] == [
+        ("⚑", "Opened (2 offending rows in total): [1], [2]"),
+        ("+", "1 new offending row (3 offending rows in total): [3]"),
+        ("☑", "Acknowledged by @ana, until new rows appear (via cli)"),
+        ("◷", "Reminder (sent)"),
+        ("✔", "Resolved after 2h: the query returns no rows"),
+    ]
+    assert page.slack_links == [("Slack thread", "https://slack.com/archives/C1/p1764500000000100")]
+    assert page.summary.age == "2h 5m"
