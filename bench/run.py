@@ -264,18 +264,27 @@ print(json.dumps({"import_s": imported - started, "total_s": done - started,
 """
 
 
-def tick_profile(dsn: str) -> dict[str, Any]:
+def run_script(source: str | Path, *args: str) -> dict[str, Any]:
+    """Run a measuring script (its text, or a file of bench/) in a fresh interpreter, so
+    imports and first-use costs are paid as a real start pays them; it prints one JSON
+    document."""
     with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "profile.py"
-        script.write_text(PROFILE_SCRIPT)
+        script = source if isinstance(source, Path) else Path(tmp) / "measure.py"
+        if not isinstance(source, Path):
+            script.write_text(source)
         done = subprocess.run(
-            [sys.executable, str(script), dsn, str(SHIPPED)],
+            [sys.executable, str(script), *args],
             capture_output=True,
             text=True,
             check=True,
             cwd=ROOT,
         )
     found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def tick_profile(dsn: str) -> dict[str, Any]:
+    found = run_script(PROFILE_SCRIPT, dsn, str(SHIPPED))
     found["server_ms"] = server_execution(dsn)
     return found
 
@@ -318,27 +327,9 @@ def scale_figures(dsn: str, every: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "invariants"
         scale.write(folder, 1000, every)
-        script = Path(tmp) / "scale.py"
-        script.write_text(SCALE_SCRIPT)
-        done = subprocess.run(
-            [sys.executable, str(script), dsn, str(folder)],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=ROOT,
-        )
-        found: dict[str, Any] = json.loads(done.stdout)
+        found = run_script(SCALE_SCRIPT, dsn, str(folder))
         # The load alone, each in a fresh process as a daemon's start-up pays it: the median.
-        loads = []
-        for _ in range(5):
-            once = subprocess.run(
-                [sys.executable, str(script), "--load-only", str(folder)],
-                capture_output=True,
-                text=True,
-                check=True,
-                cwd=ROOT,
-            )
-            loads.append(json.loads(once.stdout)["load_s"])
+        loads = [run_script(SCALE_SCRIPT, "--load-only", str(folder))["load_s"] for _ in range(5)]
         found["load_s"], found["load_runs_s"] = statistics.median(loads), loads
         found["lint_s"] = median_wall([*INVMON, "lint", "--invariants", str(folder)], runs=3)
     return found
@@ -439,15 +430,7 @@ def offending_rows_memory(dsn: str, sizes: list[int]) -> list[dict[str, Any]]:
 
 
 def delivery_figures(incidents: int) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "delivery.py"), "--incidents", str(incidents), "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    return run_script(BENCH / "delivery.py", "--incidents", str(incidents), "--json")
 
 
 def machine(dsn: str) -> dict[str, str]:
