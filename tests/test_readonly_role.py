@@ -128,10 +128,18 @@ class Effects:
         self.database_oid = self._one(
             "SELECT oid FROM pg_database WHERE datname = current_database()"
         )
-        self.lsn = self._flushed()
         self.walinspect = bool(
             self._one("SELECT count(*) FROM pg_extension WHERE extname = 'pg_walinspect'")
         )
+        if self.walinspect:
+            # Keep the WAL from here on until it is read: on a shared server another run can
+            # write enough to recycle it first ("requested WAL segment has already been
+            # removed"). A temporary slot goes away with this session.
+            self.admin.execute(
+                "SELECT pg_create_physical_replication_slot(%s, true, true)",
+                (f"invmon_effects_{uuid.uuid4().hex[:12]}",),
+            )
+        self.lsn = self._flushed()
 
     def _flushed(self) -> Any:
         """The WAL position now, once everything before it is flushed (pg_walinspect reads
