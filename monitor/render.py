@@ -295,6 +295,10 @@ def history_text(title: str, runs: Sequence[Run], incidents: Sequence[Incident])
             for i in incidents
         ],
     )
+    if not runs:
+        run_table = "none yet (`invmon run` records runs; `invmon check` does not)"
+    if not incidents:
+        incident_table = "none"
     return f"{title}: recent runs\n{run_table}\n\nincidents\n{incident_table}"
 
 

@@ -47,6 +47,9 @@ def test_run_once_then_status_and_history_read_the_same_store(
     runs = json.loads(history.stdout)["runs"]
     assert [(r["status"], r["count"]) for r in runs] == [("violated", 2)]
 
+    quiet = cli("history", "fine", cwd=tmp_path)  # ran, held, never an incident
+    assert quiet.stdout.endswith("\n\nincidents\nnone\n"), quiet.stdout
+
     unknown = cli("history", "nope", cwd=tmp_path)
     assert unknown.returncode == 2
     assert unknown.stderr.strip() == (
