@@ -121,6 +121,18 @@ class Effects:
         # A backend of the same role: the one pg_terminate_backend could reach.
         self.victim = psycopg.connect(role.dsn, autocommit=True)
         self.victim_pid = self.victim.info.backend_pid
+        self.walinspect = bool(
+            self._one("SELECT count(*) FROM pg_extension WHERE extname = 'pg_walinspect'")
+        )
+        if self.walinspect:
+            # Keep the WAL from here on until it is read: on a shared server another run can
+            # write enough to recycle it first ("requested WAL segment has already been
+            # removed"). A temporary slot goes away with this session. Made before the
+            # VACUUM, whose commit flushes the record the slot writes.
+            self.admin.execute(
+                "SELECT pg_create_physical_replication_slot(%s, true, true)",
+                (f"invmon_effects_{uuid.uuid4().hex[:12]}",),
+            )
         # Nothing left for a read to prune or hint (catalogs included: the role script and
         # earlier tests rewrote rows of pg_proc): any WAL from now on is somebody's write.
         self.admin.execute("VACUUM (FREEZE)")
@@ -128,17 +140,6 @@ class Effects:
         self.database_oid = self._one(
             "SELECT oid FROM pg_database WHERE datname = current_database()"
         )
-        self.walinspect = bool(
-            self._one("SELECT count(*) FROM pg_extension WHERE extname = 'pg_walinspect'")
-        )
-        if self.walinspect:
-            # Keep the WAL from here on until it is read: on a shared server another run can
-            # write enough to recycle it first ("requested WAL segment has already been
-            # removed"). A temporary slot goes away with this session.
-            self.admin.execute(
-                "SELECT pg_create_physical_replication_slot(%s, true, true)",
-                (f"invmon_effects_{uuid.uuid4().hex[:12]}",),
-            )
         self.lsn = self._flushed()
 
     def _flushed(self) -> Any:
