@@ -145,6 +145,14 @@ def run_fleet(
             return len(done) == INVARIANTS and min(done.values()) >= slots
 
         wait_for(enough, 120, f"{slots} finished slots of each invariant ({label})")
+        # Every kill's orphan finished before the fleet stops: stopped earlier, an orphan
+        # still within its lease (or waiting for its invariant's next run to end) would stay
+        # open, and nothing would say whether it had been taken over.
+        wait_for(
+            lambda: all(c[4] is not None for c in claims(state) if (c[0], c[1]) in orphans),
+            60,
+            f"the killed daemons' slots taken over and finished ({label}): {orphans}",
+        )
         wait_for(lambda: len(fake.roots()) >= 1, 30, f"the alert ({label})")
         for n in range(len(daemons)):
             # A SIGTERM before the handlers exist (a restarted daemon still starting) kills.
