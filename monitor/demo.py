@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import logging
+import os
 import shutil
 import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import psycopg
 
 from monitor.check import run_check
 from monitor.config import Config, HttpConfig, StateConfig, TargetConfig
@@ -43,6 +47,9 @@ def _server(admin_dsn: str | None, say: Callable[[str], None]) -> Iterator[str]:
     say("Starting a throwaway PostgreSQL server (from the pgserver package)…")
     with temporary_server() as dsn:
         yield dsn
+
+
+LIVE = "monitor.live_examples"  # examples/live/, mapped into the wheel by pyproject
 
 
 def show_alerts(config: Config) -> list[tuple[str, int]]:
@@ -96,6 +103,38 @@ def demo_folder(root: Path, shipped: Path, demo: Path) -> Path:
     return folder
 
 
+LIVE_SOURCE_LINE = '--     s3: "s3://receipts-prod/receipts/"\n'
+
+
+def live_bucket_demo(payments: str, root: Path, live: Path) -> list[RunResult]:
+    """The live form of orphaned_receipts, its bucket a local folder: the objects of the
+    seed's inventory written as files (their sizes and times kept), the source pointed at
+    that folder instead of S3. Nothing else changes: the same binding, fence and run."""
+    bucket = root / "bucket"
+    with psycopg.connect(payments) as conn:
+        objects = conn.execute(
+            "SELECT object_key, size_bytes, extract(epoch FROM last_modified)::float8"
+            " FROM receipt_objects ORDER BY object_key"
+        ).fetchall()
+    for key, size, stamp in objects:
+        path = bucket / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"%" * min(int(size), 1 << 20))
+        os.utime(path, (stamp, stamp))
+    text = (live / "orphaned_receipts_live.sql").read_text(encoding="utf-8")
+    folder = root / "live" / "payments"
+    folder.mkdir(parents=True)
+    # A JSON string is a YAML scalar: any path, quoted.
+    pointed = text.replace(LIVE_SOURCE_LINE, f"--     folder: {json.dumps(str(bucket))}\n")
+    (folder / "orphaned_receipts_live.sql").write_text(pointed, encoding="utf-8")
+    config = Config(
+        invariants=root / "live",
+        targets={"payments": TargetConfig(dsn=payments)},
+        http=HttpConfig(listen=None),
+    )
+    return run_check(config, config.invariants).results
+
+
 def run_demo(admin_dsn: str | None, say: Callable[[str], None]) -> int:
     shipped = shipped_folder("invariants", "monitor.shipped_invariants")
     demo = shipped_folder("deploy/demo", "monitor.demo_data")
@@ -142,8 +181,21 @@ def run_demo(admin_dsn: str | None, say: Callable[[str], None]) -> int:
                 f"\n({name} is violated too, but its header says `for: {runs}`: its "
                 f"incident opens only after {runs} violated runs in a row.)"
             )
+        say(
+            "\nAcross two systems: orphaned_receipts read its bucket from a table loaded from "
+            "the daily inventory. Its live form (examples/live/) lists the bucket at each run "
+            "instead; here the bucket is a local folder holding the same objects:\n"
+        )
+        live = live_bucket_demo(payments, Path(scratch), shipped_folder("examples/live", LIVE))
+        say(results_table(live, sample_rows=5))
+        say(
+            "\nIt also reports invoice 5007, uploaded two hours ago with no object: the "
+            "day-old inventory cannot judge it yet, the live listing can."
+        )
         say("\nNext: `invmon check --dsn <replica>` on your own data.")
     say("Removed the demo databases" + ("." if admin_dsn else " and stopped the server."))
     # The warehouse error is planted; any other error is the demo's own failure.
-    errored = any(r.status == "error" and r.target != "warehouse" for r in outcome.results)
+    errored = any(
+        r.status == "error" and r.target != "warehouse" for r in [*outcome.results, *live]
+    )
     return 2 if errored else 0

@@ -35,6 +35,7 @@ from monitor.problems import Problem, SqlProblem
 from monitor.query import MAX_COLUMNS, USER_SQL_LINE, Column, bounded_query, describing_query
 from monitor.redaction import Masker
 from monitor.rows import unique_column_names
+from monitor.sources.binding import NOTHING_BOUND, Bound, bound_text, emptied
 from monitor.sqltree import Analysis, analyze
 from monitor.text import shorten
 
@@ -192,14 +193,18 @@ class LiveFence:
             )
 
 
-def send_one_statement(cur: psycopg.Cursor[Any], text: str) -> None:
+def send_one_statement(
+    cur: psycopg.Cursor[Any], text: str, params: list[list[Any]] | None = None
+) -> None:
     """Send `text` as exactly one statement. Without parameters psycopg would use the simple
     query protocol, where the server runs every statement a text holds; in a pipeline it
     uses the extended protocol, where a second statement is an error. So even a text the
     fence's parser read differently from the server's cannot smuggle a second statement.
-    (`Cursor.stream`, used for the rows, always uses the extended protocol.)"""
+    (`Cursor.stream`, used for the rows, always uses the extended protocol.) With `params`
+    (a source's listing, see sources/binding.py) `cur` is a RawCursor: `$n` placeholders,
+    so a `%` in the invariant's text is never read as one."""
     with cur.connection.pipeline():
-        cur.execute(text.encode(), prepare=False)
+        cur.execute(text.encode(), params, prepare=False)
 
 
 # For every connection that runs invariants: the encoding the fence assumes.
@@ -214,11 +219,13 @@ _TYPES = (
 )
 
 
-def _columns(cur: psycopg.Cursor[Any], memory: CatalogMemory) -> list[Column]:
-    """The invariant's result columns, as the row description just received says (the base
-    type of a domain), each with how its text is taken (asked of the catalog once per type
-    while `memory` remembers)."""
-    description = cur.description or []
+def _columns(
+    described: psycopg.Cursor[Any], cur: psycopg.Cursor[Any], memory: CatalogMemory
+) -> list[Column]:
+    """The invariant's result columns, as the row description just received on `described`
+    says (the base type of a domain), each with how its text is taken (asked of the catalog
+    on `cur` once per type while `memory` remembers)."""
+    description = described.description or []
     if len(description) > MAX_COLUMNS:
         raise Unrunnable(
             f"the query returns {len(description):,} columns; invmon reads at most {MAX_COLUMNS:,}"
@@ -274,21 +281,34 @@ def execute(
     masker: Masker | None = None,
     lock_timeout: timedelta,
     live_fence: LiveFence,
+    bound: Bound = NOTHING_BOUND,
 ) -> Evaluation:
     """Evaluate one invariant on `conn` (loaders registered, no transaction open): the exact
     count, at most `sample` whole rows, and the keys of at most `track` rows (of `sample`
-    rows when the invariant has no key), all within `limits`, masked by `masker`."""
-    with conn.transaction(), conn.cursor() as cur:
+    rows when the invariant has no key), all within `limits`, masked by `masker`. `bound`
+    holds its sources' listings: their CTEs go before both texts sent, and the fence judges
+    those exact texts."""
+    user_line = USER_SQL_LINE + bound.lines
+    params = bound.params or None
+    with (
+        conn.transaction(),
+        conn.cursor() as cur,
+        psycopg.RawCursor(conn) if params else conn.cursor() as sending,
+    ):
         begin_read_only(conn, invariant, lock_timeout)
-        described = describing_query(invariant.sql)
-        live_fence.refuse_unless_allowed(conn, described, invariant, USER_SQL_LINE)
-        send_one_statement(cur, described)
-        columns = _columns(cur, live_fence.catalog)
+        described = bound_text(bound, describing_query(invariant.sql))
+        live_fence.refuse_unless_allowed(conn, described, invariant, user_line)
+        # Its types are all the describing query returns: the listing is sent once, below.
+        send_one_statement(sending, described, emptied(bound) if params else None)
+        columns = _columns(sending, cur, live_fence.catalog)
         key = _key_positions(columns, invariant)
         cell = limits.cell(len(columns))
         fetch = max(sample, track) if key else sample
-        query = bounded_query(invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell)
-        live_fence.refuse_unless_allowed(conn, query, invariant, USER_SQL_LINE)
+        query = bound_text(
+            bound,
+            bounded_query(invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell),
+        )
+        live_fence.refuse_unless_allowed(conn, query, invariant, user_line)
         gathering = Gathering(
             columns,
             _loads(conn, columns),
@@ -299,6 +319,6 @@ def execute(
             masker=masker,
         )
         # One row in memory at a time (single-row mode), whatever `fetch` is.
-        for raw in cur.stream(query.encode()):
+        for raw in sending.stream(query.encode(), params):
             gathering.add(raw)
     return gathering.result()

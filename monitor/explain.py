@@ -24,6 +24,7 @@ from monitor.execute import (
 from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.loader import Invariant
 from monitor.runner import describe_error
+from monitor.sources.binding import unlisted
 
 BIG_RELATION_ROWS = 100_000  # a sequential scan over more rows than this is worth a look
 
@@ -105,9 +106,11 @@ def explain_all(
             try:
                 with conn.transaction():
                     begin_read_only(conn, inv, lock_timeout)
-                    live_fence.refuse_unless_allowed(conn, inv.sql, inv)
-                    with conn.cursor() as cur:
-                        send_one_statement(cur, f"EXPLAIN ({options})\n{inv.sql}")
+                    # A source is planned as an empty listing: nothing is listed to plan.
+                    text, params, user_line = unlisted(inv.header.source, inv.sql)
+                    live_fence.refuse_unless_allowed(conn, text, inv, user_line)
+                    with psycopg.RawCursor(conn) if params else conn.cursor() as cur:
+                        send_one_statement(cur, f"EXPLAIN ({options})\n{text}", params or None)
                         row = cur.fetchone()
             except Refused as exc:
                 out.append(

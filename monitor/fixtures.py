@@ -83,6 +83,7 @@ def sql_expression_problem(text: str) -> str | None:
 
 _Loader.add_constructor("!sql", _sql)
 EXPECT_FIELDS = {"keys", "count", "rows"}
+CASE_FIELDS = {"name", "rows", "sources", "expect"}
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,9 @@ class Case:
     # Every offending row, on the columns listed (the same columns in each), as the
     # database returns them (numerics as strings with their exact digits).
     rows_expected: list[dict[str, Any]] | None = None
+    # A source's listing, inline: {relation: [{key: …, size: …, last_modified: …}]}; a
+    # source the case does not name is listed as empty.
+    sources: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def fires(self) -> bool:
@@ -184,9 +188,9 @@ def _case(
         problems.append(Problem(path, line, f"{where}: needs a `name`"))
         return None
     name = raw["name"]
-    unknown = set(raw) - {"name", "rows", "expect"}
+    unknown = set(raw) - CASE_FIELDS
     if unknown:
-        hint = _did_you_mean(unknown, {"name", "rows", "expect"})
+        hint = _did_you_mean(unknown, CASE_FIELDS)
         problems.append(Problem(path, line, f"{name!r}: unknown field(s) {sorted(unknown)}{hint}"))
         return None
     rows = raw.get("rows") or {}
@@ -194,6 +198,14 @@ def _case(
         isinstance(v, list) and all(isinstance(r, dict) for r in v) for v in rows.values()
     ):
         problems.append(Problem(path, line, f"{name!r}: `rows` maps each table to a list of rows"))
+        return None
+    sources = raw.get("sources") or {}
+    if not isinstance(sources, dict) or not all(
+        isinstance(v, list) and all(isinstance(r, dict) for r in v) for v in sources.values()
+    ):
+        problems.append(
+            Problem(path, line, f"{name!r}: `sources` maps each source to a list of objects")
+        )
         return None
     expect = raw.get("expect")
     if isinstance(expect, dict) and set(expect) - EXPECT_FIELDS:
@@ -240,7 +252,7 @@ def _case(
         problems.append(
             Problem(path, line, not_unique(name, key_columns, repeated), level="warning")
         )
-    return Case(name, line, rows, keys, count, rows_expected)
+    return Case(name, line, rows, keys, count, rows_expected, sources)
 
 
 def _did_you_mean(unknown: set[str], known: set[str]) -> str:

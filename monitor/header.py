@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from monitor import yamlsafe
 from monitor.durations import MAX_STATEMENT_TIMEOUT, Schedule, parse_duration, parse_schedule
+from monitor.sources.header import SourceSpec, check_source_names
 from monitor.text import shorten
 from monitor.yamlsafe import YamlProblem
 
@@ -51,6 +52,13 @@ class InvariantHeader(BaseModel):
     max_cost: float | None = Field(default=None, gt=0)  # planner cost budget (invmon explain)
     redact: list[str] = Field(default_factory=list)  # columns masked besides config's patterns
     show: list[str] = Field(default_factory=list)  # columns let through although they match
+    # Relations listed at run time (an object-store prefix, a folder): monitor/sources/.
+    source: dict[str, SourceSpec] = Field(default_factory=dict)
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _source_names(cls, value: Any) -> Any:
+        return check_source_names(value)
 
     @field_validator("description")
     @classmethod
@@ -163,6 +171,20 @@ def parse_header(split: SplitFile) -> InvariantHeader:
 def _describe(split: SplitFile, error: Any, first: int) -> tuple[int, str]:
     field = str(error["loc"][0]) if error["loc"] else "header"
     line = line_of_key(split, field) or first
+    if error["type"] == "extra_forbidden" and field == "source" and len(error["loc"]) == 3:
+        # A misspelt key inside one source: say which source, and the keys it takes.
+        name, key = str(error["loc"][1]), str(error["loc"][2])
+        known = sorted(SourceSpec.model_fields)
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return line, (
+            f"unknown key {shorten(key, 40)} in source {shorten(name, 40)}; {hint}"
+            f"a source takes {', '.join(known)}"
+        )
+    if field == "source" and len(error["loc"]) > 1:
+        where = ".".join(str(part) for part in error["loc"][1:])
+        reason = str(error["msg"]).removeprefix("Value error, ")
+        return line, f"header key 'source' at {shorten(where, 60)}: {reason}"
     if error["type"] == "extra_forbidden":
         known = sorted(_header_keys())
         close = difflib.get_close_matches(field, known, n=1)

@@ -147,6 +147,7 @@ def lint_folder(
     own = dict(target_schemas or {})
     if schema_sql is not None or own:
         from monitor.schema_check import check_against_schema, fixture_problems, load_schema
+        from monitor.sources.header import COLUMN_TYPES
 
         tables_of = {name: load_schema(text) for name, text in own.items()}
         fallback = load_schema(schema_sql) if schema_sql is not None else None
@@ -156,9 +157,14 @@ def lint_folder(
             if tables is None:
                 continue
             offset = inv.sql_first_line - 1
+            # A source is a relation of the query's (its CTE wins over a table so named).
+            sources: dict[str, dict[str, str]] = {
+                name: {str(column): COLUMN_TYPES[column] for column in spec.columns}
+                for name, spec in inv.header.source.items()
+            }
             loaded.problems += [
                 Problem(inv.path, p.line + offset, p.message, p.level)
-                for p in check_against_schema(inv.sql, tables)
+                for p in check_against_schema(inv.sql, {**tables, **sources})
             ]
         for fixture in fixtures:
             tables = tables_of.get(by_path.get(fixture.path, ""), fallback)

@@ -39,6 +39,14 @@ class Metrics:
             buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
             registry=self.registry,
         )
+        self.listing = Histogram(
+            "invmon_source_listing_seconds",
+            "How long listing an invariant's sources (object store, folder) took, apart from "
+            "its query; only invariants with a `source:`.",
+            ["invariant", "target"],
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=self.registry,
+        )
         self.last_success = Gauge(
             "invmon_last_success_timestamp_seconds",
             "When the invariant was last evaluated successfully (ok or violated).",
@@ -116,6 +124,8 @@ class Metrics:
         self._target_of[result.invariant] = result.target
         self.status.labels(*labels).state(result.status)
         self.duration.labels(*labels).observe(result.duration_ms / 1000)
+        if result.listing_ms is not None:
+            self.listing.labels(*labels).observe(result.listing_ms / 1000)
         if result.status in ("ok", "violated") and result.count is not None:
             self.offending_rows.labels(*labels).set(result.count)
             self.last_success.labels(*labels).set(finished_at_epoch)
@@ -131,7 +141,14 @@ class Metrics:
         target = self._target_of.pop(invariant, None)
         if target is None:
             return
-        metrics = (self.status, self.offending_rows, self.duration, self.last_success, self.period)
+        metrics = (
+            self.status,
+            self.offending_rows,
+            self.duration,
+            self.listing,
+            self.last_success,
+            self.period,
+        )
         for metric in metrics:
             with contextlib.suppress(KeyError):
                 metric.remove(invariant, target)

@@ -44,6 +44,7 @@ def results_document(
                 "rows_withheld": result.rows_withheld,
                 "notes": bounds_notes(result),
                 "duration_ms": round(result.duration_ms, 1),
+                "listing_ms": None if result.listing_ms is None else round(result.listing_ms, 1),
                 "error": result.error,
                 "severity": inv.severity if inv else None,
                 "description": inv.description if inv else None,

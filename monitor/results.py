@@ -34,6 +34,9 @@ class RunResult:
     # Not run because its target did not answer: the target's one incident says so, so this
     # run counts towards no invariant's own "cannot evaluate".
     unreachable: bool = False
+    # Milliseconds spent listing the invariant's sources (monitor/sources/) before the
+    # query; None without sources. Part of duration_ms, reported apart.
+    listing_ms: float | None = None
 
     @property
     def truncated(self) -> bool:

@@ -37,6 +37,8 @@ from monitor.problems import Problem
 from monitor.redaction import NO_REDACTION, Masker, Redaction
 from monitor.replica import ReplicaStatus, read_replica_status
 from monitor.results import DEFAULT_TARGET, RunResult
+from monitor.sources.binding import NOTHING_BOUND, Bound, bind, unlisted
+from monitor.sources.listing import Lister, ListingError, list_source
 from monitor.text import counted
 
 # A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
@@ -84,8 +86,10 @@ class Runner:
         limits: RowLimits = DEFAULT_ROW_LIMITS,
         redaction: Redaction = NO_REDACTION,
         target: str = DEFAULT_TARGET,
+        lister: Lister = list_source,
     ) -> None:
         self.dsn = dsn
+        self.lister = lister  # how an invariant's `source:` relations are listed
         self.concurrency = concurrency
         self.database = database or DatabaseConfig()
         self._sleep = sleep
@@ -173,14 +177,37 @@ class Runner:
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="invmon-run") as pool:
             return list(pool.map(self.run_one, invariants))
 
+    def _list_sources(self, invariant: Invariant) -> tuple[Bound, float | None]:
+        """Its sources listed and bound (before a connection is taken: a listing may take
+        a while), and the milliseconds listing took; (nothing, None) without sources."""
+        sources = invariant.header.source
+        if not sources:
+            return NOTHING_BOUND, None
+        clock = time.monotonic()
+        rows = {name: self.lister(name, spec).rows for name, spec in sources.items()}
+        return bind(sources, rows), (time.monotonic() - clock) * 1000
+
     def run_one(self, invariant: Invariant) -> RunResult:
         started = datetime.now(UTC)
         clock = time.monotonic()
+        listing_clock = time.monotonic()
+        try:
+            bound, listing_ms = self._list_sources(invariant)
+        except ListingError as exc:
+            # Keys are data of the store's: masked like a value of a row.
+            return RunResult.failed(
+                invariant.name,
+                self._masker(invariant).text(str(exc)),
+                started_at=started,
+                duration_ms=(time.monotonic() - clock) * 1000,
+                listing_ms=(time.monotonic() - listing_clock) * 1000,
+                target=self.target,
+            )
         attempts = 0
         while True:
             attempts += 1
             try:
-                evaluation = self._evaluate(invariant)
+                evaluation = self._evaluate(invariant, bound)
             except Refused as exc:
                 error = f"refused by the read-only fence: {exc}"
             except Unrunnable as exc:
@@ -212,6 +239,7 @@ class Runner:
                     cell_bytes=evaluation.cell_bytes,
                     rows_withheld=evaluation.rows_withheld,
                     target=self.target,
+                    listing_ms=listing_ms,
                 )
             return RunResult.failed(
                 invariant.name,
@@ -220,6 +248,7 @@ class Runner:
                 duration_ms=(time.monotonic() - clock) * 1000,
                 attempts=attempts,
                 target=self.target,
+                listing_ms=listing_ms,
             )
 
     @contextlib.contextmanager
@@ -232,7 +261,7 @@ class Runner:
             with self._active_lock:
                 self._active.discard(conn)
 
-    def _evaluate(self, invariant: Invariant) -> Evaluation:
+    def _evaluate(self, invariant: Invariant, bound: Bound = NOTHING_BOUND) -> Evaluation:
         with self._pool.connection() as conn, self._in_flight(conn):
             return execute(
                 conn,
@@ -243,6 +272,7 @@ class Runner:
                 masker=self._masker(invariant),
                 lock_timeout=self.database.lock_timeout,
                 live_fence=self.fence,
+                bound=bound,
             )
 
     def _masker(self, invariant: Invariant) -> Masker:
@@ -258,8 +288,10 @@ class Runner:
         try:
             with self._pool.connection() as conn, conn.transaction():
                 for inv in invariants:
+                    # With sources, the text judged is the one sent: their CTEs before it.
+                    text, _, user_line = unlisted(inv.header.source, inv.sql)
                     try:
-                        self.fence.refuse_unless_allowed(conn, inv.sql, inv)
+                        self.fence.refuse_unless_allowed(conn, text, inv, user_line)
                     except Refused as exc:
                         refused[inv.name] = exc.problems
         except (psycopg.Error, PoolTimeout):

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -48,6 +48,8 @@ from monitor.offending import RowLimits
 from monitor.pgtemp import load_schema_dump, scratch_database, temporary_server
 from monitor.rows import offending_key
 from monitor.runner import describe_error
+from monitor.sources.binding import NOTHING_BOUND, Bound, ObjectRow, bind
+from monitor.sources.listing import settled
 
 KEY_LIMIT = 10_000  # rows a case may produce; fixtures are small by nature
 # Every row of a case comes back whole: a case's rows are bounded by its file's size.
@@ -151,6 +153,60 @@ def _clear(conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"TRUNCATE {row[0]} RESTART IDENTITY CASCADE".encode())
 
 
+def _as_time(conn: psycopg.Connection[Any], value: Any) -> datetime | None:
+    """A case's last_modified: a YAML time (naive is UTC), text or `!sql`, as the database
+    reads it."""
+    if value is None or (isinstance(value, datetime) and value.tzinfo is not None):
+        return value
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC)
+    if isinstance(value, SqlExpression):
+        found = conn.execute(f"SELECT ({value.text})::timestamptz".encode()).fetchone()
+    else:
+        found = conn.execute("SELECT %s::text::timestamptz", [str(value)]).fetchone()
+    return found[0] if found else None
+
+
+def _case_sources(conn: psycopg.Connection[Any], invariant: Invariant, case: Case) -> Bound:
+    """The case's inline listings bound as a run binds real ones: the same grace
+    (`min_age` before now), the same CTEs."""
+    sources = invariant.header.source
+    where = f"{fixture_path(invariant.path)}:{case.line}"
+    unknown = sorted(set(case.sources) - set(sources))
+    if unknown:
+        declared = ", ".join(sorted(sources)) or "none"
+        raise _RowRefused(
+            f"{where}: `sources` names {', '.join(unknown)}, not a source of the header "
+            f"(declared: {declared})"
+        )
+    if not sources:
+        return NOTHING_BOUND
+    listed: dict[str, list[ObjectRow]] = {}
+    now = datetime.now(UTC)
+    for name, spec in sources.items():
+        rows = []
+        for given in case.sources.get(name, []):
+            extra = sorted(set(given) - {"key", "size", "last_modified", "etag"})
+            if extra or not isinstance(given.get("key"), str):
+                raise _RowRefused(
+                    f"{where}: an object of {name} needs `key` (text) and takes size, "
+                    f"last_modified and etag" + (f"; not {', '.join(extra)}" if extra else "")
+                )
+            size = given.get("size")
+            if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+                raise _RowRefused(f"{where}: an object of {name}: size must be a whole number")
+            rows.append(
+                ObjectRow(
+                    given["key"],
+                    None if size is None else int(size),
+                    _as_time(conn, given.get("last_modified")),
+                    None if given.get("etag") is None else str(given["etag"]),
+                )
+            )
+        listed[name], _ = settled(rows, spec.min_age_delta, now)
+    return bind(sources, listed)
+
+
 class _RowRefused(Exception):
     """A case's row the database would not take: said at the case's line in its file."""
 
@@ -192,6 +248,7 @@ def run_case(
                         raise _RowRefused(
                             f"{where}: a row of {table}: {_refused(exc, table)}"
                         ) from None
+        bound = _case_sources(conn, invariant, case)
         evaluation = execute(
             conn,
             invariant,
@@ -199,6 +256,7 @@ def run_case(
             limits=FIXTURE_LIMITS,
             lock_timeout=LOCK_TIMEOUT,
             live_fence=live_fence,
+            bound=bound,
         )
     except _RowRefused as exc:
         return CaseResult(case, False, error=str(exc))

@@ -41,10 +41,25 @@ def check_sql(sql: str, policy: FencePolicy = OFFLINE) -> tuple[Analysis, list[S
     judged = judge(analysis, policy.catalog or builtin_catalog(), policy.allow)
     if not policy.unknown_is_error:
         judged = [p for p in judged if p.rule != "unknown"]
-    problems = [*analysis.problems, *judged]
+    problems = [*analysis.problems, *judged, *_parameter_problems(analysis)]
     if not any(p.level == "error" for p in problems):
         problems += _shape_problems(analysis)
     return analysis, sorted(problems, key=lambda p: (p.line, p.message))
+
+
+def _parameter_problems(analysis: Analysis) -> list[SqlProblem]:
+    """An invariant has no parameters of its own; `$1` would name the first array of a
+    source's listing (sources/binding.py), or fail at run time without one."""
+    encoded = analysis.text.encode("utf-8")
+    return [
+        SqlProblem(
+            encoded.count(b"\n", 0, int(body.get("location", 0))) + analysis.text_first_line,
+            f"${body.get('number', '?')} is a parameter, and invmon passes an invariant none "
+            "(a source's rows are named by its relation); write the value",
+        )
+        for kind, body in node_items(analysis.statement)
+        if kind == "ParamRef"
+    ][:1]
 
 
 def _level_nodes(tree: Any) -> list[tuple[str, dict[str, Any]]]:

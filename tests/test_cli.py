@@ -154,8 +154,8 @@ def test_lint_reports_every_problem_in_every_file_then_fails(tmp_path: Path) -> 
     assert done.stdout.splitlines() == [
         f"{tmp_path}/b.sql:2: FOR UPDATE takes row locks on the replica; not allowed",
         f"{tmp_path}/c.sql:3: unknown header key 'colour'; known keys are channel, description, "
-        "for, key, max_cost, owner, redact, runbook, sample, schedule, severity, show, tags, "
-        "target, timeout",
+        "for, key, max_cost, owner, redact, runbook, sample, schedule, severity, show, source, "
+        "tags, target, timeout",
         f"{tmp_path}/c.sql:4: function nextval() is VOLATILE: PostgreSQL's catalog says it may "
         "change the database or act outside the query; not allowed",
     ]

@@ -171,7 +171,7 @@ def test_a_broken_file_keeps_the_previous_version_running_until_fixed(
         f"{folder}/typo.sql:1: unknown header key 'descriptoin'; did you mean 'description'? "
         "known keys are channel, "
         "description, for, key, max_cost, owner, redact, runbook, sample, schedule, severity, "
-        "show, tags, target, timeout"
+        "show, source, tags, target, timeout"
     ]
     assert daemon.invariants["bad_rows"] is good
     assert daemon.evaluate("bad_rows").status == "ok"  # type: ignore[union-attr]

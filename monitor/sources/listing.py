@@ -1,0 +1,152 @@
+"""What every lister shares: the bounds on a listing, the grace window, and the one entry
+point the runner calls. The listers themselves are folder.py and boto3_s3.py.
+
+A listing is hostile input until bounded: it stops with an error past `max_objects` (never a
+silent cut, which would report every object beyond it as missing), past its own timeout,
+and at a key longer than S3 allows or that is not text.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from monitor.sources.binding import ObjectRow
+from monitor.sources.header import SourceSpec
+from monitor.text import shorten
+
+MAX_KEY_BYTES = 1024  # S3's own limit on a key; a longer name is not an object key
+_SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
+
+
+def scrubbed(message: str) -> str:
+    """Defence in depth: no credential of the environment's survives in a message, whatever
+    library wrote it."""
+    for variable in _SECRET_VARIABLES:
+        value = os.environ.get(variable)
+        if value and len(value) >= 4:
+            message = message.replace(value, "***")
+    return message
+
+
+class ListingError(Exception):
+    """The source could not be listed completely; the run is `error`, never `ok`."""
+
+
+@dataclass
+class Listing:
+    """The objects kept (older than `min_age`), and what the listing took."""
+
+    rows: list[ObjectRow] = field(default_factory=list)
+    seen: int = 0  # every object listed, the new ones included
+    ignored_new: int = 0  # newer than min_age
+    pages: int = 0
+    seconds: float = 0.0
+
+
+class Bounds:
+    """Counts what a lister reads against the source's limits, as it reads it."""
+
+    def __init__(self, name: str, spec: SourceSpec, clock: Callable[[], float]) -> None:
+        self.name = name
+        self.spec = spec
+        self._clock = clock
+        self._deadline = clock() + spec.timeout_delta.total_seconds()
+
+    def remaining(self) -> float:
+        """Seconds left before the listing's timeout; raises once it has passed."""
+        left = self._deadline - self._clock()
+        if left <= 0:
+            raise ListingError(
+                f"source {self.name}: listing {self.spec.where} took longer than its timeout "
+                f"({self.spec.timeout})"
+            )
+        return left
+
+    def admit(self, listing: Listing, row: ObjectRow) -> None:
+        listing.seen += 1
+        if listing.seen > self.spec.max_objects:
+            raise ListingError(
+                f"source {self.name}: {self.spec.where} holds more than "
+                f"{self.spec.max_objects:,} objects (max_objects); the invariant is not "
+                "evaluated on a partial listing"
+            )
+        if len(row.key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+            raise ListingError(
+                f"source {self.name}: an object key longer than {MAX_KEY_BYTES:,} bytes: "
+                f"{shorten(row.key, 80)}"
+            )
+
+
+def checked_key(name: str, key: str) -> str:
+    """A key the database can take as text (a file name may not be UTF-8)."""
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = shorten(
+            key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"), 80
+        )
+        raise ListingError(f"source {name}: an object key that is not UTF-8: {shown}") from None
+    if "\x00" in key:
+        raise ListingError(f"source {name}: an object key holding a NUL byte: {shorten(key, 80)}")
+    return key
+
+
+def settled(
+    rows: Iterable[ObjectRow], min_age: timedelta, listed_at: datetime
+) -> tuple[list[ObjectRow], int]:
+    """The rows old enough to be judged, and how many were newer. An object with no time is
+    kept: nothing says it is new."""
+    if min_age <= timedelta(0):
+        kept = list(rows)
+        return kept, 0
+    cutoff = listed_at - min_age
+    kept, new = [], 0
+    for row in rows:
+        if row.last_modified is not None and row.last_modified > cutoff:
+            new += 1
+        else:
+            kept.append(row)
+    return kept, new
+
+
+Lister = Callable[[str, SourceSpec], Listing]
+
+
+def list_source(
+    name: str, spec: SourceSpec, clock: Callable[[], float] = time.monotonic
+) -> Listing:
+    """List one source with the lister its kind needs, bounded, grace applied."""
+    started = clock()
+    listed_at = datetime.now(UTC)
+    bounds = Bounds(name, spec, clock)
+    try:
+        if spec.folder is not None:
+            from monitor.sources.folder import list_folder
+
+            listing = list_folder(spec.folder, bounds)
+        else:
+            # boto3 costs a few hundred milliseconds to import: only when a source needs it.
+            from monitor.sources.boto3_s3 import list_s3
+
+            listing = list_s3(spec, bounds)
+    except ListingError:
+        raise
+    except Exception as exc:
+        # Whatever a lister did not foresee is this run's error, never a crash of the pass.
+        raise ListingError(
+            scrubbed(
+                f"source {name}: listing {spec.where} failed: {type(exc).__name__}: "
+                f"{shorten(str(exc), 200)}"
+            )
+        ) from None
+    listing.rows, listing.ignored_new = settled(listing.rows, spec.min_age_delta, listed_at)
+    listing.seconds = clock() - started
+    return listing
+
+
+def list_all(sources: Mapping[str, SourceSpec], lister: Lister = list_source) -> dict[str, Listing]:
+    return {name: lister(name, spec) for name, spec in sources.items()}

@@ -1,0 +1,367 @@
+"""Sources: the `source:` header, the text and parameters invmon binds, the grace window,
+the folder lister, and the live receipts invariant run on a real database against a
+folder. The S3 lister is tested against a real S3-compatible server in test_sources_s3.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from helpers import invariant
+from sources_kit import add_invoices, found, live_invariant
+
+from monitor.header import HeaderError, InvariantHeader, parse_header, split_file
+from monitor.loader import load_directory
+from monitor.metrics import Metrics
+from monitor.runner import Runner
+from monitor.sources.binding import ObjectRow, bind, emptied
+from monitor.sources.header import SourceSpec
+from monitor.sources.listing import ListingError, list_source, scrubbed, settled
+from monitor.tester import run_fixtures
+
+# --- the header --------------------------------------------------------------------------
+
+
+def header_problems(source: str) -> list[tuple[int, str]]:
+    text = f"-- description: x\n-- source: {source}\nSELECT 1\n"
+    try:
+        parse_header(split_file(text))
+    except HeaderError as exc:
+        return exc.problems
+    return []
+
+
+def test_a_misspelt_key_in_a_source_is_refused_at_its_line_with_a_hint() -> None:
+    problems = header_problems('{receipt_objects: {s3: "s3://receipts/x/", max_objets: 5}}')
+    assert len(problems) == 1
+    line, message = problems[0]
+    assert line == 2
+    assert message.startswith(
+        "unknown key 'max_objets' in source 'receipt_objects'; did you mean 'max_objects'?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ('{r: {s3: "s3://bucket/x/", folder: /tmp}}', "give exactly one of"),
+        ("{r: {columns: [key]}}", "give exactly one of"),
+        ('{r: {s3: "http://bucket/x/"}}', "must be s3://bucket/prefix"),
+        ('{r: {s3: "s3://bucket/", endpoint: "http://AKIA:secret@minio:9000"}}', "credentials"),
+        ('{r: {s3: "s3://bucket/", columns: [key, key]}}', "listed twice"),
+        ('{r: {s3: "s3://bucket/", max_objects: 0}}', "greater than or equal to 1"),
+        ('{r: {s3: "s3://bucket/", timeout: 2h}}', "at most 1h"),
+        ('{r: {s3: "s3://bucket/", timeout: 0}}', "more than 0s"),
+        ("{Receipts: {folder: /tmp}}", "not a lower-case SQL name"),
+        ('{r: {folder: /tmp, endpoint: "http://x"}}', "are for `s3:` sources"),
+    ],
+)
+def test_a_source_that_cannot_be_listed_as_written_is_refused(source: str, said: str) -> None:
+    problems = header_problems(source)
+    assert len(problems) == 1
+    assert problems[0][0] == 2
+    assert said in problems[0][1]
+
+
+def test_a_source_gets_its_defaults() -> None:
+    text = '-- description: x\n-- source: {objects: {s3: "s3://receipts-prod/r/"}}\nSELECT 1'
+    spec = parse_header(split_file(text)).source["objects"]
+    assert (spec.columns, spec.max_objects, spec.timeout_delta, spec.min_age_delta) == (
+        ("key", "size", "last_modified"),
+        100_000,
+        timedelta(seconds=30),
+        timedelta(0),
+    )
+    assert spec.bucket_and_prefix == ("receipts-prod", "r/")
+
+
+# --- binding (pure) ----------------------------------------------------------------------
+
+WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def test_binding_prepends_one_line_of_ctes_and_passes_the_values_as_typed_arrays() -> None:
+    sources = {
+        "receipt_objects": SourceSpec(s3="s3://bucket/r/"),
+        "tags": SourceSpec(folder="/srv/tags", columns=("key",)),
+    }
+    rows = {
+        "receipt_objects": [
+            ObjectRow("r/a'; DROP TABLE x; --", 3, WHEN),
+            ObjectRow("r/b", 4, None),
+        ],
+        "tags": [ObjectRow("t/$1", None, None)],
+    }
+    bound = bind(sources, rows)
+    assert bound.prefix == (
+        'WITH "receipt_objects"("key", "size", "last_modified") AS (SELECT u.c1, u.c2, '
+        "to_timestamp(u.c3) FROM unnest($1::text[], $2::bigint[], $3::float8[]) AS "
+        'u(c1, c2, c3)), "tags"("key") AS (SELECT u.c1 FROM unnest($4::text[]) AS u(c1))\n'
+    )
+    assert bound.lines == 1
+    assert bound.params == [
+        ["r/a'; DROP TABLE x; --", "r/b"],
+        [3, 4],
+        [WHEN.timestamp(), None],
+        ["t/$1"],
+    ]
+    assert emptied(bound) == [[], [], [], []]
+
+
+def test_the_grace_window_drops_objects_newer_than_min_age_and_counts_them() -> None:
+    listed_at = WHEN
+    rows = [
+        ObjectRow("old", 1, listed_at - timedelta(minutes=11)),
+        ObjectRow("edge", 1, listed_at - timedelta(minutes=10)),
+        ObjectRow("new", 1, listed_at - timedelta(minutes=9)),
+        ObjectRow("no time", 1, None),
+    ]
+    kept, new = settled(rows, timedelta(minutes=10), listed_at)
+    assert ([r.key for r in kept], new) == (["old", "edge", "no time"], 1)
+    assert settled(rows, timedelta(0), listed_at) == (rows, 0)
+
+
+# --- the folder lister --------------------------------------------------------------------
+
+
+def make_files(root: Path, names: list[str], age: timedelta = timedelta(hours=1)) -> None:
+    stamp = time.time() - age.total_seconds()
+    for name in names:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * len(name))
+        os.utime(path, (stamp, stamp))
+
+
+def test_a_folder_lists_every_file_under_it_by_relative_key_size_and_time(
+    tmp_path: Path,
+) -> None:
+    names = ["a.pdf", "receipts/2026/b.pdf", "receipts/2026/c d'e.pdf", "z/y/x/deep.pdf"]
+    make_files(tmp_path / "bucket", names)
+    (tmp_path / "bucket" / "empty-dir").mkdir()
+    (tmp_path / "outside.pdf").write_text("not listed")
+    (tmp_path / "bucket" / "link.pdf").symlink_to(tmp_path / "outside.pdf")
+    listing = list_source("objects", SourceSpec(folder=str(tmp_path / "bucket")))
+    assert {r.key: r.size for r in listing.rows} == {n: len(n) for n in names}
+    assert listing.seen == 4
+    assert all(
+        r.last_modified is not None and r.last_modified < datetime.now(UTC) - timedelta(minutes=59)
+        for r in listing.rows
+    )
+
+
+def test_a_folder_over_max_objects_is_an_error_never_a_cut(tmp_path: Path) -> None:
+    make_files(tmp_path, [f"{i}.pdf" for i in range(6)])
+    spec = SourceSpec(folder=str(tmp_path), max_objects=5)
+    with pytest.raises(ListingError) as raised:
+        list_source("objects", spec)
+    assert str(raised.value) == (
+        f"source objects: folder {tmp_path} holds more than 5 objects (max_objects); the "
+        "invariant is not evaluated on a partial listing"
+    )
+    assert len(list_source("objects", SourceSpec(folder=str(tmp_path), max_objects=6)).rows) == 6
+
+
+def test_a_folder_that_is_not_there_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ListingError, match=r"folder .*/gone does not exist"):
+        list_source("objects", SourceSpec(folder=str(tmp_path / "gone")))
+
+
+def test_a_listing_past_its_timeout_is_an_error(tmp_path: Path) -> None:
+    make_files(tmp_path, ["a/1.pdf", "b/2.pdf"])
+    ticks = iter(range(0, 1000, 20))  # every look at the clock is 20 s later
+    with pytest.raises(ListingError, match=r"took longer than its timeout \(30s\)"):
+        list_source("objects", SourceSpec(folder=str(tmp_path)), clock=lambda: next(ticks))
+
+
+def test_a_file_name_that_is_not_utf8_is_an_error_showing_it_escaped(tmp_path: Path) -> None:
+    (tmp_path / os.fsdecode(b"bad-\xff.pdf")).write_text("x")
+    with pytest.raises(ListingError) as raised:
+        list_source("objects", SourceSpec(folder=str(tmp_path)))
+    assert str(raised.value) == "source objects: an object key that is not UTF-8: 'bad-\\\\xff.pdf'"
+
+
+# --- the live receipts invariant against a folder, on a real database -------------------
+
+
+def test_the_live_receipts_invariant_reads_a_folder_and_finds_each_problem_exactly(
+    schema_database: str, tmp_path: Path
+) -> None:
+    bucket = tmp_path / "bucket"
+    referenced = [f"receipts/{i:04}.pdf" for i in range(200)]
+    orphans = ["receipts/orphan-1.pdf", "receipts/x/orphan 2'.pdf"]
+    make_files(bucket, [*referenced, *orphans, "receipts/shared.pdf"])
+    make_files(bucket, ["receipts/fresh-orphan.pdf"], age=timedelta(minutes=1))
+    invoices = {i + 1: key for i, key in enumerate(referenced)}
+    invoices |= {301: "receipts/shared.pdf", 302: "receipts/shared.pdf"}
+    invoices |= {401: "receipts/missing.pdf"}
+    add_invoices(schema_database, invoices)
+    add_invoices(schema_database, {501: "receipts/not-yet.pdf"}, age="5 minutes")
+    inv = live_invariant(tmp_path / "invariants", folder=str(bucket), min_age="10m")
+    inv = dataclasses.replace(inv, sample=1000)
+    with Runner(schema_database, concurrency=1) as runner:
+        result = runner.run_one(inv)
+    assert (result.status, result.error) == ("violated", None)
+    assert found(result.rows) == {
+        ("unreferenced", "receipts/orphan-1.pdf"),
+        ("unreferenced", "receipts/x/orphan 2'.pdf"),
+        ("referenced_by_many", "receipts/shared.pdf"),
+        ("missing_object", "401"),
+    }
+    assert result.count == 4
+    assert result.listing_ms is not None and 0 < result.listing_ms <= result.duration_ms
+
+
+def test_a_listing_error_makes_the_run_an_error_never_ok(
+    schema_database: str, tmp_path: Path
+) -> None:
+    inv = live_invariant(tmp_path / "invariants", folder=str(tmp_path / "no-such-folder"))
+    with Runner(schema_database, concurrency=1) as runner:
+        result = runner.run_one(inv)
+    assert (result.status, result.count) == ("error", None)
+    assert (
+        result.error == f"source receipt_objects: folder {tmp_path}/no-such-folder does not exist"
+    )
+    assert result.listing_ms is not None
+
+
+def test_listing_time_is_a_histogram_of_its_own_in_the_metrics(
+    schema_database: str, tmp_path: Path
+) -> None:
+    make_files(tmp_path / "bucket", ["receipts/a.pdf"])
+    inv = live_invariant(tmp_path / "invariants", folder=str(tmp_path / "bucket"))
+    with Runner(schema_database, concurrency=1) as runner:
+        result = runner.run_one(inv)
+    assert (result.status, result.count) == ("violated", 1)
+    metrics = Metrics(lambda: {"open_incidents": 0, "events_pending": 0})
+    metrics.observe(result, time.time())
+    text = metrics.render().decode()
+    labels = 'invariant="orphaned_receipts_live",target="default"'
+    assert f"invmon_source_listing_seconds_count{{{labels}}} 1.0" in text
+    assert f"invmon_run_duration_seconds_count{{{labels}}} 1.0" in text
+
+
+# --- fixture cases with inline sources ---------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "live"
+SCHEMA = Path(__file__).resolve().parent.parent / "deploy" / "demo" / "schema.sql"
+
+
+def test_every_case_of_the_live_receipts_invariant_passes_with_its_listing_inline(
+    admin_dsn: str,
+) -> None:
+    loaded = load_directory(EXAMPLES)
+    assert [p for p in loaded.problems if p.level == "error"] == []
+    [report] = run_fixtures(loaded.invariants, SCHEMA.read_text(), admin_dsn)
+    assert report.fixture is not None and report.fixture.problems == []
+    assert {r.case.name: (r.passed, r.error) for r in report.results} == {
+        name: (True, None)
+        for name in (
+            "an orphan object, a shared object and a missing object each fire under their problem",
+            "each problem lists the invoices behind it",
+            "objects younger than min_age and receipts younger than the grace are not judged",
+            "an empty bucket reports every judged invoice as missing",
+        )
+    }
+    assert not report.untested
+
+
+def test_a_case_naming_a_source_the_header_does_not_declare_fails_at_its_line(
+    admin_dsn: str, tmp_path: Path
+) -> None:
+    (tmp_path / "objects.sql").write_text(
+        "-- description: every object is known\n"
+        "-- source: {objects: {folder: /nonexistent, columns: [key]}}\n"
+        "SELECT o.key FROM objects AS o\n"
+    )
+    (tmp_path / "objects.test.yaml").write_text(
+        "cases:\n"
+        "  - name: an object fires\n"
+        "    sources:\n"
+        "      objects: [{key: a.pdf}]\n"
+        "    expect: {count: 1}\n"
+        "  - name: a misspelt source\n"
+        "    sources:\n"
+        "      object: [{key: a.pdf}]\n"
+        "    expect: {count: 0}\n"
+    )
+    loaded = load_directory(tmp_path)
+    [report] = run_fixtures(loaded.invariants, None, admin_dsn)
+    assert [(r.passed, r.error) for r in report.results] == [
+        (True, None),
+        (
+            False,
+            f"{tmp_path}/objects.test.yaml:6: `sources` names object, not a source of the "
+            "header (declared: objects)",
+        ),
+    ]
+
+
+# --- the fence over what invmon adds -----------------------------------------------------
+
+
+def test_a_parameter_in_an_invariant_is_refused_by_lint(tmp_path: Path) -> None:
+    (tmp_path / "p.sql").write_text(
+        "-- description: x\n-- source: {objects: {folder: /srv}}\nSELECT o.key\n"
+        "FROM objects AS o WHERE o.key = $1\n"
+    )
+    loaded = load_directory(tmp_path)
+    assert [(p.line, p.message) for p in loaded.problems] == [
+        (
+            4,
+            "$1 is a parameter, and invmon passes an invariant none (a source's rows are named "
+            "by its relation); write the value",
+        )
+    ]
+
+
+def test_the_fence_judges_the_text_sent_with_its_sources_and_names_the_files_line(
+    schema_database: str, tmp_path: Path
+) -> None:
+    make_files(tmp_path / "bucket", ["a.pdf"])
+    sourced = invariant("sourced", "SELECT o.key\nFROM objects AS o, pg_advisory_lock(1)")
+    header = InvariantHeader(
+        description="x", source={"objects": SourceSpec(folder=str(tmp_path / "bucket"))}
+    )
+    with Runner(schema_database, concurrency=1) as runner:
+        result = runner.run_one(dataclasses.replace(sourced, header=header))
+        vetted = runner.vet([dataclasses.replace(sourced, header=header)])
+    assert (result.status, result.count) == ("error", None)
+    message = (
+        "sourced.sql:3: function pg_advisory_lock() (pg_advisory_lock(bigint)) is VOLATILE: "
+        "PostgreSQL's catalog says it "
+        "may change the database or act outside the query; not allowed"
+    )
+    assert result.error == f"refused by the read-only fence: {message}"
+    assert [str(p) for p in vetted["sourced"]] == [message]
+
+
+def test_a_source_wins_over_a_table_of_the_same_name(schema_database: str, tmp_path: Path) -> None:
+    make_files(tmp_path / "bucket", ["from-the-folder.pdf"])
+    with psycopg.connect(schema_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE objects (key text)")
+        conn.execute("INSERT INTO objects VALUES ('from-the-table.pdf')")
+    header = InvariantHeader(
+        description="x", source={"objects": SourceSpec(folder=str(tmp_path / "bucket"))}
+    )
+    inv = dataclasses.replace(
+        invariant("shadow", "WITH k AS (SELECT key FROM objects) SELECT key FROM k"), header=header
+    )
+    with Runner(schema_database, concurrency=1) as runner:
+        result = runner.run_one(inv)
+    assert (result.status, result.rows) == ("violated", [{"key": "from-the-folder.pdf"}])
+
+
+def test_a_credential_of_the_environment_is_scrubbed_from_any_listing_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value-1234")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "tok")  # too short to be told from a word: kept
+    assert scrubbed("signature s3cr3t-value-1234 did not match; tok") == (
+        "signature *** did not match; tok"
+    )
