@@ -537,6 +537,12 @@ def snooze(incident: int, duration: str, config_path: Path | None) -> None:
 @click.argument("names", nargs=-1)
 @SELECT
 @click.option("--analyze", is_flag=True, help="EXPLAIN ANALYZE: runs the queries (read-only).")
+@click.option(
+    "--empty-sources",
+    is_flag=True,
+    help="Plan each `source:` as an empty listing instead of listing it (no bucket access "
+    "needed; the cost then leaves the listing out, and says so).",
+)
 @output_format("text", "json")
 @TARGETS
 def explain(
@@ -546,11 +552,13 @@ def explain(
     names: tuple[str, ...],
     selectors: tuple[str, ...],
     analyze: bool,
+    empty_sources: bool,
     fmt: str,
     targets: tuple[str, ...],
 ) -> None:
     """Planner cost of each invariant; exit 1 when one is over its max_cost."""
     from monitor.explain import Explained, explain_all, explain_document, explain_text
+    from monitor.sources.listing import list_source
 
     config = resolve_config(config_path, dsn, invariants_dir)
     known = require_targets(config, "explain against")
@@ -570,6 +578,7 @@ def explain(
                 analyze,
                 config.fence.allowances(),
                 target.database.lock_timeout,
+                None if empty_sources else list_source,
             )
         except Exception as exc:  # a refused connection: one sentence, not a traceback
             fail(f"cannot explain on target {name!r}: {redact(str(exc))}")

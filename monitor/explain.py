@@ -24,7 +24,8 @@ from monitor.execute import (
 from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.loader import Invariant
 from monitor.runner import describe_error
-from monitor.sources.binding import unlisted
+from monitor.sources.binding import NOTHING_BOUND, Bound, bind, standalone
+from monitor.sources.listing import Lister, ListingError, list_source, listed_and_bound
 
 BIG_RELATION_ROWS = 100_000  # a sequential scan over more rows than this is worth a look
 
@@ -79,6 +80,9 @@ class Explained:
     summary: PlanSummary | None
     max_cost: float | None
     error: str | None = None
+    # Each source's objects as planned: the number listed, or None for an empty listing
+    # (--empty-sources), which leaves the listing's size out of the cost.
+    sources: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def over_budget(self) -> bool:
@@ -94,8 +98,11 @@ def explain_all(
     analyze: bool,
     allow: Allowances = TRUST_NOTHING,
     lock_timeout: timedelta = timedelta(seconds=5),
+    lister: Lister | None = list_source,
 ) -> list[Explained]:
-    """EXPLAIN each invariant, judged by the fence first: ANALYZE runs the query."""
+    """EXPLAIN each invariant, judged by the fence first: ANALYZE runs the query. Sources
+    are listed with `lister` and planned with what it found, as a run would send them;
+    with None, as empty listings."""
     out = []
     options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
     live_fence = LiveFence(allow)
@@ -104,21 +111,24 @@ def explain_all(
         for inv in invariants:
             limit = inv.header.max_cost if inv.header.max_cost is not None else default_max_cost
             try:
+                bound, sources = _listed(inv, lister)
+            except ListingError as exc:
+                out.append(Explained(inv.name, None, limit, str(exc)))
+                continue
+            try:
                 with conn.transaction():
                     begin_read_only(conn, inv, lock_timeout)
-                    # A source is planned as an empty listing: nothing is listed to plan.
-                    text, params, user_line = unlisted(inv.header.source, inv.sql)
+                    text, params, user_line = standalone(bound, inv.sql)
                     live_fence.refuse_unless_allowed(conn, text, inv, user_line)
                     with psycopg.RawCursor(conn) if params else conn.cursor() as cur:
                         send_one_statement(cur, f"EXPLAIN ({options})\n{text}", params or None)
                         row = cur.fetchone()
             except Refused as exc:
-                out.append(
-                    Explained(inv.name, None, limit, f"refused by the read-only fence: {exc}")
-                )
+                refused = f"refused by the read-only fence: {exc}"
+                out.append(Explained(inv.name, None, limit, refused, sources))
                 continue
             except psycopg.Error as exc:
-                out.append(Explained(inv.name, None, limit, describe_error(exc)))
+                out.append(Explained(inv.name, None, limit, describe_error(exc), sources))
                 continue
             assert row is not None
             sizes: dict[str, float] = dict(
@@ -129,8 +139,29 @@ def explain_all(
                 ).fetchall()
             )
             conn.rollback()
-            out.append(Explained(inv.name, summarize(row[0], sizes), limit))
+            out.append(Explained(inv.name, summarize(row[0], sizes), limit, None, sources))
     return out
+
+
+def _listed(inv: Invariant, lister: Lister | None) -> tuple[Bound, dict[str, int | None]]:
+    """What to plan `inv` with: its sources listed (as a run sends them), or empty."""
+    sources = inv.header.source
+    if not sources:
+        return NOTHING_BOUND, {}
+    if lister is None:
+        return bind(sources, {name: [] for name in sources}), dict.fromkeys(sources)
+    bound, listings = listed_and_bound(sources, lister)
+    return bound, {name: len(listing.rows) for name, listing in listings.items()}
+
+
+def _source_notes(r: Explained) -> list[str]:
+    return [
+        f"source {name}: planned as an empty listing (--empty-sources): the cost leaves the "
+        "listing out"
+        if objects is None
+        else f"source {name}: planned with the {objects:,} objects listed now"
+        for name, objects in r.sources.items()
+    ]
 
 
 def explain_text(results: Sequence[Explained]) -> tuple[str, int]:
@@ -139,6 +170,7 @@ def explain_text(results: Sequence[Explained]) -> tuple[str, int]:
     for r in results:
         if r.summary is None:
             lines.append(f"⚠️  {r.invariant}: cannot explain: {r.error}")
+            lines += [f"     {note}" for note in _source_notes(r)]
             continue
         budget = "" if r.max_cost is None else f" (max_cost {r.max_cost:,.0f})"
         mark = "❌" if r.over_budget else "✅"
@@ -147,7 +179,7 @@ def explain_text(results: Sequence[Explained]) -> tuple[str, int]:
             f"{mark} {r.invariant}: cost {r.summary.total_cost:,.0f}{budget}, "
             f"~{r.summary.rows:,.0f} rows{ran}"
         )
-        lines += [f"     {note}" for note in r.summary.notable]
+        lines += [f"     {note}" for note in [*r.summary.notable, *_source_notes(r)]]
     over = [r.invariant for r in results if r.over_budget]
     if over:
         lines.append(
@@ -170,6 +202,8 @@ def explain_document(results: Sequence[Explained]) -> dict[str, Any]:
                 "max_cost": r.max_cost,
                 "over_budget": r.over_budget,
                 "error": r.error,
+                # name: objects planned with, or null for an empty listing (--empty-sources)
+                "sources": r.sources,
             }
             for r in results
         ],

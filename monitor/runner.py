@@ -37,8 +37,8 @@ from monitor.problems import Problem
 from monitor.redaction import NO_REDACTION, Masker, Redaction
 from monitor.replica import ReplicaStatus, read_replica_status
 from monitor.results import DEFAULT_TARGET, RunResult
-from monitor.sources.binding import NOTHING_BOUND, Bound, bind, unlisted
-from monitor.sources.listing import Lister, ListingError, list_source
+from monitor.sources.binding import NOTHING_BOUND, Bound, unlisted
+from monitor.sources.listing import Lister, ListingError, list_source, listed_and_bound
 from monitor.text import counted
 
 # A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
@@ -184,8 +184,8 @@ class Runner:
         if not sources:
             return NOTHING_BOUND, None
         clock = time.monotonic()
-        rows = {name: self.lister(name, spec).rows for name, spec in sources.items()}
-        return bind(sources, rows), (time.monotonic() - clock) * 1000
+        bound, _ = listed_and_bound(sources, self.lister)
+        return bound, (time.monotonic() - clock) * 1000
 
     def run_one(self, invariant: Invariant) -> RunResult:
         started = datetime.now(UTC)

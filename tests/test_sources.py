@@ -5,6 +5,7 @@ folder. The S3 lister is tested against a real S3-compatible server in test_sour
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from datetime import UTC, datetime, timedelta
@@ -365,3 +366,54 @@ def test_a_credential_of_the_environment_is_scrubbed_from_any_listing_message(
     assert scrubbed("signature s3cr3t-value-1234 did not match; tok") == (
         "signature *** did not match; tok"
     )
+
+
+# --- explain: planned with what a run would send ------------------------------------------
+
+
+def test_explain_plans_a_source_with_its_listing_and_says_how_many_objects_it_planned(
+    schema_database: str, tmp_path: Path
+) -> None:
+    from helpers import cli
+
+    bucket = tmp_path / "bucket"
+    make_files(bucket, [f"receipts/{i:04}.pdf" for i in range(1500)])
+    live_invariant(tmp_path / "invariants", folder=str(bucket), min_age="10m")
+    args = ["explain", "--dsn", schema_database, "--invariants", str(tmp_path / "invariants")]
+
+    listed = cli(*args, "--format", "json")
+    empty = cli(*args, "--format", "json", "--empty-sources")
+    assert (listed.returncode, empty.returncode) == (0, 0), listed.stderr + empty.stderr
+    [with_listing] = json.loads(listed.stdout)["results"]
+    [without] = json.loads(empty.stdout)["results"]
+    assert with_listing["sources"] == {"receipt_objects": 1500}
+    assert without["sources"] == {"receipt_objects": None}
+    # The planner sizes unnest() by the array it is given: 1,500 objects cost more to plan
+    # than none, so an empty listing would understate the cost a max_cost gate compares.
+    assert with_listing["cost"] > without["cost"]
+
+    text = cli(*args).stdout.splitlines()
+    assert text[0].startswith("✅ orphaned_receipts_live: cost ")
+    assert text[1:] == ["     source receipt_objects: planned with the 1,500 objects listed now"]
+    text = cli(*args, "--empty-sources").stdout.splitlines()
+    assert text[1:] == [
+        "     source receipt_objects: planned as an empty listing (--empty-sources): the cost"
+        " leaves the listing out"
+    ]
+
+
+def test_explain_of_a_source_that_cannot_be_listed_cannot_explain_and_exits_2(
+    schema_database: str, tmp_path: Path
+) -> None:
+    from helpers import cli
+
+    gone = tmp_path / "gone"
+    live_invariant(tmp_path / "invariants", folder=str(gone))
+    args = ["explain", "--dsn", schema_database, "--invariants", str(tmp_path / "invariants")]
+    done = cli(*args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        f"⚠️  orphaned_receipts_live: cannot explain: source receipt_objects: folder {gone}"
+        " does not exist"
+    ]
+    assert cli(*args, "--empty-sources").returncode == 0

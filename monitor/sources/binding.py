@@ -96,12 +96,16 @@ def bound_text(bound: Bound, statement: str) -> str:
     return bound.prefix + statement
 
 
-def unlisted(sources: Mapping[str, SourceSpec], sql: str) -> tuple[str, list[list[Any]], int]:
-    """The invariant's SQL reading its sources as empty listings, for what judges or plans
-    a query without running it (the daemon's vetting, `invmon explain`): the text, its
-    parameters and the line of the text where the invariant's SQL starts. Without sources,
-    the SQL as it is."""
-    if not sources:
+def standalone(bound: Bound, sql: str) -> tuple[str, list[list[Any]], int]:
+    """The invariant's SQL on its own (not wrapped in invmon's counting query) reading
+    `bound`'s listings, for what judges or plans a query without running it (the daemon's
+    vetting, `invmon explain`): the text, its parameters and the line of the text where the
+    invariant's SQL starts. Without sources, the SQL as it is."""
+    if not bound.prefix:
         return sql, [], 1
-    bound = bind(sources, {name: [] for name in sources})
     return bound_text(bound, f"SELECT * FROM (\n{sql}\n) AS q"), bound.params, 2 + bound.lines
+
+
+def unlisted(sources: Mapping[str, SourceSpec], sql: str) -> tuple[str, list[list[Any]], int]:
+    """`standalone` with every source an empty listing: the text's shape, for the fence."""
+    return standalone(bind(sources, {name: [] for name in sources}), sql)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from monitor.sources.binding import ObjectRow
+from monitor.sources.binding import Bound, ObjectRow, bind
 from monitor.sources.header import SourceSpec
 from monitor.text import shorten
 
@@ -148,5 +148,10 @@ def list_source(
     return listing
 
 
-def list_all(sources: Mapping[str, SourceSpec], lister: Lister = list_source) -> dict[str, Listing]:
-    return {name: lister(name, spec) for name, spec in sources.items()}
+def listed_and_bound(
+    sources: Mapping[str, SourceSpec], lister: Lister = list_source
+) -> tuple[Bound, dict[str, Listing]]:
+    """Every source of an invariant listed (in header order; the first error stops), and
+    the CTEs and parameters that bind them: what `check`, the daemon and `explain` send."""
+    listings = {name: lister(name, spec) for name, spec in sources.items()}
+    return bind(sources, {name: listing.rows for name, listing in listings.items()}), listings
