@@ -28,6 +28,7 @@ class Run:
     columns: list[str] = field(default_factory=list)
     sample: list[dict[str, Any]] = field(default_factory=list)
     target: str = DEFAULT_TARGET  # the monitored database it ran on
+    listing_ms: float | None = None  # its sources' listing, part of duration_ms
 
 
 @dataclass(frozen=True)

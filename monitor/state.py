@@ -305,8 +305,8 @@ class StateStore(StateQueries):
         started = result.started_at or finished_at
         [(run_id,)] = tx.rows(
             "INSERT INTO runs (invariant, started_at, finished_at, status, count, error,"
-            " replica_lag_seconds, duration_ms, columns_json, sample_json, target, slot)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " replica_lag_seconds, duration_ms, columns_json, sample_json, target, slot,"
+            " listing_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 invariant,
                 stamp(started),
@@ -320,6 +320,7 @@ class StateStore(StateQueries):
                 json.dumps(result.rows),
                 result.target,
                 stamp(claim.slot) if claim else None,
+                result.listing_ms,
             ),
         )
         return int(run_id)

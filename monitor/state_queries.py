@@ -46,6 +46,7 @@ _RUN_COLUMNS = (
     "columns_json",
     "sample_json",
     "target",
+    "listing_ms",
 )
 
 
@@ -223,6 +224,7 @@ class StateQueries:
                     columns=json.loads(r["columns_json"]),
                     sample=json.loads(r["sample_json"]),
                     target=r["target"],
+                    listing_ms=r["listing_ms"],
                 )
             )
         return out

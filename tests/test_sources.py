@@ -23,6 +23,7 @@ from monitor.runner import Runner
 from monitor.sources.binding import ObjectRow, bind, emptied
 from monitor.sources.header import SourceSpec
 from monitor.sources.listing import ListingError, list_source, scrubbed, settled
+from monitor.state import StateStore
 from monitor.tester import run_fixtures
 
 # --- the header --------------------------------------------------------------------------
@@ -417,3 +418,30 @@ def test_explain_of_a_source_that_cannot_be_listed_cannot_explain_and_exits_2(
         " does not exist"
     ]
     assert cli(*args, "--empty-sources").returncode == 0
+
+
+def test_a_runs_listing_time_is_stored_with_it_and_shown_beside_its_duration(
+    schema_database: str, tmp_path: Path, store: StateStore
+) -> None:
+    from monitor.web.reads import read_invariant
+    from monitor.web.views import run_line
+
+    bucket = tmp_path / "bucket"
+    make_files(bucket, ["receipts/a.pdf"])
+    inv = live_invariant(tmp_path / "invariants", folder=str(bucket))
+    plain = invariant("plain", "SELECT 1 AS x WHERE false")
+    with Runner(schema_database, concurrency=1) as runner:
+        sourced, unsourced = runner.run_one(inv), runner.run_one(plain)
+    assert (sourced.status, unsourced.status) == ("violated", "ok")
+    listed = dataclasses.replace(sourced, duration_ms=2500.0, listing_ms=1200.4)
+    now = datetime.now(UTC)
+    store.record_run(inv.name, listed, now)
+    store.record_run(plain.name, unsourced, now)
+
+    [run] = store.runs(inv.name)
+    [other] = store.runs(plain.name)
+    assert (run.listing_ms, other.listing_ms) == (1200.4, None)
+    [point] = read_invariant(store, inv.name).runs
+    assert run_line(point).duration == "2,500 ms (listing 1,200 ms)"
+    [point] = read_invariant(store, plain.name).runs
+    assert run_line(point).duration == f"{unsourced.duration_ms:,.0f} ms"

@@ -41,6 +41,7 @@ class RunPoint:
     replica_lag_seconds: float | None
     error: str | None
     target: str
+    listing_ms: float | None = None  # its sources' listing, part of duration_ms
 
 
 @dataclass(frozen=True)
@@ -97,12 +98,12 @@ class IncidentRecords:
 
 _POINT = (
     "id, invariant, started_at, finished_at, status, count, duration_ms,"
-    " replica_lag_seconds, error, target"
+    " replica_lag_seconds, error, target, listing_ms"
 )
 
 
 def _point(row: tuple[Any, ...]) -> RunPoint:
-    i, inv, started, finished, status, count, duration, lag, error, target = row
+    i, inv, started, finished, status, count, duration, lag, error, target, listing = row
     return RunPoint(
         int(i),
         str(inv),
@@ -114,6 +115,7 @@ def _point(row: tuple[Any, ...]) -> RunPoint:
         None if lag is None else float(lag),
         error,
         str(target),
+        None if listing is None else float(listing),
     )
 
 

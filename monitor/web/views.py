@@ -84,10 +84,12 @@ def iso(moment: datetime | None) -> str:
     return moment.isoformat() if moment else ""
 
 
-def duration_ms(ms: float | None) -> str:
+def duration_ms(ms: float | None, listing_ms: float | None = None) -> str:
+    """A run's time; with sources, the listing's share of it in brackets."""
     if ms is None:
         return "–"
-    return f"{ms:,.0f} ms" if ms < 10_000 else f"{ms / 1000:,.1f} s"
+    took = f"{ms:,.0f} ms" if ms < 10_000 else f"{ms / 1000:,.1f} s"
+    return took if listing_ms is None else f"{took} (listing {duration_ms(listing_ms)})"
 
 
 def age(since: datetime, now: datetime) -> str:
@@ -384,7 +386,7 @@ def run_line(point: RunPoint) -> RunLine:
         iso(point.started_at),
         status_of(point.status),
         "–" if point.count is None else f"{point.count:,}",
-        duration_ms(point.duration_ms),
+        duration_ms(point.duration_ms, point.listing_ms),
         "–" if lag is None else f"{lag:,.1f} s",
         cut(point.error or "", TEXT_LIMIT),
     )
