@@ -23,7 +23,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,7 @@ def sql_expression_problem(text: str) -> str | None:
 _Loader.add_constructor("!sql", _sql)
 EXPECT_FIELDS = {"keys", "count", "rows"}
 CASE_FIELDS = {"name", "rows", "sources", "expect"}
+OBJECT_FIELDS = {"key", "size", "last_modified", "etag"}  # a source object given inline
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,11 @@ def _hint(raw: bytes, line: int) -> str:
     return ""
 
 
-def load_fixture(path: Path, key_columns: tuple[str, ...]) -> Fixture:
+def load_fixture(
+    path: Path, key_columns: tuple[str, ...], sources: Collection[str] = ()
+) -> Fixture:
+    """The cases of one fixture file, or the problems that stop them (`key_columns` and
+    `sources` are what the invariant's header declares)."""
     fixture = Fixture(path)
     try:
         with path.open("rb") as handle:
@@ -159,7 +164,7 @@ def load_fixture(path: Path, key_columns: tuple[str, ...]) -> Fixture:
     lines = _case_lines(path)
     for index, raw in enumerate(cases):
         line = lines[index] if index < len(lines) else 1
-        case = _case(raw, index, line, key_columns, path, fixture.problems)
+        case = _case(raw, index, line, (key_columns, sources), path, fixture.problems)
         if case is not None:
             fixture.cases.append(case)
     return fixture
@@ -179,10 +184,11 @@ def _case(
     raw: Any,
     index: int,
     line: int,
-    key_columns: tuple[str, ...],
+    declared: tuple[tuple[str, ...], Collection[str]],
     path: Path,
     problems: list[Problem],
 ) -> Case | None:
+    key_columns, source_names = declared
     where = f"case {index + 1}"
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
         problems.append(Problem(path, line, f"{where}: needs a `name`"))
@@ -206,6 +212,10 @@ def _case(
         problems.append(
             Problem(path, line, f"{name!r}: `sources` maps each source to a list of objects")
         )
+        return None
+    wrong = _sources_problem(sources, source_names)
+    if wrong:
+        problems.append(Problem(path, line, f"{name!r}: {wrong}"))
         return None
     expect = raw.get("expect")
     if isinstance(expect, dict) and set(expect) - EXPECT_FIELDS:
@@ -253,6 +263,30 @@ def _case(
             Problem(path, line, not_unique(name, key_columns, repeated), level="warning")
         )
     return Case(name, line, rows, keys, count, rows_expected, sources)
+
+
+def _sources_problem(sources: dict[Any, list[dict[Any, Any]]], declared: Collection[str]) -> str:
+    """What is wrong with a case's inline listings, offline (lint sees it too), or ""."""
+    unknown = sorted(map(str, set(sources) - set(declared)))
+    if unknown:
+        hint = _did_you_mean(set(unknown), set(declared))
+        return (
+            f"`sources` names {', '.join(unknown)}, not a source of the header (declared: "
+            f"{', '.join(sorted(declared)) or 'none'}){hint}"
+        )
+    for source, objects in sources.items():
+        for given in objects:
+            extra = sorted(map(str, set(given) - OBJECT_FIELDS))
+            if extra or not isinstance(given.get("key"), str):
+                return f"an object of {source} needs `key` (text) and takes size, " + (
+                    f"last_modified and etag; not {', '.join(extra)}"
+                    if extra
+                    else "last_modified and etag"
+                )
+            size = given.get("size")
+            if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+                return f"an object of {source}: size must be a whole number"
+    return ""
 
 
 def _did_you_mean(unknown: set[str], known: set[str]) -> str:

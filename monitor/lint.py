@@ -142,7 +142,7 @@ def lint_folder(
     for inv in loaded.invariants:  # the fixture next to each file: read, not run
         cases = fixture_path(inv.path)
         if cases.exists():
-            fixtures.append(load_fixture(cases, inv.key))
+            fixtures.append(load_fixture(cases, inv.key, inv.header.source))
             loaded.problems += fixtures[-1].problems
     own = dict(target_schemas or {})
     if schema_sql is not None or own:

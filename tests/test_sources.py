@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import invariant
+from helpers import cli, invariant
 from sources_kit import add_invoices, found, live_invariant
 
 from monitor.header import HeaderError, InvariantHeader, parse_header, split_file
@@ -292,15 +292,60 @@ def test_a_case_naming_a_source_the_header_does_not_declare_fails_at_its_line(
         "      object: [{key: a.pdf}]\n"
         "    expect: {count: 0}\n"
     )
+    said = (
+        "'a misspelt source': `sources` names object, not a source of the header (declared:"
+        " objects); did you mean 'object' -> 'objects'?"
+    )
     loaded = load_directory(tmp_path)
     [report] = run_fixtures(loaded.invariants, None, admin_dsn)
-    assert [(r.passed, r.error) for r in report.results] == [
-        (True, None),
+    assert [(r.case.name, r.passed, r.error) for r in report.results] == [
+        ("an object fires", True, None)
+    ]
+    assert report.fixture is not None
+    assert [(p.line, p.message) for p in report.fixture.problems] == [(6, said)]
+    # Read, not run: lint says the same, with no database.
+    linted = cli("lint", str(tmp_path), "--format", "json")
+    assert linted.returncode == 2, linted.stdout + linted.stderr  # invalid
+    assert [
+        (p["path"], p["line"], p["message"]) for p in json.loads(linted.stdout)["problems"]
+    ] == [(str(tmp_path / "objects.test.yaml"), 6, said)]
+
+
+@pytest.mark.parametrize(
+    ("objects", "said"),
+    [
         (
-            False,
-            f"{tmp_path}/objects.test.yaml:6: `sources` names object, not a source of the "
-            "header (declared: objects)",
+            "[{size: 3}]",
+            "an object of objects needs `key` (text) and takes size, last_modified and etag",
         ),
+        (
+            "[{key: a, colour: red}]",
+            "an object of objects needs `key` (text) and takes size,"
+            " last_modified and etag; not colour",
+        ),
+        (
+            "[{key: 12}]",
+            "an object of objects needs `key` (text) and takes size, last_modified and etag",
+        ),
+        ("[{key: a, size: 1.5}]", "an object of objects: size must be a whole number"),
+        ("[{key: a, size: true}]", "an object of objects: size must be a whole number"),
+    ],
+)
+def test_an_inline_object_lint_cannot_read_as_a_listing_is_a_problem_at_its_case(
+    tmp_path: Path, objects: str, said: str
+) -> None:
+    (tmp_path / "objects.sql").write_text(
+        "-- description: every object is known\n"
+        "-- source: {objects: {folder: /nonexistent, columns: [key]}}\n"
+        "SELECT o.key FROM objects AS o\n"
+    )
+    (tmp_path / "objects.test.yaml").write_text(
+        f"cases:\n  - name: one\n    sources: {{objects: {objects}}}\n    expect: {{count: 1}}\n"
+    )
+    linted = cli("lint", str(tmp_path), "--format", "json")
+    assert linted.returncode == 2, linted.stdout + linted.stderr  # invalid
+    assert [(p["line"], p["message"]) for p in json.loads(linted.stdout)["problems"]] == [
+        (2, f"'one': {said}")
     ]
 
 
@@ -375,7 +420,6 @@ def test_a_credential_of_the_environment_is_scrubbed_from_any_listing_message(
 def test_explain_plans_a_source_with_its_listing_and_says_how_many_objects_it_planned(
     schema_database: str, tmp_path: Path
 ) -> None:
-    from helpers import cli
 
     bucket = tmp_path / "bucket"
     make_files(bucket, [f"receipts/{i:04}.pdf" for i in range(1500)])
@@ -406,7 +450,6 @@ def test_explain_plans_a_source_with_its_listing_and_says_how_many_objects_it_pl
 def test_explain_of_a_source_that_cannot_be_listed_cannot_explain_and_exits_2(
     schema_database: str, tmp_path: Path
 ) -> None:
-    from helpers import cli
 
     gone = tmp_path / "gone"
     live_invariant(tmp_path / "invariants", folder=str(gone))
