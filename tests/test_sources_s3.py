@@ -139,6 +139,17 @@ def test_a_listing_reads_every_object_across_every_page(endpoint: str, shared_bu
     assert sorted(r.key for r in list_source("x", narrower).rows) == sorted(ORPHANS[-3:])
 
 
+def test_without_an_endpoint_in_the_header_the_environments_endpoint_is_used(
+    monkeypatch: pytest.MonkeyPatch, endpoint: str, shared_bucket: str
+) -> None:
+    # The same invariant file against MinIO in staging and S3 in production: the endpoint
+    # comes from boto3's own AWS_ENDPOINT_URL_S3 (or the profile's endpoint_url).
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    spec = SourceSpec(s3=f"s3://{shared_bucket}/receipts/odd/")
+    assert sorted(r.key for r in list_source("x", spec).rows) == sorted(ORPHANS[-3:])
+
+
 def test_the_live_receipts_invariant_finds_exactly_the_orphaned_shared_and_missing_objects(
     schema_database: str, tmp_path: Path, endpoint: str, shared_bucket: str
 ) -> None:
