@@ -201,7 +201,7 @@ class Daemon:
 
     def _loaded(self) -> dict[str, Loaded]:
         with self._lock:
-            return {n: Loaded(i.schedule, i.timeout) for n, i in self.invariants.items()}
+            return {n: Loaded(i.schedule, i.longest_run) for n, i in self.invariants.items()}
 
     def _running(self) -> dict[str, datetime]:
         with self._idle:

@@ -81,6 +81,14 @@ class Invariant:
     def key(self) -> tuple[str, ...]:
         return tuple(self.header.key)
 
+    @property
+    def longest_run(self) -> timedelta:
+        """The longest one run may take: its sources listed one after another, each within
+        its own timeout, then the query within `timeout`. What the watchdog waits before
+        it calls a run stuck."""
+        listing = sum((s.timeout_delta for s in self.header.source.values()), timedelta(0))
+        return listing + self.timeout
+
 
 @dataclass
 class LoadResult:

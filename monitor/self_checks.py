@@ -90,7 +90,7 @@ class Loaded:
     """What the watchdog knows of one loaded invariant."""
 
     schedule: Schedule
-    timeout: timedelta
+    timeout: timedelta  # the longest a run may take, its sources' listings included
 
 
 def stalled(

@@ -488,3 +488,19 @@ def test_a_runs_listing_time_is_stored_with_it_and_shown_beside_its_duration(
     assert run_line(point).duration == "2,500 ms (listing 1,200 ms)"
     [point] = read_invariant(store, plain.name).runs
     assert run_line(point).duration == f"{unsourced.duration_ms:,.0f} ms"
+
+
+def test_a_run_still_listing_its_sources_is_not_called_stuck_before_listing_and_query_could_end(
+    tmp_path: Path,
+) -> None:
+    from monitor.self_checks import Loaded, stuck
+
+    inv = live_invariant(tmp_path, folder="/srv/receipts", timeout="2m")  # the query: 2m too
+    assert (inv.timeout, inv.longest_run) == (timedelta(minutes=2), timedelta(minutes=4))
+    loaded = {inv.name: Loaded(inv.schedule, inv.longest_run)}
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    # Stuck means a minute past the longest a run may take: listing (2m) + query (2m).
+    in_time = {inv.name: now - timedelta(minutes=4, seconds=59)}
+    late = {inv.name: now - timedelta(minutes=5, seconds=1)}
+    assert stuck(in_time, loaded, now) == []
+    assert [s["invariant"] for s in stuck(late, loaded, now)] == [inv.name]
