@@ -273,14 +273,19 @@ def test_every_case_of_the_live_receipts_invariant_passes_with_its_listing_inlin
     assert not report.untested
 
 
-def test_a_case_naming_a_source_the_header_does_not_declare_fails_at_its_line(
-    admin_dsn: str, tmp_path: Path
-) -> None:
-    (tmp_path / "objects.sql").write_text(
+def objects_invariant(folder: Path) -> None:
+    """An invariant reading one source, `objects` (key only), for its cases to give."""
+    (folder / "objects.sql").write_text(
         "-- description: every object is known\n"
         "-- source: {objects: {folder: /nonexistent, columns: [key]}}\n"
         "SELECT o.key FROM objects AS o\n"
     )
+
+
+def test_a_case_naming_a_source_the_header_does_not_declare_fails_at_its_line(
+    admin_dsn: str, tmp_path: Path
+) -> None:
+    objects_invariant(tmp_path)
     (tmp_path / "objects.test.yaml").write_text(
         "cases:\n"
         "  - name: an object fires\n"
@@ -334,11 +339,7 @@ def test_a_case_naming_a_source_the_header_does_not_declare_fails_at_its_line(
 def test_an_inline_object_lint_cannot_read_as_a_listing_is_a_problem_at_its_case(
     tmp_path: Path, objects: str, said: str
 ) -> None:
-    (tmp_path / "objects.sql").write_text(
-        "-- description: every object is known\n"
-        "-- source: {objects: {folder: /nonexistent, columns: [key]}}\n"
-        "SELECT o.key FROM objects AS o\n"
-    )
+    objects_invariant(tmp_path)
     (tmp_path / "objects.test.yaml").write_text(
         f"cases:\n  - name: one\n    sources: {{objects: {objects}}}\n    expect: {{count: 1}}\n"
     )
