@@ -3,6 +3,8 @@ the last day; once per channel and day, whoever asks."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from fake_slack import FakeSlack
 from scenario import World, script, settle
 
@@ -16,6 +18,11 @@ def summaries(fake: FakeSlack) -> list[str]:
 def test_a_channel_gets_one_summary_a_day_with_each_incident_in_its_group(
     world: World,
 ) -> None:
+    # Summaries are once per UTC date: start at noon (yesterday's, so never ahead of the
+    # database's own clock), or the 23 hours below would cross no midnight when the test
+    # starts between 00:00 and 01:00 UTC.
+    noon = world.clock.now.replace(hour=12, minute=0, second=0) - timedelta(days=1)
+    world.clock.now = noon
     with FakeSlack(clock=world.clock) as fake:
         daemon = world.daemon(fake)
         script(world, daemon, 0)
