@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -60,6 +61,7 @@ def test_a_misspelt_key_in_a_source_is_refused_at_its_line_with_a_hint() -> None
         ('{r: {s3: "s3://bucket/", timeout: 2h}}', "at most 1h"),
         ('{r: {s3: "s3://bucket/", timeout: 0}}', "more than 0s"),
         ("{Receipts: {folder: /tmp}}", "not a lower-case SQL name"),
+        ("{order: {folder: /tmp}}", "order is a reserved word in PostgreSQL"),
         ('{r: {folder: /tmp, endpoint: "http://x"}}', "are for `s3:` sources"),
     ],
 )
@@ -101,15 +103,15 @@ def test_binding_prepends_one_line_of_ctes_and_passes_the_values_as_typed_arrays
     }
     bound = bind(sources, rows)
     assert bound.prefix == (
-        'WITH "receipt_objects"("key", "size", "last_modified") AS (SELECT u.c1, u.c2, '
-        "to_timestamp(u.c3) FROM unnest($1::text[], $2::bigint[], $3::float8[]) AS "
-        'u(c1, c2, c3)), "tags"("key") AS (SELECT u.c1 FROM unnest($4::text[]) AS u(c1))\n'
+        'WITH "receipt_objects"("key", "size", "last_modified") AS (SELECT * FROM '
+        'unnest($1::text[], $2::bigint[], $3::text[]::timestamptz[])), "tags"("key") AS '
+        "(SELECT * FROM unnest($4::text[]))\n"
     )
     assert bound.lines == 1
     assert bound.params == [
         ["r/a'; DROP TABLE x; --", "r/b"],
         [3, 4],
-        [WHEN.timestamp(), None],
+        [WHEN.isoformat(), None],
         ["t/$1"],
     ]
     assert emptied(bound) == [[], [], [], []]
@@ -179,6 +181,34 @@ def test_a_listing_past_its_timeout_is_an_error(tmp_path: Path) -> None:
     ticks = iter(range(0, 1000, 20))  # every look at the clock is 20 s later
     with pytest.raises(ListingError, match=r"took longer than its timeout \(30s\)"):
         list_source("objects", SourceSpec(folder=str(tmp_path)), clock=lambda: next(ticks))
+
+
+def test_a_flat_folder_is_bounded_file_by_file_not_folder_by_folder(tmp_path: Path) -> None:
+    make_files(tmp_path, [f"{i:04}.pdf" for i in range(300)])
+    reads = iter(range(1000))  # one second later at every look at the clock
+    with pytest.raises(ListingError, match=r"took longer than its timeout \(5s\)"):
+        list_source("objects", SourceSpec(folder=str(tmp_path), timeout="5s"), lambda: next(reads))
+    # Stopped within the bound: a handful of reads, not one per folder after all 300.
+    assert next(reads) < 10
+
+
+def test_what_disappears_while_a_folder_is_listed_is_left_out_not_an_error(
+    tmp_path: Path,
+) -> None:
+    make_files(tmp_path, ["a.pdf", "sub/b.pdf", "sub/deeper/c.pdf"])
+    looks = []
+
+    def clock() -> float:
+        # Looks 1 and 2 start the listing and its deadline; the third is as the first
+        # entry of the folder is read: the subfolder goes then, after the folder's names
+        # were read, before it is listed itself.
+        looks.append(1)
+        if len(looks) == 3:
+            shutil.rmtree(tmp_path / "sub")
+        return float(len(looks)) / 1000
+
+    listing = list_source("objects", SourceSpec(folder=str(tmp_path)), clock)
+    assert [r.key for r in listing.rows] == ["a.pdf"]
 
 
 def test_a_file_name_that_is_not_utf8_is_an_error_showing_it_escaped(tmp_path: Path) -> None:
@@ -505,3 +535,30 @@ def test_a_run_still_listing_its_sources_is_not_called_stuck_before_listing_and_
     late = {inv.name: now - timedelta(minutes=5, seconds=1)}
     assert stuck(in_time, loaded, now) == []
     assert [s["invariant"] for s in stuck(late, loaded, now)] == [inv.name]
+
+
+def test_every_value_a_listing_can_hold_reaches_the_database_exactly(database: str) -> None:
+    from monitor.sources.binding import bound_text
+
+    times = [
+        datetime(1907, 8, 6, 23, 33, 59, 647803, tzinfo=UTC),  # a float came back 647804
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(1, 1, 2, 0, 0, 0, 1, tzinfo=UTC),
+        datetime(2026, 11, 30, 23, 59, 59, 999999, tzinfo=UTC),
+        None,
+    ]
+    keys = ["NULL", "", " a b ", "%s $1 {a,b} \\ é\n\t", 'x"y']
+    rows = [
+        ObjectRow(key, size, moment, etag)
+        for key, size, moment, etag in zip(
+            keys, [0, None, 2**62, 1, 7], times, ["NULL", None, "e", "", "x"], strict=True
+        )
+    ]
+    spec = SourceSpec(folder="/srv", columns=["key", "size", "last_modified", "etag"])
+    bound = bind({"objects": spec}, {"objects": rows})
+    text = bound_text(bound, "SELECT key, size, last_modified, etag FROM objects ORDER BY key")
+    with psycopg.connect(database) as conn:
+        conn.execute("SET TIME ZONE 'America/New_York'")  # the input says its offset
+        got = psycopg.RawCursor(conn).execute(text, bound.params).fetchall()
+    expected = sorted(((r.key, r.size, r.last_modified, r.etag) for r in rows), key=lambda r: r[0])
+    assert got == expected

@@ -9,6 +9,8 @@ import dataclasses
 import json
 import logging
 import socket
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -148,6 +150,70 @@ def test_without_an_endpoint_in_the_header_the_environments_endpoint_is_used(
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     spec = SourceSpec(s3=f"s3://{shared_bucket}/receipts/odd/")
     assert sorted(r.key for r in list_source("x", spec).rows) == sorted(ORPHANS[-3:])
+
+
+@pytest.fixture
+def stalling_endpoint() -> Iterator[str]:
+    """An endpoint that accepts, reads the request, then sends one byte a second and never
+    finishes: each socket read succeeds, so no read timeout of the client's ever fires."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            while not stop.wait(1):
+                try:
+                    conn.sendall(b"H")
+                except OSError:
+                    return
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=trickle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        server.close()
+
+
+def test_a_stalled_store_is_an_error_at_the_listings_timeout_not_whenever_it_answers(
+    stalling_endpoint: str,
+) -> None:
+    spec = SourceSpec(s3="s3://bucket/receipts/", endpoint=stalling_endpoint, timeout="2s")
+    started = time.monotonic()
+    with pytest.raises(ListingError) as raised:
+        list_source("receipt_objects", spec)
+    took = time.monotonic() - started
+    assert str(raised.value) == (
+        f"source receipt_objects: listing s3://bucket/receipts/ at {stalling_endpoint} took "
+        "longer than its timeout (2s)"
+    )
+    # The bound is the listing's 2 s (this store would never have answered); the margin is
+    # for a loaded machine starting a thread and a client.
+    assert 2 <= took < 5, took
+
+
+def test_a_credential_in_the_environments_endpoint_url_is_never_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]  # nothing listens once closed
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://minio:hunter2pass@127.0.0.1:{port}/")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with pytest.raises(ListingError) as raised:
+        list_source("r", SourceSpec(s3="s3://bucket/receipts/", timeout="20s"))
+    said = str(raised.value)
+    assert said.startswith("source r: listing s3://bucket/receipts/ failed: ")
+    assert "hunter2pass" not in said and "minio:" not in said
+    assert f"http://***@127.0.0.1:{port}/" in said
 
 
 def test_the_live_receipts_invariant_finds_exactly_the_orphaned_shared_and_missing_objects(

@@ -3,8 +3,8 @@
 Each source becomes one CTE over typed arrays passed as parameters, prepended to the text
 invmon sends (which wraps the invariant's SQL verbatim, see query.py):
 
-    WITH "receipt_objects"("key", "size", "last_modified") AS (SELECT u.c1, u.c2,
-    to_timestamp(u.c3) FROM unnest($1::text[], $2::bigint[], $3::float8[]) AS u(c1, c2, c3))
+    WITH "receipt_objects"("key", "size", "last_modified") AS (SELECT * FROM
+    unnest($1::text[], $2::bigint[], $3::text[]::timestamptz[]))
     SELECT … FROM (<the invariant, as written>) AS q …
 
 (the WITH list is one line: the invariant's own lines move down by exactly one). Nothing
@@ -59,30 +59,27 @@ def bind(sources: Mapping[str, SourceSpec], rows: Mapping[str, Sequence[ObjectRo
     ctes: list[str] = []
     params: list[list[Any]] = []
     for name, spec in sources.items():
-        arrays, values = [], []
-        for i, column in enumerate(spec.columns, start=1):
+        arrays = []
+        for column in spec.columns:
             if column == "last_modified":
-                # Seconds since the epoch, not datetimes: psycopg dumps a float six times
-                # faster than a datetime (0.1 s against 0.7 s for 100,000), and to_timestamp
-                # (IMMUTABLE) rounds to the microsecond, the precision of both ends.
-                params.append([_epoch(row.last_modified) for row in rows[name]])
-                arrays.append(f"${len(params)}::float8[]")
-                values.append(f"to_timestamp(u.c{i})")
+                # ISO 8601 text with its offset, read by the server's timestamptz input:
+                # exact to the microsecond in every year (epoch seconds as a float came
+                # back a microsecond off before 1930, and past 9999), and psycopg dumps it
+                # faster than datetimes (0.31 s against 0.40 s for 100,000).
+                params.append([_iso(row.last_modified) for row in rows[name]])
+                arrays.append(f"${len(params)}::text[]::timestamptz[]")
             else:
                 params.append([row.value(column) for row in rows[name]])
                 arrays.append(f"${len(params)}::{COLUMN_TYPES[column]}[]")
-                values.append(f"u.c{i}")
         names = ", ".join(quote_identifier(c) for c in spec.columns)
-        aliases = ", ".join(f"c{i}" for i in range(1, len(spec.columns) + 1))
         ctes.append(
-            f"{quote_identifier(name)}({names}) AS (SELECT {', '.join(values)} "
-            f"FROM unnest({', '.join(arrays)}) AS u({aliases}))"
+            f"{quote_identifier(name)}({names}) AS (SELECT * FROM unnest({', '.join(arrays)}))"
         )
     return Bound(f"WITH {', '.join(ctes)}\n", params, 1)
 
 
-def _epoch(moment: datetime | None) -> float | None:
-    return None if moment is None else moment.timestamp()
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 def emptied(bound: Bound) -> list[list[Any]]:

@@ -9,6 +9,7 @@ against max_objects and the listing's deadline as it arrives.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -32,6 +33,14 @@ def _client(spec: SourceSpec, read_timeout: float) -> Any:
     return session.client("s3", endpoint_url=spec.endpoint, region_name=spec.region, config=config)
 
 
+def _aware(moment: datetime | None) -> datetime | None:
+    """S3 says UTC; botocore leaves a time naive when a compatible store omits the zone,
+    and a naive time would be read as the host's local time (or fail to compare)."""
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment
+
+
 def list_s3(spec: SourceSpec, bounds: Bounds) -> Listing:
     bucket, prefix = spec.bucket_and_prefix
     listing = Listing()
@@ -50,10 +59,11 @@ def list_s3(spec: SourceSpec, bounds: Bounds) -> Listing:
             page = client.list_objects_v2(**arguments)
             listing.pages += 1
             for item in page.get("Contents", []):
+                size = item.get("Size")
                 row = ObjectRow(
                     checked_key(bounds.name, str(item["Key"])),
-                    int(item.get("Size", 0)),
-                    item.get("LastModified"),
+                    None if size is None else int(size),  # not said is not zero
+                    _aware(item.get("LastModified")),
                     str(item["ETag"]).strip('"') if item.get("ETag") else None,
                 )
                 bounds.admit(listing, row)

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from pglast.keywords import RESERVED_KEYWORDS
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from monitor.durations import parse_duration
@@ -138,4 +139,8 @@ def check_source_names(value: Any) -> Any:
             raise ValueError(
                 f"{shorten(name, 40)} is not a lower-case SQL name (letters, digits, _)"
             )
+        if name in RESERVED_KEYWORDS:
+            # The CTE would quote it, but the query could only name it quoted: FROM order
+            # is a syntax error.
+            raise ValueError(f"{name} is a reserved word in PostgreSQL; choose another name")
     return value

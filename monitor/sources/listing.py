@@ -9,6 +9,9 @@ and at a key longer than S3 allows or that is not text.
 from __future__ import annotations
 
 import os
+import queue
+import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +25,11 @@ MAX_KEY_BYTES = 1024  # S3's own limit on a key; a longer name is not an object 
 _SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 
+# user:password@ in any URL a message quotes (an endpoint may come from AWS_ENDPOINT_URL_S3,
+# which no header check saw).
+_URL_USERINFO = re.compile(r"(?<=://)[^/\s@\"']+@")
+
+
 def scrubbed(message: str) -> str:
     """Defence in depth: no credential of the environment's survives in a message, whatever
     library wrote it."""
@@ -29,7 +37,7 @@ def scrubbed(message: str) -> str:
         value = os.environ.get(variable)
         if value and len(value) >= 4:
             message = message.replace(value, "***")
-    return message
+    return _URL_USERINFO.sub("***@", message)
 
 
 class ListingError(Exception):
@@ -55,16 +63,25 @@ class Bounds:
         self.spec = spec
         self._clock = clock
         self._deadline = clock() + spec.timeout_delta.total_seconds()
+        self._abandoned = threading.Event()
 
     def remaining(self) -> float:
-        """Seconds left before the listing's timeout; raises once it has passed."""
+        """Seconds left before the listing's timeout; raises once it has passed (or once
+        the run stopped waiting for this listing)."""
         left = self._deadline - self._clock()
-        if left <= 0:
-            raise ListingError(
-                f"source {self.name}: listing {self.spec.where} took longer than its timeout "
-                f"({self.spec.timeout})"
-            )
+        if left <= 0 or self._abandoned.is_set():
+            raise self.overdue()
         return left
+
+    def overdue(self) -> ListingError:
+        return ListingError(
+            f"source {self.name}: listing {self.spec.where} took longer than its timeout "
+            f"({self.spec.timeout})"
+        )
+
+    def abandon(self) -> None:
+        """The run has stopped waiting: the lister stops at its next check."""
+        self._abandoned.set()
 
     def admit(self, listing: Listing, row: ObjectRow) -> None:
         listing.seen += 1
@@ -119,10 +136,37 @@ Lister = Callable[[str, SourceSpec], Listing]
 def list_source(
     name: str, spec: SourceSpec, clock: Callable[[], float] = time.monotonic
 ) -> Listing:
-    """List one source with the lister its kind needs, bounded, grace applied."""
+    """List one source with the lister its kind needs, bounded, grace applied.
+
+    The lister runs on a thread of its own and the run waits for it at most `timeout`:
+    a store that stalls inside one request (a socket read that trickles, a hung NFS stat)
+    cannot hold the run past its bound, which the lister's own checks between pages and
+    files could not promise. An abandoned lister stops at its next check; its request
+    ends with the client's own socket timeouts."""
     started = clock()
-    listed_at = datetime.now(UTC)
     bounds = Bounds(name, spec, clock)
+    answer: queue.Queue[Listing | ListingError] = queue.Queue(maxsize=1)
+
+    def work() -> None:
+        try:
+            answer.put(_listed(name, spec, bounds))
+        except ListingError as exc:
+            answer.put(exc)
+
+    threading.Thread(target=work, name=f"invmon-list-{name}", daemon=True).start()
+    try:
+        outcome = answer.get(timeout=spec.timeout_delta.total_seconds())
+    except queue.Empty:
+        bounds.abandon()
+        raise bounds.overdue() from None
+    if isinstance(outcome, ListingError):
+        raise outcome
+    outcome.seconds = clock() - started
+    return outcome
+
+
+def _listed(name: str, spec: SourceSpec, bounds: Bounds) -> Listing:
+    listed_at = datetime.now(UTC)
     try:
         if spec.folder is not None:
             from monitor.sources.folder import list_folder
@@ -133,6 +177,7 @@ def list_source(
             from monitor.sources.boto3_s3 import list_s3
 
             listing = list_s3(spec, bounds)
+        listing.rows, listing.ignored_new = settled(listing.rows, spec.min_age_delta, listed_at)
     except ListingError:
         raise
     except Exception as exc:
@@ -143,8 +188,6 @@ def list_source(
                 f"{shorten(str(exc), 200)}"
             )
         ) from None
-    listing.rows, listing.ignored_new = settled(listing.rows, spec.min_age_delta, listed_at)
-    listing.seconds = clock() - started
     return listing
 
 
