@@ -41,6 +41,7 @@ from monitor.definitions import Definitions, Reload
 from monitor.evaluation import Evaluator
 from monitor.fleet import Queue
 from monitor.http import Listener, Probe, Routes
+from monitor.liveness import Liveness
 from monitor.loader import Invariant
 from monitor.metrics import Metrics
 from monitor.process import SignalLoop
@@ -50,13 +51,24 @@ from monitor.self_checks import Loaded
 from monitor.slots import Timetable
 from monitor.state import StateStore
 from monitor.store_health import StoreHealth
+from monitor.supervision import Notifier, Supervisor
 from monitor.watchdog import Watchdog
 from monitor.web.page import StatusPage
 
 log = logging.getLogger("invmon.daemon")
 
 TICK = timedelta(seconds=1)
-HEARTBEAT_LIMIT = timedelta(seconds=15)  # /healthz fails when the timetable stops ticking
+# Liveness bounds (liveness.py): /healthz fails, and systemd's watchdog pings stop, when a
+# part has not moved for longer than its bound.
+HEARTBEAT_LIMIT = timedelta(seconds=15)  # the timetable's tick, due every second
+# One alerts turn plans what is pending and performs up to 50 deliveries, each a few Slack
+# calls bounded by the transport's timeout.
+ALERTS_LIMIT = timedelta(minutes=5)
+RUN_MARGIN = timedelta(minutes=1)  # past a run's own longest (listings + query timeout)
+RELOAD_LIMIT = timedelta(minutes=5)  # loading and vetting the folder against each target
+# A stop takes at most daemon.shutdown_grace for the runs in flight, then this for the rest
+# (cancelling, the last deliveries, closing connections); past it the process exits 70.
+STOP_MARGIN = timedelta(seconds=10)
 
 __all__ = ["Daemon", "Reload", "utc_now"]
 
@@ -77,8 +89,10 @@ class Daemon:
         definitions: Definitions,
         clock: Clock,
         store_health: StoreHealth,
+        signals: SignalLoop | None = None,
     ) -> None:
-        """Wire the parts; nothing runs until `start` (or `run_due`, `run_once`)."""
+        """Wire the parts; nothing runs until `start` (or `run_due`, `run_once`).
+        `signals`: the loop the process installed before anything slow, if it did."""
         self.definitions = definitions
         self.config = config
         self.store = store
@@ -112,7 +126,9 @@ class Daemon:
             clock,
             self.store_health,
         )
-        self.signals = SignalLoop(self._reload_on_signal)
+        self.signals = signals or SignalLoop()
+        self.liveness = Liveness()
+        self.supervisor = Supervisor(self.liveness, Notifier())
         self.watchdog = Watchdog(
             config.watchdog,
             store,
@@ -128,12 +144,18 @@ class Daemon:
         self.listener: Listener | None = None
         self.scheduler: BackgroundScheduler | None = None
         self._started = False
-        self._lock = threading.Lock()  # the invariants and the timetable
+        # Lock discipline: `_lock` guards the loop's own state (the running set of
+        # invariants, the timetable, the queue, `_in_flight` and `_holding`) and nothing
+        # else. It is held only to read or change that state: never across a call to the
+        # store, a database, Slack or a callback, and never taken twice (a plain Lock: a
+        # second acquire on one thread is a wedge, which the tests would show). `_idle`
+        # waits on the same lock for the runs in flight to end.
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
         self._in_flight: dict[str, datetime] = {}  # name -> when its run started
         self._holding: dict[str, Claim] = {}  # name -> its claim, queued or running
-        self._idle = threading.Condition()
-        self._heartbeat = time.monotonic()
         self._stopping = False
+        self._stop_step = "nothing yet"  # what the stop waits for now, for its deadline
 
     @classmethod
     def build(
@@ -143,6 +165,7 @@ class Daemon:
         store: StateStore,
         clock: Clock = utc_now,
         transport: Transport | None = None,
+        signals: SignalLoop | None = None,
     ) -> Daemon:
         """The parts a real daemon needs, from its config; `dsn` is the default target's
         (from --dsn or INVMON_DSN), the other targets' come from `targets:`."""
@@ -154,7 +177,7 @@ class Daemon:
         databases = Databases.build(config, store, health, redaction, dsn or None)
         definitions = Definitions()
         alerter = Alerter(store, config.slack, definitions.describe, clock, transport)
-        return cls(config, store, databases, alerter, definitions, clock, health)
+        return cls(config, store, databases, alerter, definitions, clock, health, signals)
 
     @property
     def invariants(self) -> dict[str, Invariant]:
@@ -164,7 +187,8 @@ class Daemon:
 
     def reload(self) -> Reload:
         """Load the invariants folder and bring the timetable in line with it."""
-        return self.reloader.reload()
+        with self.liveness.busy("a reload of the invariants", RELOAD_LIMIT.total_seconds()):
+            return self.reloader.reload()
 
     def _install(self, running: dict[str, Invariant]) -> None:
         with self._lock:
@@ -175,27 +199,42 @@ class Daemon:
 
     def evaluate(self, name: str, claim: Claim | None = None) -> RunResult | None:
         """Evaluate one invariant now, in this thread; None when it is not loaded (or the
-        daemon is stopping, or it is already running, or its claim was taken over)."""
+        daemon is stopping, or it is already running), its claim then handed back."""
+        started = self.clock()
         with self._lock:
             inv = self.invariants.get(name)
-            if inv is None or self._stopping or self.signals.stopping or name in self._in_flight:
-                if claim is not None:
-                    self._release(claim)
-                return None
-            self._in_flight[name] = self.clock()
-        try:
-            return self.evaluator.evaluate(inv, claim)
-        finally:
+            refused = (
+                inv is None or self._stopping or self.signals.stopping or name in self._in_flight
+            )
+            if not refused:
+                self._in_flight[name] = started
+        if inv is None or refused:
+            # Decided under the lock, handed back after leaving it: `_release` takes the
+            # lock itself and then writes to the store.
             if claim is not None:
-                with self._lock:
-                    self._holding.pop(name, None)
+                self._release(claim)
+            return None
+        bound = (inv.longest_run + RUN_MARGIN).total_seconds()
+        try:
+            with self.liveness.busy(f"the run of {name}", bound):
+                return self.evaluator.evaluate(inv, claim)
+        finally:
             with self._idle:
+                if claim is not None:
+                    self._forget(claim)
                 self._in_flight.pop(name, None)
                 self._idle.notify_all()
 
+    def _forget(self, claim: Claim) -> None:
+        """Stop renewing `claim` (the caller holds `_lock`). Only that claim: a refused
+        later slot must not stop the renewal of the run of its invariant still in flight."""
+        if self._holding.get(claim.invariant) == claim:
+            del self._holding[claim.invariant]
+
     def _release(self, claim: Claim) -> None:
+        """Hand back a claim that will not run. Takes `_lock`: never call it holding it."""
         with self._lock:
-            self._holding.pop(claim.invariant, None)
+            self._forget(claim)
         with self.store_health.guard("releasing a slot"):
             self.claims.release(claim, self.clock())
 
@@ -204,7 +243,7 @@ class Daemon:
             return {n: Loaded(i.schedule, i.longest_run) for n, i in self.invariants.items()}
 
     def _running(self) -> dict[str, datetime]:
-        with self._idle:
+        with self._lock:
             return dict(self._in_flight)
 
     def _claimed(self, now: datetime) -> list[Claim]:
@@ -264,13 +303,14 @@ class Daemon:
     def tick(self) -> list[Future[RunResult | None]]:
         """The scheduler's turn: start what is due, each on its target's own workers (a
         target that hangs fills only its own); also the heartbeat."""
-        self._heartbeat = time.monotonic()
+        self.liveness.beat("the scheduler's tick")
         if not self._started or self._stopping or self.signals.stopping:
             return []  # a stopping daemon claims nothing it would then hand back
         return self._start(self._claimed(utc_now()))
 
     def beat(self) -> list[Future[RunResult | None]]:
         """The fleet's turn (every third of a lease): heartbeat, then run what was taken over."""
+        self.liveness.beat("the fleet's heartbeat")
         if not self._started or self._stopping:
             return []
         return self._start(self.heartbeat(utc_now()))
@@ -281,7 +321,7 @@ class Daemon:
             inv = self.invariants.get(claim.invariant)
             started = (
                 self.databases.submit(inv, self.evaluate, claim.invariant, claim) if inv else None
-            )
+            )  # None too when the workers are shut down (a stop under way)
             if started is not None:
                 futures.append(started)
             else:
@@ -303,7 +343,12 @@ class Daemon:
         return list(self.pump.dispatch(force))
 
     def deliver(self, force: bool = False) -> int:
-        return self.pump.deliver(force)
+        """The alerts job's turn."""
+        self.liveness.beat("the alerts turn")
+        with self.liveness.busy("the alerts turn", ALERTS_LIMIT.total_seconds()):
+            handled = self.pump.deliver(force)
+        self.liveness.beat("the alerts turn")
+        return handled
 
     def deliver_until_idle(self, seconds: float) -> None:
         self.pump.deliver_until_idle(seconds)
@@ -374,10 +419,13 @@ class Daemon:
             next_run_time=now,
             executor="housekeeping",
         )
+        self.liveness.expect("the scheduler's tick", HEARTBEAT_LIMIT.total_seconds())
+        self.liveness.expect("the fleet's heartbeat", 3 * self._beat.total_seconds() + 15)
+        self.liveness.expect("the alerts turn", ALERTS_LIMIT.total_seconds())
         scheduler.start()
         self.scheduler = scheduler
         self.watchdog.started_at = self.clock()
-        self.watchdog.start()
+        self.watchdog.start(self.liveness, ALERTS_LIMIT)
         if self.listener:
             self.listener.start()
             log.info("listening on http://%s", self.listener.address)
@@ -409,21 +457,25 @@ class Daemon:
         )
 
     def health_problem(self) -> str | None:
+        """/healthz: None while the store works and every part of the daemon moves."""
         if self.store_health.problem is not None:
             return self.store_health.problem
         if self.scheduler is None or not self.scheduler.running:
             return "scheduler is not running"
-        age = time.monotonic() - self._heartbeat
-        if age > HEARTBEAT_LIMIT.total_seconds():
-            return f"scheduler has not ticked for {age:.0f}s"
-        return None
+        return self.liveness.problem()
 
-    def serve(self, install_signals: bool = True) -> int:
-        """Run until SIGTERM/SIGINT; SIGHUP reloads. Returns the exit code."""
-        self.start()
-        self.signals.run(install_signals)
-        self.shutdown()
-        return 0
+    def serve(self, install_signals: bool = True, supervise: bool = False) -> int:
+        """Run until SIGTERM/SIGINT; SIGHUP reloads. Returns the exit code. The signal
+        handlers go in first (if the process has not already put them in), so a signal
+        during start-up is a request like any other. `supervise` (the process's own
+        daemon, not one inside a test): systemd's notifications, and the guard that ends a
+        wedged process or a stop past its deadline (supervision.py)."""
+        with self.signals.installed(install_signals):
+            self.start()
+            if supervise:
+                self.supervisor.start()
+            self.signals.run(self._reload_on_signal)
+            return self.shutdown(supervise)
 
     def request_stop(self) -> None:
         """Safe from a signal handler and from any thread."""
@@ -436,27 +488,70 @@ class Daemon:
         log.info("SIGHUP: reloading invariants")
         self.reload()
 
-    def shutdown(self) -> None:
+    def shutdown(self, supervise: bool = False) -> int:
+        """Stop within daemon.shutdown_grace + STOP_MARGIN: the runs in flight get the
+        grace, every later step a share of what is left. The exit code: 0, or 1 when runs
+        were still in flight at the end (their threads are abandoned). With `supervise`, a
+        step that ignores its bound ends the process at the deadline, naming the step."""
         grace = self.config.daemon.shutdown_grace.total_seconds()
+        deadline = time.monotonic() + grace + STOP_MARGIN.total_seconds()
+
+        def left(most: float) -> float:
+            return max(0.0, min(most, deadline - time.monotonic()))
+
+        def step(doing: str) -> None:
+            self._stop_step = doing
+
         log.info("stopping: no new runs; waiting up to %.0fs for runs in flight", grace)
         self._stopping = True
-        self.watchdog.stop()
+        if supervise:
+            self.supervisor.stop_by(
+                grace + STOP_MARGIN.total_seconds() + 2, lambda: self._stop_step
+            )
+        for part in ("the scheduler's tick", "the fleet's heartbeat", "the alerts turn"):
+            self.liveness.forget(part)
+        step("the watchdog thread to stop")
+        self.watchdog.stop(left(5))
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
+        step("the runs in flight to finish")
         if not self._wait_idle(grace):
             cancelled = self.databases.cancel_all()
             log.warning("cancelled %d queries still running after the grace period", cancelled)
-            self._wait_idle(10)
+            step("the cancelled runs to end")
+            self._wait_idle(left(5))
+        step("the workers to stop")
         self.databases.stop_workers()
+        self._hand_back_queued()
+        step("the HTTP listener and Socket Mode to stop")
         if self.listener:
             self.listener.stop()
         if self.socket_mode:
             self.socket_mode.stop()
+        step("the last deliveries to Slack")
+        self.pump.deliver_until_idle(left(min(10.0, grace)))
+        step("the monitored databases' connections to close")
         self.databases.close()
-        self.pump.deliver_until_idle(min(10.0, grace))
+        step("the state store, to leave the fleet")
         with self.store_health.guard("leaving the fleet"):
             self.claims.leave(self.clock() - timedelta(days=1))
+        running = sorted(self._running())
+        if running:
+            log.error(
+                "stopped with runs still in flight after the grace period: %s",
+                ", ".join(running),
+            )
+            return 1
         log.info("stopped")
+        return 0
+
+    def _hand_back_queued(self) -> None:
+        """The claims whose runs were still queued when the workers stopped: handed back,
+        so another daemon can take the slot at once instead of after the lease."""
+        with self._lock:
+            queued = [c for n, c in self._holding.items() if n not in self._in_flight]
+        for claim in queued:
+            self._release(claim)
 
     def close(self) -> None:
         """Release the monitored database's connections (after `run_once`, or `serve`)."""

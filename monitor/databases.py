@@ -94,7 +94,10 @@ class Databases:
         database = self.by_name.get(inv.target)
         if database is None or database.workers is None:
             return None
-        return database.workers.submit(work, *args)
+        try:
+            return database.workers.submit(work, *args)
+        except RuntimeError:  # shut down by a stop under way: the caller hands the claim back
+            return None
 
     def vet(self, invariants: Sequence[Invariant]) -> dict[str, list[Problem]]:
         """The fence's word on each invariant against its own target's catalog; the targets

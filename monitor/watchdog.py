@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from alerts.pump import DeliveryPump
 from monitor.clock import Clock
 from monitor.config import WatchdogConfig
+from monitor.liveness import Liveness
 from monitor.results import RunResult
 from monitor.self_checks import (
     CONTEXT,
@@ -35,6 +36,7 @@ from monitor.state import StateStore
 from monitor.store_health import StoreHealth
 
 log = logging.getLogger("invmon.watchdog")
+PART = "the self-check turn"  # its name in liveness.py
 
 
 class Pinger:
@@ -107,21 +109,36 @@ class Watchdog:
             self.pinger.ping("" if healthy else "/fail")
         return results
 
-    def start(self) -> None:
+    def start(self, liveness: Liveness | None = None, turn_limit: timedelta = timedelta(0)) -> None:
+        """On a thread of its own; with `liveness`, each turn says it came round (a turn
+        delivers alerts too, so it may take as long as `turn_limit` past the interval)."""
         if self.pinger is not None:
             self.pinger.ping("/start")
-        self._thread = threading.Thread(target=self._loop, name="invmon-watchdog", daemon=True)
+        if liveness is not None:
+            liveness.expect(PART, (self.settings.interval + turn_limit).total_seconds())
+        self._thread = threading.Thread(
+            target=self._loop, args=(liveness,), name="invmon-watchdog", daemon=True
+        )
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, seconds: float = 30) -> None:
+        """Ask the thread to stop and wait for it at most `seconds` (a turn under way may
+        be inside a Slack call): it is a daemon thread, so one still in a turn then is
+        left to end with the process."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=seconds)
+            if self._thread.is_alive():
+                log.warning("the watchdog's turn did not end within %.0fs; leaving it", seconds)
 
-    def _loop(self) -> None:
+    def _loop(self, liveness: Liveness | None) -> None:
         # Event.wait is the pause between turns and wakes at once on stop.
         while not self._stop.wait(self.settings.interval.total_seconds()):
             try:
                 self.turn()
             except Exception as exc:  # the watchdog must outlive whatever it watches
                 log.error("the watchdog's turn failed: %s: %s", type(exc).__name__, exc)
+            if liveness is not None and not self._stop.is_set():
+                liveness.beat(PART)
+        if liveness is not None:
+            liveness.forget(PART)

@@ -1,0 +1,92 @@
+"""Alive means doing its job: each part of the daemon that must keep moving says so here.
+
+A part is either *periodic* (the scheduler's tick, the fleet's beat, the alerts turn, the
+self-check turn: each says `beat(part)` every time it comes round, and is stalled when it
+has not for longer than its bound) or an *activity* with an end (one run on a worker, a
+reload: `busy(part, bound)` while it lasts, stalled when it lasts longer than its bound).
+`/healthz` answers with the first stalled part, and so do the supervisor pings
+(systemd's watchdog, below): a wedged thread turns the process unhealthy, so whatever
+supervises it restarts it, instead of a green health check over a monitor that stopped.
+
+Pure apart from `monotonic`, which the tests replace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+
+from monitor.durations import format_duration
+
+
+@dataclass(frozen=True)
+class Stall:
+    part: str
+    seconds: float  # since it last moved, or since the activity began
+    bound: float
+
+    def __str__(self) -> str:
+        seconds, bound = (
+            format_duration(timedelta(seconds=round(x))) for x in (self.seconds, self.bound)
+        )
+        return f"{self.part} has not moved for {seconds} (its bound is {bound})"
+
+
+class Liveness:
+    """Thread-safe: `_lock` guards the two tables below and is never held across a call."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._periodic: dict[str, tuple[float, float]] = {}  # part -> (last beat, bound)
+        self._active: dict[int, tuple[str, float, float]] = {}  # token -> (part, start, bound)
+        self._tokens = itertools.count()
+
+    def expect(self, part: str, bound: float) -> None:
+        """From now on `part` beats at least every `bound` seconds (counted from now)."""
+        with self._lock:
+            self._periodic[part] = (self._monotonic(), bound)
+
+    def forget(self, part: str) -> None:
+        """`part` stopped on purpose (the daemon is stopping)."""
+        with self._lock:
+            self._periodic.pop(part, None)
+
+    def beat(self, part: str) -> None:
+        now = self._monotonic()
+        with self._lock:
+            known = self._periodic.get(part)
+            if known is not None:
+                self._periodic[part] = (now, known[1])
+
+    @contextmanager
+    def busy(self, part: str, bound: float) -> Iterator[None]:
+        """`part` is under way and must end within `bound` seconds."""
+        started = self._monotonic()
+        with self._lock:
+            token = next(self._tokens)
+            self._active[token] = (part, started, bound)
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._active[token]
+
+    def stalls(self) -> list[Stall]:
+        """Every part that is stalled now, the longest overdue first."""
+        now = self._monotonic()
+        with self._lock:
+            periodic = list(self._periodic.items())
+            active = list(self._active.values())
+        found = [Stall(p, now - last, bound) for p, (last, bound) in periodic if now - last > bound]
+        found += [Stall(p, now - start, bound) for p, start, bound in active if now - start > bound]
+        return sorted(found, key=lambda s: s.bound - s.seconds)
+
+    def problem(self) -> str | None:
+        stalls = self.stalls()
+        return None if not stalls else str(stalls[0])
