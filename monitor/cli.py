@@ -270,7 +270,11 @@ def selected_invariants(
 
 
 def _store_where(config: Config) -> str:
-    return "state.dsn" if config.state.dsn else f"state.path {str(config.state.path)!r}"
+    if config.state.dsn:
+        from monitor.storage import server_address
+
+        return f"state.dsn, {server_address(config.state.dsn)}"
+    return f"state.path {str(config.state.path)!r}"
 
 
 def open_store(config: Config, must_exist: bool = False, read_only: bool = False) -> StateStore:
@@ -285,7 +289,12 @@ def open_store(config: Config, must_exist: bool = False, read_only: bool = False
             "or pass the same --config"
         )
     try:
-        return StateStore.open(path=config.state.path, dsn=config.state.dsn, read_only=read_only)
+        return StateStore.open(
+            path=config.state.path,
+            dsn=config.state.dsn,
+            read_only=read_only,
+            connect_timeout=config.database.connect_timeout.total_seconds(),
+        )
     except Exception as exc:  # sqlite3 and psycopg errors alike: say where, not a traceback
         fail(f"cannot open the state store ({_store_where(config)}): {redact(str(exc))}")
 
@@ -383,28 +392,67 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
     """Run the daemon: evaluate every invariant on its schedule until SIGTERM."""
     from monitor.daemon import Daemon
     from monitor.logs import setup_logging
+    from monitor.process import SignalLoop, Stopped
 
     config = resolve_config(config_path, dsn, invariants_dir)
     require(config)  # a daemon starts with every reference set, or not at all
     setup_logging(config.log.format, config.log.level)
     require_every_target(config)
-    lock = None
-    if not config.state.dsn:
+    if once:
+        sys.exit(_run_once(config))
+    signals = SignalLoop()
+    # The handlers go in before anything slow (reaching the state store, loading and
+    # vetting the invariants): a SIGTERM meanwhile stops cleanly, a SIGHUP waits its turn.
+    with signals.installed():
         try:
-            lock = hold_single_daemon(config.state.path)
-        except StoreInUse as exc:
-            fail(str(exc))
+            lock = _single_daemon_lock(config)
+            logging.getLogger("invmon.daemon").info(
+                "opening the state store (%s)", _store_where(config)
+            )
+            store = signals.wait_for(lambda: open_store(config), "reaching the state store")
+        except Stopped as stopped:
+            logging.getLogger("invmon.daemon").info("stopped before start, %s", stopped.doing)
+            sys.exit(0)
+        try:
+            daemon = Daemon.build(config, config.dsn, store, signals=signals)
+            code = daemon.serve(supervise=True)
         except OSError as exc:
-            fail(f"cannot lock the state store {str(config.state.path)!r}: {exc.strerror}")
+            fail(f"cannot listen on http.listen {config.http.listen}: {exc.strerror or exc}")
+        finally:
+            store.close()
+            if lock is not None:
+                lock.close()
+    if code != 0:
+        # Runs still in flight past every bound: their threads would hold the interpreter's
+        # exit (it joins the workers), so end here, the reason already logged.
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def _single_daemon_lock(config: Config) -> IO[str] | None:
+    """A SQLite store serves one daemon: its lock file, held for the process's life."""
+    if config.state.dsn:
+        return None
+    try:
+        return hold_single_daemon(config.state.path)
+    except StoreInUse as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot lock the state store {str(config.state.path)!r}: {exc.strerror}")
+
+
+def _run_once(config: Config) -> int:
+    """`run --once`: burst mode, every invariant once through the daemon's full path."""
+    from monitor.daemon import Daemon
+
+    lock = _single_daemon_lock(config)
     store = open_store(config)
     daemon = Daemon.build(config, config.dsn, store)
     try:
-        if once:
-            change, results = daemon.run_once()
-            sys.exit(exit_code(results, load_failed=bool(change.invalid)))
-        sys.exit(daemon.serve())
-    except OSError as exc:
-        fail(f"cannot listen on http.listen {config.http.listen}: {exc.strerror or exc}")
+        change, results = daemon.run_once()
+        return exit_code(results, load_failed=bool(change.invalid))
     finally:
         daemon.close()
         store.close()

@@ -59,9 +59,13 @@ class StateStore(StateQueries):
 
     @classmethod
     def open(
-        cls, path: Path | None = None, dsn: str | None = None, read_only: bool = False
+        cls,
+        path: Path | None = None,
+        dsn: str | None = None,
+        read_only: bool = False,
+        connect_timeout: float = 10,
     ) -> StateStore:
-        return cls(open_storage(path, dsn, read_only))
+        return cls(open_storage(path, dsn, read_only, connect_timeout))
 
     @property
     def shared(self) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -23,6 +24,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import IO, Any, Protocol
+
+import psycopg
 
 from monitor.clock import stamp, utc_now
 from monitor.migrations import migrations
@@ -127,16 +130,25 @@ class SqliteStorage:
 class PostgresStorage:
     kind = "postgresql"
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, connect_timeout: float = 10) -> None:
         from psycopg_pool import ConnectionPool
 
+        # One connection first, on its own: the pool would retry a refused password or a
+        # missing database in the background until its timeout, where the first answer is
+        # already final. Unreachable or refusing, it is one error naming host:port.
+        timeout = max(1, round(connect_timeout))
+        try:
+            psycopg.connect(dsn, connect_timeout=timeout, application_name="invmon-state").close()
+        except psycopg.Error as exc:
+            raise StoreUnreachable(dsn, timeout, exc) from None
         self._pool = ConnectionPool(
             dsn,
             min_size=1,
             max_size=4,
             open=True,
+            timeout=connect_timeout,
             name="invmon-state",
-            kwargs={"application_name": "invmon-state"},
+            kwargs={"application_name": "invmon-state", "connect_timeout": timeout},
         )
         self.migrations = migrations(
             "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BIGINT", "DOUBLE PRECISION"
@@ -151,13 +163,57 @@ class PostgresStorage:
         self._pool.close()
 
 
+class StoreUnreachable(Exception):
+    """The PostgreSQL state store did not accept a connection: where, and why."""
+
+    def __init__(self, dsn: str, timeout: int, error: psycopg.Error) -> None:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        reason = first or type(error).__name__
+        # Only libpq's own words after the address it tried: they never hold the password.
+        if "timeout expired" in reason:
+            reason = f"no answer within {timeout}s (database.connect_timeout)"
+        code = f" (SQLSTATE {error.sqlstate})" if error.sqlstate else ""
+        super().__init__(f"cannot connect to {server_address(dsn)}: {_after_address(reason)}{code}")
+
+
+def _after_address(reason: str) -> str:
+    """libpq's reason without the address it repeats ('connection to server at "h"
+    (1.2.3.4), port 5432 failed: <why>'), since the message names host:port already."""
+    return _LIBPQ_ADDRESS.sub("", reason, count=1)
+
+
+_LIBPQ_ADDRESS = re.compile(
+    r'^(?:connection failed: )?connection to server (?:at "[^"]*"(?: \([^)]*\))?, port \d+'
+    r'|on socket "[^"]*") failed: '
+)
+
+
+def server_address(dsn: str) -> str:
+    """`host:port` a DSN points at, as libpq would read it (the PG* environment fills in
+    what the DSN leaves out); never its user or password."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "an unreadable DSN"
+    host = str(parts.get("host") or os.environ.get("PGHOST") or "the local socket")
+    port = str(parts.get("port") or os.environ.get("PGPORT") or "5432")
+    return f"{host}:{port}"
+
+
 def open_storage(
-    path: Path | None = None, dsn: str | None = None, read_only: bool = False
+    path: Path | None = None,
+    dsn: str | None = None,
+    read_only: bool = False,
+    connect_timeout: float = 10,
 ) -> SqliteStorage | PostgresStorage:
     """PostgreSQL when `dsn` is given, else the SQLite file at `path`; migrated, unless
     `read_only` (for commands that only look: they must not change a shared store)."""
     storage = (
-        PostgresStorage(dsn) if dsn else SqliteStorage(path or Path("invmon-state.db"), read_only)
+        PostgresStorage(dsn, connect_timeout)
+        if dsn
+        else SqliteStorage(path or Path("invmon-state.db"), read_only)
     )
     if not read_only:
         migrate(storage, storage.migrations)

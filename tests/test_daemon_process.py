@@ -244,6 +244,9 @@ def send_from_this_thread():
     while daemon.health_problem() is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     if which == "hup":
+        # Written only now, after the start-up load: only the SIGHUP can bring it in.
+        assert "new" not in daemon.invariants
+        (folder / "new.sql").write_text("-- description: new\\nSELECT 1 AS one WHERE false\\n")
         signal.pthread_kill(threading.get_ident(), signal.SIGHUP)
         deadline = time.monotonic() + 20
         while "new" not in daemon.invariants and time.monotonic() < deadline:
@@ -252,7 +255,6 @@ def send_from_this_thread():
     signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
 
 threading.Thread(target=send_from_this_thread, daemon=True).start()
-(folder / "new.sql").write_text("-- description: new\\nSELECT 1 AS one WHERE false\\n")
 sys.exit(daemon.serve())
 """
 
