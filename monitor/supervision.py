@@ -108,16 +108,18 @@ class Supervisor:
         """One look: ping when healthy; end the process when wedged or overdue."""
         now = self._monotonic()
         if self._stop_deadline is not None:
+            # Stopping: its own deadline is the bound now, and the pings go on until then.
             if now > self._stop_deadline:
                 self._end(f"the stop did not finish in time: still {self._waiting_for()}")
-            return
-        stalls = self.liveness.stalls()
-        for stall in stalls:
-            if stall.seconds > 2 * stall.bound + self.exit_after:
-                self._end(f"a part of the daemon is wedged: {stall}")
                 return
-        if stalls:
-            return  # no ping: the service manager's watchdog restarts a stalled process
+        else:
+            stalls = self.liveness.stalls()
+            for stall in stalls:
+                if stall.seconds > 2 * stall.bound + self.exit_after:
+                    self._end(f"a part of the daemon is wedged: {stall}")
+                    return
+            if stalls:
+                return  # no ping: the service manager's watchdog restarts a stalled process
         interval = self.notifier.watchdog
         due = interval is not None and now - self._last_ping >= interval / 2
         if due and self.notifier.notify("WATCHDOG=1"):

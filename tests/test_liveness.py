@@ -78,7 +78,7 @@ def daemon(database: str, sleepers: Path, store: StateStore) -> Iterator[Daemon]
     config = Config(
         invariants=sleepers,
         http=HttpConfig(listen=None),
-        daemon=DaemonConfig(jitter=timedelta(seconds=0.001)),  # type: ignore[call-arg]
+        daemon=DaemonConfig(jitter=timedelta(seconds=0.001)),
         fence=FenceConfig(allow_functions=["pg_sleep"]),
     )
     made = Daemon.build(config, database, store, clock=FakeClock(START))
@@ -407,9 +407,12 @@ def test_a_frozen_scheduler_turns_healthz_red_and_stops_the_watchdog_pings(
         assert process.stdout is not None
         url = process.stdout.readline().split()[-1]
         messages: list[str] = []
-        wait_for(
-            lambda: messages.extend(received(server)) or "WATCHDOG=1" in messages, 20, "a ping"
-        )
+
+        def pinged() -> bool:
+            messages.extend(received(server))
+            return "WATCHDOG=1" in messages
+
+        wait_for(pinged, 20, "a ping")
         assert messages[0] == "READY=1\nSTATUS=running"
         assert process.stdout.readline() == "wedged\n"
         # systemd's rule: no WATCHDOG=1 for WATCHDOG_USEC means the service is hung.
@@ -568,3 +571,24 @@ def test_a_sighup_during_start_up_is_a_reload_not_the_end_of_the_process(
         if process.poll() is None:
             process.kill()
     assert code == 0, log.read_text()
+
+
+def test_the_systemd_unit_asks_for_the_notifications_the_daemon_sends() -> None:
+    import configparser
+
+    from monitor.config import DaemonConfig
+    from monitor.daemon import STOP_MARGIN
+
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(Path(__file__).parents[1] / "deploy/systemd/invmon.service")
+    service = unit["Service"]
+    assert (service["Type"], service["NotifyAccess"], service["WatchdogSec"]) == (
+        "notify",
+        "main",
+        "30s",
+    )
+    # systemd's stop timeout leaves room for invmon's own bound, which names what it waited for.
+    own_bound = DaemonConfig().shutdown_grace + STOP_MARGIN
+    assert int(service["TimeoutStopSec"]) > own_bound.total_seconds()
+    assert service["Restart"] == "always"
