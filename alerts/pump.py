@@ -34,13 +34,20 @@ class DeliveryPump:
         self.store = store
         self.metrics = metrics
         self.clock = clock
-        self._planning = threading.Lock()  # one planner at a time in this process
+        # One planner at a time in this process; taken without waiting (see dispatch).
+        self._planning = threading.Lock()
 
     def dispatch(self, force: bool = False) -> list[StoredEvent]:
         """Plan pending events into the ledger; returns the events planned. A burst is held
         until quiet so it can become one digest (`force`: plan now)."""
-        with self._planning:
+        # Another thread (the alerts job or the watchdog's turn) planning now plans these
+        # same events: this one goes straight on to delivering rather than wait behind it.
+        if not self._planning.acquire(blocking=False):
+            return []
+        try:
             planned = self.alerter.plan(self.store.pending_events(limit=1000), force)
+        finally:
+            self._planning.release()
         for event in planned:
             log.warning(
                 "event %s: %s",

@@ -17,6 +17,7 @@ from psycopg_pool import PoolTimeout
 from monitor.records import IncidentContext
 from monitor.replica import is_stale
 from monitor.runner import Runner, describe_error
+from monitor.singleflight import SingleFlight
 from monitor.state import StateStore, replica_subject, target_subject
 from monitor.store_health import StoreHealth
 
@@ -49,41 +50,57 @@ class ReplicaGate:
         self.runner = runner
         self.store = store
         self.max_lag = max_lag
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards `_read` only, never held across a call
+        self._flight: SingleFlight[Gate] = SingleFlight()
         self._read: tuple[datetime, Gate] | None = None
         self._recorded: bool | None = None  # the staleness last written to the store
         self._down: bool | None = None  # the unreachability last written to the store
 
     def check(self, now: datetime) -> Gate:
+        """The gate for a run at `now`: one reading serves every run of a second, and the
+        runs that arrive while it is read wait for it (bounded) rather than read again."""
         with self._lock:
             if self._read is not None and now - self._read[0] < FRESH_FOR:
                 return self._read[1]
-            gate = self._measure()
+        wait = 3 * self.runner.database.connect_timeout.total_seconds() + 10
+        gate = self._flight.run(lambda: self._read_and_record(now), wait)
+        if gate is None:
+            return Gate(
+                error=f"the replica status of target {self.target} was still being "
+                f"read by another run after {wait:.0f}s"
+            )
+        return gate
+
+    def _read_and_record(self, now: datetime) -> Gate:
+        # One thread at a time (the single flight), so `_recorded` and `_down` have one
+        # writer; the store is written with no lock held.
+        gate = self._measure()
+        with self._lock:
             self._read = (now, gate)
-            if gate.error is None and (gate.stale is not None) != self._recorded:
-                stale = gate.stale is not None
-                with self.health.guard("recording the replica's staleness"):
-                    self.store.record_condition(
-                        "replica_stale",
-                        replica_subject(self.target),
-                        stale,
-                        now,
-                        gate.stale,
-                        self.context,
-                    )
-                    self._recorded = stale  # written: else tried again at the next check
-            if gate.unreachable != self._down and (gate.unreachable or self._down is not None):
-                with self.health.guard("recording whether the target answers"):
-                    self.store.record_condition(
-                        "target_unreachable",
-                        target_subject(self.target),
-                        gate.unreachable,
-                        now,
-                        gate.error,
-                        self.context,
-                    )
-                    self._down = gate.unreachable
-            return gate
+        if gate.error is None and (gate.stale is not None) != self._recorded:
+            stale = gate.stale is not None
+            with self.health.guard("recording the replica's staleness"):
+                self.store.record_condition(
+                    "replica_stale",
+                    replica_subject(self.target),
+                    stale,
+                    now,
+                    gate.stale,
+                    self.context,
+                )
+                self._recorded = stale  # written: else tried again at the next check
+        if gate.unreachable != self._down and (gate.unreachable or self._down is not None):
+            with self.health.guard("recording whether the target answers"):
+                self.store.record_condition(
+                    "target_unreachable",
+                    target_subject(self.target),
+                    gate.unreachable,
+                    now,
+                    gate.error,
+                    self.context,
+                )
+                self._down = gate.unreachable
+        return gate
 
     def _measure(self) -> Gate:
         # A target that was down, or not yet seen up, is first probed with a connection of

@@ -592,3 +592,44 @@ def test_the_systemd_unit_asks_for_the_notifications_the_daemon_sends() -> None:
     own_bound = DaemonConfig().shutdown_grace + STOP_MARGIN
     assert int(service["TimeoutStopSec"]) > own_bound.total_seconds()
     assert service["Restart"] == "always"
+
+
+# --- one computation at a time, no lock held across it ---------------------------------------
+
+
+def test_a_single_flight_shares_one_answer_and_bounds_the_wait_of_the_others() -> None:
+    from monitor.singleflight import SingleFlight
+
+    flight: SingleFlight[int] = SingleFlight()
+    release = threading.Event()
+    entered = threading.Event()
+    calls: list[int] = []
+
+    def slow() -> int:
+        calls.append(1)
+        entered.set()
+        release.wait(10)
+        return 42
+
+    answers: list[int | None] = []
+    first = threading.Thread(target=lambda: answers.append(flight.run(slow, 10)))
+    first.start()
+    assert entered.wait(10)
+    # A caller that waits less than the computation takes gets None, not a hang.
+    assert flight.run(slow, 0.05) is None
+    second = threading.Thread(target=lambda: answers.append(flight.run(slow, 10)))
+    second.start()
+    # Condition keeps its waiters in `_waiters`: the second caller is waiting, not computing.
+    wait_for(lambda: len(flight._done._waiters) == 1, 10, "the second caller to wait")  # type: ignore[attr-defined]
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert sorted(a for a in answers if a is not None) == [42, 42]
+    assert calls == [1]  # computed once for both
+
+    def broken() -> int:
+        raise ValueError("no replica")
+
+    with pytest.raises(ValueError, match="no replica"):
+        flight.run(broken, 1)
+    assert flight.run(lambda: 7, 1) == 7  # an error is not remembered

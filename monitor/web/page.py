@@ -28,6 +28,7 @@ from monitor.clock import Clock
 from monitor.config import HttpConfig
 from monitor.http import Reply
 from monitor.loader import Invariant
+from monitor.singleflight import SingleFlight
 from monitor.state import StateStore
 from monitor.web.access import REFUSED, Access
 from monitor.web.filters import Filters, QueryTooLong, parse_filters
@@ -73,6 +74,10 @@ TITLES = {
 }
 
 
+class Busy(Exception):
+    """The store's read for the page took longer than a visitor waits for it."""
+
+
 @dataclass(frozen=True)
 class Snapshot:
     infos: dict[str, InvariantInfo]
@@ -103,8 +108,10 @@ class StatusPage:
         self._static = {path: _static(path.rsplit("/", 1)[1]) for path in STATIC}
         for template in TEMPLATES:  # compiled now, not by the first visitors
             environment().get_template(template)
-        self._lock = threading.Lock()  # the two caches
-        self._reading = threading.Lock()  # one store read at a time
+        # `_lock` guards the two caches and `_waiting`, and is never held across a call;
+        # `_reading` makes the store read one at a time, the others waiting for its answer.
+        self._lock = threading.Lock()
+        self._reading: SingleFlight[Snapshot] = SingleFlight()
         self._budget = threading.BoundedSemaphore(RENDERERS)
         self._pages: OrderedDict[tuple[str, Filters], tuple[float, Reply]] = OrderedDict()
         self._snapshot: tuple[float, Snapshot] | None = None
@@ -195,21 +202,33 @@ class StatusPage:
 
     def snapshot(self) -> Snapshot:
         """What the daemon runs and the store's overview, read at most once per CACHE_SECONDS."""
-        with self._reading:
+        with self._lock:
             held = self._snapshot
-            if held is not None and held[0] > self.monotonic():
-                return held[1]
-            loaded = self.loaded()
-            infos = {name: info_of(inv) for name, inv in loaded.items()}
-            fresh = Snapshot(infos, read_overview(self.store, infos))
+        if held is not None and held[0] > self.monotonic():
+            return held[1]
+        fresh = self._reading.run(self._read_snapshot, WAIT_SECONDS)
+        if fresh is None:
+            raise Busy
+        return fresh
+
+    def _read_snapshot(self) -> Snapshot:
+        infos = {name: info_of(inv) for name, inv in self.loaded().items()}
+        fresh = Snapshot(infos, read_overview(self.store, infos))
+        with self._lock:
             self._snapshot = (self.monotonic() + CACHE_SECONDS, fresh)
-            return fresh
+        return fresh
 
     # --- building -------------------------------------------------------------------------
 
     def _build(self, path: str, filters: Filters) -> Reply:
         try:
             return self._page(path, filters)
+        except Busy:
+            return self._error(
+                503,
+                "The page is being built for others; try again in a moment.",
+                (("Retry-After", "2"),),
+            )
         except Exception:  # the store unreadable, or a bug: said in the log, never shown
             log.exception("the status page could not be built for %s", path[:200])
             return self._error(
