@@ -17,7 +17,9 @@ import yaml
 from monitor.config import load_config, parse_listen
 
 ROOT = Path(__file__).resolve().parent.parent
-KUBE = ROOT / "deploy" / "kubernetes"
+KUBE = ROOT / "deploy" / "kubernetes"  # `kubectl apply -k` here: the base as it is
+BASE = KUBE / "base"
+OVERLAY = KUBE / "overlays" / "invariants-configmap"
 CONTAINER = ROOT / "deploy" / "container"
 K8S_VERSION = "1.30.0"
 OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}  # CRDs: no schema in Kubernetes'
@@ -51,7 +53,7 @@ def kustomization_files(folder: Path) -> list[Path]:
 
 def resources() -> list[tuple[str, dict[str, Any]]]:
     out = []
-    for folder in (KUBE, KUBE / "invariants-configmap"):
+    for folder in (KUBE, OVERLAY):
         for path in kustomization_files(folder):
             patch = path.parent.name == "invariants-configmap" and path.name.startswith("mount")
             if path.suffix == ".yaml" and path.name != "invmon.yaml" and not patch:
@@ -60,7 +62,7 @@ def resources() -> list[tuple[str, dict[str, Any]]]:
 
 
 def deployment() -> dict[str, Any]:
-    [found] = [d for d in documents(KUBE / "deployment.yaml") if d["kind"] == "Deployment"]
+    [found] = [d for d in documents(BASE / "deployment.yaml") if d["kind"] == "Deployment"]
     return found
 
 
@@ -70,7 +72,7 @@ def container() -> dict[str, Any]:
 
 
 def test_every_file_a_kustomization_names_exists_and_stays_inside_its_root() -> None:
-    for folder in (KUBE, KUBE / "invariants-configmap"):
+    for folder in (KUBE, OVERLAY):
         for path in kustomization_files(folder):
             assert path.is_file(), path
             assert path.is_relative_to(KUBE), f"kustomize refuses files outside: {path}"
@@ -104,7 +106,7 @@ def test_the_deployment_is_two_locked_down_replicas_with_both_probes() -> None:
     assert main["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert main["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert set(main["resources"]) == {"requests", "limits"}
-    [pdb] = documents(KUBE / "pdb.yaml")
+    [pdb] = documents(BASE / "pdb.yaml")
     assert pdb["spec"]["minAvailable"] == 1
 
 
@@ -116,9 +118,9 @@ def test_ports_probes_and_paths_are_the_ones_invmon_serves_and_reads(
     for probe in ("livenessProbe", "readinessProbe"):
         get = main[probe]["httpGet"]
         assert served(get["path"]) and get["port"] == port["name"]
-    [service] = documents(KUBE / "service.yaml")
+    [service] = documents(BASE / "service.yaml")
     assert service["spec"]["ports"][0]["targetPort"] == port["name"]
-    [monitor] = documents(KUBE / "servicemonitor.yaml")
+    [monitor] = documents(BASE / "servicemonitor.yaml")
     assert monitor["spec"]["endpoints"][0]["port"] == port["name"]
     assert served(monitor["spec"]["endpoints"][0]["path"])
     assert not served("/healthz-typo")  # the check can fail
@@ -127,14 +129,14 @@ def test_ports_probes_and_paths_are_the_ones_invmon_serves_and_reads(
     assert main["args"] == ["run", "--config", "/etc/invmon/invmon.yaml"]
     mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
     assert mounts["/etc/invmon/invmon.yaml"]["subPath"] == "invmon.yaml"
-    [secret] = documents(KUBE / "secret.yaml")
+    [secret] = documents(BASE / "secret.yaml")
     for name in secret["stringData"]:
         monkeypatch.setenv(name, "host=x" if name.endswith("DSN") else "x")
-    config = load_config(KUBE / "invmon.yaml")
+    config = load_config(BASE / "invmon.yaml")
     config.require()
     assert parse_listen(str(config.http.listen)) == ("0.0.0.0", port["containerPort"])
     assert str(config.invariants) == "/etc/invmon/invariants" == image_invariants()
-    patch = documents(KUBE / "invariants-configmap" / "mount-invariants.yaml")[0]
+    patch = documents(OVERLAY / "mount-invariants.yaml")[0]
     [mount] = patch["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
     assert mount["mountPath"] == str(config.invariants)
 
@@ -150,7 +152,7 @@ def referenced_variables(config_text: str) -> dict[str, bool]:
 @pytest.mark.parametrize(
     ("config", "provided"),
     [
-        (KUBE / "invmon.yaml", "secret"),
+        (BASE / "invmon.yaml", "secret"),
         (CONTAINER / "invmon.yaml", "compose"),
     ],
 )
@@ -159,7 +161,7 @@ def test_every_variable_given_is_read_and_every_one_needed_is_given(
 ) -> None:
     wanted = referenced_variables(config.read_text())
     if provided == "secret":
-        [secret] = documents(KUBE / "secret.yaml")
+        [secret] = documents(BASE / "secret.yaml")
         given = set(secret["stringData"])
     else:
         compose = yaml.safe_load((CONTAINER / "docker-compose.yml").read_text())

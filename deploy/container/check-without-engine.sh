@@ -4,12 +4,26 @@
 # venv as its second stage does, then start `invmon run` with the image's own config (paths
 # moved under a temporary folder) and ask the HEALTHCHECK's question, /readyz and /metrics.
 # Usage: INVMON_DSN=postgresql://… deploy/container/check-without-engine.sh
+# With EXPECT_PLANTED=deploy/demo/planted.yaml (INVMON_DSN then a database seeded from
+# deploy/demo/), the offending-row counts must be the planted ones; deploy/check-kit.sh does so.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${INVMON_DSN:?set INVMON_DSN to a database the shipped invariants can read}"
 work=$(mktemp -d)
-trap 'kill "${daemon:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
+stop() {
+    # The daemon gone before this returns, so that the port is free for whatever runs next:
+    # SIGTERM (its clean stop), then SIGKILL if it is still there after 20 s.
+    if [ -n "${daemon:-}" ] && kill "$daemon" 2>/dev/null; then
+        local until=$((SECONDS + 20))
+        while kill -0 "$daemon" 2>/dev/null && [ "$SECONDS" -lt "$until" ]; do sleep 0.2; done
+        kill -KILL "$daemon" 2>/dev/null || true
+        wait "$daemon" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap stop EXIT
 
+# The build stage's `COPY <source> ./<dest>` lines, and `COPY pyproject.toml README.md ./`.
 sed -n 's/^COPY \([^-/][^ ]*\) \.\/.*$/\1/p; s/^COPY \(pyproject.toml\) README.md .*/\1 README.md/p' \
     deploy/container/Dockerfile | tr ' ' '\n' | while read -r source; do
     mkdir -p "$work/context/$(dirname "$source")"
@@ -27,18 +41,11 @@ sed -e "s|/etc/invmon/invariants|$work/run/invariants|" \
     -e "s|0.0.0.0:9187|127.0.0.1:9187|" deploy/container/invmon.yaml > "$work/run/invmon.yaml"
 (cd "$work/run" && exec "$work/venv/bin/invmon" run --config invmon.yaml) > "$work/run/log" 2>&1 &
 daemon=$!
-for _ in $(seq 1 30); do
-    if "$work/venv/bin/python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9187/healthz', timeout=4)" 2>/dev/null; then
-        break
-    fi
-    sleep 1
-done
-"$work/venv/bin/python" - <<'PY'
-import urllib.request
-for path in ("/healthz", "/readyz"):
-    with urllib.request.urlopen(f"http://127.0.0.1:9187{path}", timeout=4) as answer:
-        print(path, answer.status)
-with urllib.request.urlopen("http://127.0.0.1:9187/metrics", timeout=4) as answer:
-    print("\n".join(l for l in answer.read().decode().splitlines() if l.startswith("invmon_offending_rows")))
-PY
+# The installed venv has what the probe imports (PyYAML, prometheus-client): invmon's own.
+if ! "$work/venv/bin/python" deploy/check_kit.py probe http://127.0.0.1:9187 --deadline 60 \
+    --pid "$daemon" ${EXPECT_PLANTED:+--planted "$EXPECT_PLANTED"}; then
+    echo "the daemon's log:" >&2
+    tail -n 20 "$work/run/log" >&2
+    exit 1
+fi
 echo "the image's contents install and run"
