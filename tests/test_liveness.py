@@ -633,3 +633,61 @@ def test_a_single_flight_shares_one_answer_and_bounds_the_wait_of_the_others() -
     with pytest.raises(ValueError, match="no replica"):
         flight.run(broken, 1)
     assert flight.run(lambda: 7, 1) == 7  # an error is not remembered
+
+
+# --- the storm: 10 daemons, 200 SIGHUPs each, then SIGTERM, on a busy machine -----------------
+
+
+@pytest.fixture
+def busy_machine() -> Iterator[None]:
+    """Two processes burning a core each for as long as the test lasts."""
+    burn = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end: pass\n"
+    hogs = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(2)]
+    yield
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("seed", range(30))
+def test_soak_signal_storm_never_wedges_a_daemon(
+    seed: int, database: str, tmp_path: Path, busy_machine: None
+) -> None:
+    import random
+
+    rng = random.Random(seed)
+    daemons = []
+    for n in range(10):
+        home = tmp_path / f"d{n}"
+        folder = home / "invariants"
+        folder.mkdir(parents=True)
+        for name in ("a", "b", "c"):
+            (folder / f"{name}.sql").write_text(SLEEPER.format(seconds=0.3, schedule="every 2s"))
+        log = home / "daemon.log"
+        daemons.append((launch(write_config(home, folder), database, log), folder, log))
+    try:
+        for _process, _, log in daemons:
+            wait_for(
+                lambda log=log: "invmon running" in log.read_text(), 60, f"start (seed {seed})"
+            )
+        for process, folder, _ in daemons:
+            remove_at = rng.randrange(200) if rng.random() < 0.5 else -1
+            for i in range(200):
+                if i == remove_at:
+                    (folder / "b.sql").unlink()
+                process.send_signal(signal.SIGHUP)
+        for process, _, _ in daemons:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5 + 5  # shutdown_grace + 5 s
+        for n, (process, _, log) in enumerate(daemons):
+            try:
+                code = process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"seed {seed}: daemon {n} wedged:\n{log.read_text()[-2000:]}")
+            assert code == 0, f"seed {seed}: daemon {n}:\n{log.read_text()[-2000:]}"
+    finally:
+        for process, _, _ in daemons:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
