@@ -16,7 +16,7 @@ import urllib.request
 from typing import Any
 
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackClientError
 
 from alerts.transport import ErrorKind, Posted, TransportError
 
@@ -84,6 +84,18 @@ def classify_exception(exc: BaseException) -> TransportError:
     )
 
 
+def _field(answer: Any, name: str, method: str) -> Any:
+    """A field of an ok answer. Slack always sends it; an answer without it (a proxy, a
+    broken server) means the call may or may not have taken effect."""
+    try:
+        value = answer[name]  # a SlackResponse answers None for a missing key
+    except (KeyError, TypeError, ValueError):
+        value = None
+    if value is None:
+        raise TransportError(f"Slack's answer to {method} has no {name!r}", "ambiguous")
+    return value
+
+
 class SlackTransport:
     name = "slack"
 
@@ -114,8 +126,30 @@ class SlackTransport:
             ) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             raise classify_exception(exc) from None
+        except SlackClientError as exc:
+            # Raised before anything is sent (an API URL slack-sdk will not call, a proxy
+            # setting it cannot use): no retry changes that.
+            raise TransportError(f"cannot call Slack: {exc}", "permanent") from None
         except ValueError as exc:  # a body that is not JSON: a proxy or a broken answer
             raise TransportError(f"unreadable answer from Slack: {exc}", "ambiguous") from None
+
+    def verify_token(self) -> str:
+        """Who the token is (auth.test): `user on team`; TransportError when Slack refuses it."""
+        answer = self._call("auth_test")
+        return f"{answer.get('user') or answer.get('user_id')} on {answer.get('team')}"
+
+    def check_channel(self, channel: str) -> str:
+        """Slack's id for `channel`, looked up afresh (a channel renamed, archived or gone
+        since it was cached is found), and its details read (conversations.info), which
+        is what shows an id that names no channel: TransportError, permanent, when it
+        cannot take messages."""
+        self._channel_ids.pop(channel.lstrip("#"), None)
+        channel_id = self.channel_id(channel)
+        answer = self._call("conversations_info", channel=channel_id)
+        info = _field(answer, "channel", "conversations.info")
+        if isinstance(info, dict) and info.get("is_archived"):
+            raise TransportError(f"channel {channel!r} is archived", "permanent")
+        return channel_id
 
     def channel_id(self, channel: str) -> str:
         """Slack's id for a channel given by name (`#alerts`) or id; history needs ids."""
@@ -133,7 +167,8 @@ class SlackTransport:
                     exclude_archived=True,
                 )
                 for found in page.get("channels", []):
-                    self._channel_ids[found["name"]] = found["id"]
+                    if isinstance(found, dict) and "name" in found and "id" in found:
+                        self._channel_ids[str(found["name"])] = str(found["id"])
                 cursor = (page.get("response_metadata") or {}).get("next_cursor")
                 if name in self._channel_ids or not cursor:
                     break
@@ -159,7 +194,10 @@ class SlackTransport:
             unfurl_links=False,
             unfurl_media=False,
         )
-        return Posted(str(response["channel"]), str(response["ts"]))
+        return Posted(
+            str(_field(response, "channel", "chat.postMessage")),
+            str(_field(response, "ts", "chat.postMessage")),
+        )
 
     def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         self._call("chat_update", channel=self.channel_id(channel), ts=ts, text=text, blocks=blocks)
@@ -192,14 +230,15 @@ class SlackTransport:
                 metadata = message.get("metadata") or {}
                 payload = metadata.get("event_payload") or {}
                 if metadata.get("event_type") == METADATA_EVENT and payload.get("key") == key:
-                    return Posted(channel_id, str(message["ts"]))
+                    return Posted(channel_id, str(_field(message, "ts", "conversations.history")))
             cursor = (page.get("response_metadata") or {}).get("next_cursor")
             if not cursor:
                 return None
 
     def start_upload(self, filename: str, data: bytes) -> str:
         reserved = self._call("files_getUploadURLExternal", filename=filename, length=len(data))
-        request = urllib.request.Request(reserved["upload_url"], data=data, method="POST")
+        url = str(_field(reserved, "upload_url", "files.getUploadURLExternal"))
+        request = urllib.request.Request(url, data=data, method="POST")
         request.add_header("Content-Type", "application/octet-stream")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as answer:
@@ -208,7 +247,11 @@ class SlackTransport:
             raise classify_api_error(exc.code, "", exc.headers.get("Retry-After")) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             raise classify_exception(exc) from None
-        return str(reserved["file_id"])
+        except ValueError as exc:
+            # urllib refuses the URL before sending anything; the next reservation brings
+            # a new one.
+            raise TransportError(f"Slack's upload URL cannot be used: {exc}", "retry") from None
+        return str(_field(reserved, "file_id", "files.getUploadURLExternal"))
 
     def complete_upload(self, file_id: str, title: str, channel: str, thread_ts: str) -> None:
         self._call(
@@ -225,6 +268,6 @@ class SlackTransport:
             if "file_not_found" in exc.message:
                 return None
             raise
-        shares = info["file"].get("shares") or {}
+        shares = _field(info, "file", "files.info").get("shares") or {}
         channel_id = self.channel_id(channel)
         return any(channel_id in shares.get(kind, {}) for kind in ("public", "private"))

@@ -8,7 +8,7 @@ retry: that decision is the whole point of the ledger.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 ErrorKind = Literal["ambiguous", "retry", "permanent"]
 
@@ -66,4 +66,19 @@ class Transport(Protocol):
     def file_shared(self, file_id: str, channel: str) -> bool | None:
         """True when shared in `channel`; False when the file exists unshared; None when
         Slack does not know the file (the upload never completed)."""
+        ...
+
+
+@runtime_checkable
+class Checkable(Protocol):
+    """A destination whose path can be checked before anything is sent (Slack: the token
+    and the channels); the console has nothing to check and does not implement it."""
+
+    def verify_token(self) -> str:
+        """Who the credentials are; TransportError when they are refused or unreachable."""
+        ...
+
+    def check_channel(self, channel: str) -> str:
+        """The channel's id, looked up afresh; TransportError, permanent, when messages
+        cannot go there."""
         ...

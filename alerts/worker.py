@@ -36,10 +36,18 @@ from monitor.clock import Clock
 from monitor.header import InvariantHeader
 from monitor.records import IncidentContext
 from monitor.state import StateStore
+from monitor.store_health import STORE_ERRORS
 
 log = logging.getLogger("invmon.alerts")
 
 Describe = Callable[[str], InvariantHeader | None]
+
+
+def unexpected(error: BaseException) -> TransportError:
+    """An exception no transport classified, as the permanent failure it is taken for."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    name = type(error).__name__
+    return TransportError(f"{name}: {text}" if text else name, "permanent")
 
 
 def backoff(attempts: int, ceiling: timedelta) -> timedelta:
@@ -149,6 +157,14 @@ class DeliveryWorker:
         self.settings = settings or WorkerSettings()
         self.owner = owner or f"worker-{uuid.uuid4().hex[:8]}"
         self.failures = 0  # permanent failures, for the metric
+        # The alerts job and the watchdog's turn both deliver; a count must not be lost.
+        self._counting = threading.Lock()
+
+    def count_failure(self) -> None:
+        """One more permanent failure for `invmon_delivery_failures` (a delivery that
+        failed for good, or a check that found the delivery path broken)."""
+        with self._counting:
+            self.failures += 1
 
     def run_due(self, limit: int = 50) -> int:
         """Perform up to `limit` due deliveries; return how many were handled."""
@@ -195,6 +211,14 @@ class DeliveryWorker:
             self._after_error(delivery, error)
         except LookupError as error:
             self.ledger.failed(delivery, self.clock(), str(error))
+        except STORE_ERRORS:
+            raise  # the store's own trouble: StoreHealth says it, and the row stays claimed
+        except Exception as error:
+            # The boundary: a transport that raised something other than TransportError, or
+            # a message that cannot be built. Nothing can say the call was sent (the Slack
+            # transport classifies everything it sends), and sending it again would meet
+            # the same error: it fails for good, said once, not as a traceback every turn.
+            self._after_error(delivery, unexpected(error))
 
     def _perform(self, delivery: Delivery) -> None:
         now = self.clock()
@@ -244,7 +268,7 @@ class DeliveryWorker:
     def _after_error(self, delivery: Delivery, error: TransportError) -> None:
         now = self.clock()
         if error.kind == "permanent":
-            self.failures += 1
+            self.count_failure()
             log.error(
                 "delivery failed for good: %s",
                 error.message,
@@ -301,13 +325,24 @@ class DeliveryWorker:
                 self._reconcile_post(delivery, now)
             else:
                 self._reconcile_upload(delivery, now)
-        except TransportError as error:
+        except LookupError as error:  # what it belongs to is gone from the store
+            self.ledger.failed(delivery, now, str(error))
+        except STORE_ERRORS:
+            raise
+        except Exception as caught:  # the boundary, as in _send
+            failure = caught if isinstance(caught, TransportError) else unexpected(caught)
+            if failure.kind == "permanent":
+                # No scan will ever complete (the token is refused, the channel is gone):
+                # waiting in UNKNOWN would be the quiet queue nobody sees.
+                cause = f"its outcome cannot be checked: {failure.message}"
+                self._after_error(delivery, TransportError(cause, "permanent"))
+                return
             # The scan could not complete: still unknown, look again later.
             self.ledger.unknown(
                 delivery,
                 now,
                 now + backoff(delivery.attempts, self.settings.max_backoff),
-                f"reconciliation incomplete: {error.message}",
+                f"reconciliation incomplete: {failure.message}",
                 since,
             )
 

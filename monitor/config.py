@@ -10,6 +10,7 @@ import ipaddress
 import os
 import re
 import secrets
+import urllib.parse
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -61,6 +62,30 @@ def check_dsn(value: str | None) -> str | None:
                 "cannot be read as a PostgreSQL connection string (the value is not shown); "
                 "check its quoting and percent-encoding"
             ) from None
+    return value
+
+
+def check_url(value: str, example: str) -> str:
+    """An http(s) URL that urllib and slack-sdk can call: a scheme, a host, a valid port, no
+    spaces, no user or password. The reasons never repeat the value: a ping URL is a
+    secret, and a URL with a password in it is one too."""
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme.lower() not in ("http", "https") or not value.lower().startswith(
+        f"{parts.scheme.lower()}://"
+    ):
+        raise ValueError(f"must start with http:// or https://, e.g. {example}")
+    if re.search(r"[\s\x00-\x1f\x7f]", value):
+        raise ValueError("must not contain spaces or control characters")
+    if parts.username is not None or parts.password is not None:
+        # Neither urllib nor slack-sdk sends them (they become part of the host name),
+        # and a password written here would be shown wherever the URL is.
+        raise ValueError("must not hold a user or password (user:password@)")
+    if not parts.hostname:
+        raise ValueError(f"must name a host, e.g. {example}")
+    try:
+        _ = parts.port  # reading it is the check: urlsplit raises for a bad port
+    except ValueError:
+        raise ValueError("has a port that is not a number from 0 to 65535") from None
     return value
 
 
@@ -138,9 +163,7 @@ class WatchdogConfig(_Model):
     @field_validator("ping_url")
     @classmethod
     def _http(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://", value):
-            raise ValueError("must be an http(s) URL")
-        return value
+        return None if value is None else check_url(value, "https://hc-ping.com/<uuid>")
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -255,6 +278,15 @@ class SlackConfig(_Model):
     def _empty_is_unset(cls, value: Any) -> Any:
         # `${SLACK_APP_TOKEN:-}` with the variable unset means "not configured".
         return None if value == "" else value
+
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        check_url(value, "https://slack.com/api/")
+        if urllib.parse.urlsplit(value).query or "#" in value:
+            # slack-sdk appends the method name (chat.postMessage) to it.
+            raise ValueError("must not have a query or fragment: the method name is appended")
+        return value
 
     @field_validator("daily_summary")
     @classmethod
@@ -498,6 +530,8 @@ class Config(_Model):
         return Loading(self.defaults, self.policy(with_database), self.limits.file_bytes, ceilings)
 
 
+# URLs that are secrets themselves: a ping URL's path is the check's key.
+SECRET_URLS = frozenset({"watchdog.ping_url"})
 _QUOTED = re.compile(r"'[^']*'?…?|\"[^\"]*\"?")
 MAX_CONFIG_BYTES = 1 << 20
 MAX_SECRET_BYTES = 64 * 1024  # a password, a token, a DSN; not /dev/zero
@@ -627,7 +661,13 @@ def parse_config(data: Any, source: str) -> Config:
             if from_reference:
                 # The reason may quote the value (a validator's "'x' is not a duration").
                 reason = _QUOTED.sub("the value from its ${…} reference", reason)
-            secret = from_reference or "dsn" in field or "token" in field or "secret" in field
+            secret = (
+                from_reference
+                or "dsn" in field
+                or "token" in field
+                or "secret" in field
+                or field in SECRET_URLS
+            )
             value = error.get("input")
             shown = "" if secret or not _safe_to_show(value) else f" (got {shorten(value)})"
             if shown and shorten(value) in reason:

@@ -29,6 +29,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from alerts.alerter import Alerter
+from alerts.delivery_health import DeliveryHealth
 from alerts.interactions import Interactions
 from alerts.pump import DeliveryPump
 from alerts.socket_mode import SocketModeReceiver
@@ -105,6 +106,8 @@ class Daemon:
             databases, store, self.metrics, config.daemon, clock, self.store_health
         )
         self.pump = DeliveryPump(alerter, store, self.metrics, clock, self.store_health)
+        # Can alerts reach anyone? Checked at start and after a delivery fails for good.
+        self.delivery = DeliveryHealth(config, alerter, self.metrics, self.store_health)
         self.interactions = Interactions(alerter, config.slack)
         self.socket_mode = (
             SocketModeReceiver(self.interactions, config.slack) if config.slack.app_token else None
@@ -137,7 +140,7 @@ class Daemon:
             clock,
             self._loaded,
             self._running,
-            self.health_problem,
+            self.switch_problem,
             clock(),
             config.daemon.jitter,
         )
@@ -403,6 +406,13 @@ class Daemon:
         scheduler.add_job(
             self.deliver, every_second, id="deliver", next_run_time=now, executor="alerts"
         )
+        scheduler.add_job(
+            self.delivery.tick,
+            every_second,
+            id="delivery_path",
+            next_run_time=now,
+            executor="alerts",
+        )
         scheduler.add_job(self.remind, IntervalTrigger(minutes=1), id="remind", executor="alerts")
         if self.config.slack.daily_summary:
             hour, minute = self.config.slack.daily_summary.split(":")
@@ -450,11 +460,26 @@ class Daemon:
             )
         return Routes(
             healthz=Probe(self.health_problem),
-            readyz=Probe(self.databases.readiness, self.databases.partly),
+            readyz=Probe(self.readiness, self.readiness_note),
             metrics=self.metrics.render,
             slack_actions=self.interactions.http if self.config.slack.signing_secret else None,
             page=StatusPage(self.store, lambda: self.definitions.current, http, self.clock),
         )
+
+    def readiness(self) -> str | None:
+        """/readyz: a target to evaluate, and a path for the alerts (DeliveryHealth)."""
+        found = [p for p in (self.databases.readiness(), self.delivery.problem()) if p]
+        return "; ".join(found) or None
+
+    def readiness_note(self) -> str | None:
+        """Said under /readyz's "ok": the targets down, an alert path not yet verified."""
+        found = [n for n in (self.databases.partly(), self.delivery.note()) if n]
+        return "\n".join(found) or None
+
+    def switch_problem(self) -> str | None:
+        """What the dead man's switch reports as a failure: /healthz's reason, or alerts
+        that cannot reach anyone (the switch is then the one path left to say so)."""
+        return self.health_problem() or self.delivery.problem()
 
     def health_problem(self) -> str | None:
         """/healthz: None while the store works and every part of the daemon moves."""

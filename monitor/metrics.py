@@ -81,9 +81,18 @@ class Metrics:
         )
         self.delivery_failures = Gauge(
             "invmon_delivery_failures",
-            "Deliveries that failed for good in this process (bad channel, auth, ...).",
+            "Permanent delivery failures in this process: deliveries that failed for good "
+            "(bad channel, auth, ...), and each new reason a check of the alert path found.",
             registry=self.registry,
         )
+        self.delivery_path_ok = Gauge(
+            "invmon_delivery_path_ok",
+            "1 when the last check of the alert path (Slack's token, each configured channel) "
+            "passed, 0 when it found that alerts cannot be delivered; NaN until a check "
+            "completed (Slack not answered yet).",
+            registry=self.registry,
+        )
+        self.delivery_path_ok.set(float("nan"))
         self.invalid_files = Gauge(
             "invmon_invalid_files",
             "Invariant files that failed validation.",
@@ -117,6 +126,13 @@ class Metrics:
     def observe_deliveries(self, by_state: dict[str, int], failures: int) -> None:
         for state in ("PENDING", "UNKNOWN", "SENT", "FAILED"):
             self.deliveries.labels(state).set(by_state.get(state, 0))
+        self.delivery_failures.set(failures)
+
+    def observe_delivery_path(self, ok: bool | None, failures: int) -> None:
+        """After a check of the alert path: its verdict (None: it could not complete) and the
+        permanent failures counted so far, so the figures move without waiting for a
+        delivery."""
+        self.delivery_path_ok.set(float("nan") if ok is None else float(ok))
         self.delivery_failures.set(failures)
 
     def observe(self, result: RunResult, finished_at_epoch: float) -> None:

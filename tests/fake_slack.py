@@ -9,6 +9,10 @@ Faults (chosen per request by `random.Random(seed)`):
 - error_500_applied / error_500: a 500 after or without accepting the effect;
 - slow: a short delay, then a normal answer.
 
+Also `archived` (channel ids that conversations.list leaves out and conversations.info calls
+archived) and `answer_without(method, field)` (the next ok answer lacks a field, its effect
+applied), for the checks of the delivery path.
+
 Rate limit (off by default): `post_rate=(per_second, burst)` gives each channel a token bucket
 for chat.postMessage, as Slack's "about one message per second per channel, short bursts
 allowed"; a post that finds the bucket empty gets 429 with an integer Retry-After and nothing
@@ -86,6 +90,8 @@ class FakeSlack:
         self.usergroups: dict[str, list[str]] = {}
         self.socket_url: str | None = None  # what apps.connections.open hands out
         self.scripted: dict[str, list[str]] = {}  # method -> faults for its next calls
+        self.archived: set[str] = set()  # channel ids: listed no more, info says archived
+        self.stripped: dict[str, list[str]] = {}  # method -> a field its next answer lacks
         self.lock = threading.Lock()
         # chat.postMessage per channel: (tokens per second, bucket size); None: unlimited.
         # Real (monotonic) time, not `clock`: the limit is about how fast calls arrive.
@@ -142,6 +148,18 @@ class FakeSlack:
         assert fault in FAULTS
         with self.lock:
             self.scripted.setdefault(method, []).append(fault)
+
+    def answer_without(self, method: str, field: str) -> None:
+        """The next ok answer to `method` lacks `field` (what a broken proxy might send),
+        after its effect was applied."""
+        with self.lock:
+            self.stripped.setdefault(method, []).append(field)
+
+    def _strip(self, method: str, answer: dict[str, Any]) -> dict[str, Any]:
+        if answer.get("ok") and self.stripped.get(method):
+            left_out = self.stripped[method].pop(0)
+            answer = {k: v for k, v in answer.items() if k != left_out}
+        return answer
 
     def _fault(self, method: str) -> str:
         with self.lock:
@@ -201,10 +219,28 @@ class FakeSlack:
         if method == "auth.test":
             return {"ok": True, "user_id": "UINVMON", "team": "fake"}
         if method == "conversations.list":
+            hide = str(args.get("exclude_archived", "")).lower() in ("1", "true")
             return {
                 "ok": True,
-                "channels": [{"id": c, "name": n} for c, n in self.channels.items()],
+                "channels": [
+                    {"id": c, "name": n}
+                    for c, n in self.channels.items()
+                    if not (hide and c in self.archived)
+                ],
                 "response_metadata": {"next_cursor": ""},
+            }
+        if method == "conversations.info":
+            # Slack looks channels up by id only here.
+            found = str(args.get("channel"))
+            if found not in self.channels:
+                return {"ok": False, "error": "channel_not_found"}
+            return {
+                "ok": True,
+                "channel": {
+                    "id": found,
+                    "name": self.channels[found],
+                    "is_archived": found in self.archived,
+                },
             }
         if method == "chat.postMessage":
             channel = self._channel(args.get("channel"))
@@ -366,7 +402,7 @@ class FakeSlack:
                 if fault == "slow":
                     time.sleep(0.05)
                 with fake.lock:
-                    answer = fake.call(method, args)
+                    answer = fake._strip(method, fake.call(method, args))
                 if fault == "error_500_applied":
                     return self._json(500, {"ok": False, "error": "internal_error"})
                 if fault == "accept_then_timeout":

@@ -1,0 +1,600 @@
+"""A delivery path that cannot work is an error, not a quiet queue (issue 25, part 3): URLs
+refused at load naming their field, every failure of a Slack call classified at the
+boundary (no traceback from the alerts job), and the check of the token and the channels
+(alerts/delivery_health.py) against the fake Slack server.
+
+The last two tests drive a whole daemon, so they need DeliveryHealth wired into
+monitor/daemon.py (its scheduler job, /readyz, the dead man's switch)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import socket
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from fake_slack import TOKEN, FakeSlack
+from helpers import cli, items_table, start_daemon, wait_for
+from scenario import World, script, settle
+
+from alerts.delivery_health import (
+    AFTER_FAILURE,
+    SELF_CHECK,
+    WHILE_BROKEN,
+    DeliveryHealth,
+    named_channels,
+)
+from alerts.slack import SlackTransport
+from alerts.transport import TransportError
+from monitor.config import (
+    Config,
+    ConfigError,
+    HttpConfig,
+    SlackConfig,
+    WatchdogConfig,
+    parse_config,
+)
+from monitor.daemon import Daemon
+from monitor.state import StateStore
+
+WRONG_TOKEN = "xoxb-not-the-fake-token"
+NO_SCHEME = "127.0.0.1:19902/api/"
+
+
+class Seconds:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def slack_config(fake: FakeSlack, **slack: object) -> SlackConfig:
+    return SlackConfig.model_validate(
+        {
+            "token": TOKEN,
+            "api_url": fake.api_url,
+            "channel": "#invariants",
+            "settle": timedelta(seconds=2),
+            "timeout": timedelta(seconds=0.3),
+            **slack,
+        }
+    )
+
+
+def daemon_for(
+    world: World, slack: SlackConfig, transport: SlackTransport | None = None, **config: object
+) -> Daemon:
+    built = Daemon.build(
+        Config.model_validate(
+            {"invariants": world.folder, "http": HttpConfig(listen=None), "slack": slack, **config}
+        ),
+        world.dsn,
+        world.store,
+        clock=world.clock,
+        transport=transport or SlackTransport(slack.token or "", slack.api_url, timeout=0.3),
+    )
+    built.reload()
+    return built
+
+
+def health_for(daemon: Daemon, seconds: Seconds, console: io.StringIO) -> DeliveryHealth:
+    return DeliveryHealth(
+        daemon.config,
+        daemon.alerter,
+        daemon.metrics,
+        daemon.store_health,
+        console=console,
+        monotonic=seconds,
+    )
+
+
+def said(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [
+        r.getMessage() for r in caplog.records if r.name.startswith("invmon") and r.levelno == level
+    ]
+
+
+def metric(daemon: Daemon, name: str) -> str:
+    found = re.search(rf"^{name} (\S+)$", daemon.metrics.render().decode(), re.M)
+    assert found is not None, name
+    return found.group(1)
+
+
+# --- URLs are checked at load ---------------------------------------------------------------
+
+
+def test_it_refuses_an_api_url_without_a_scheme_naming_the_field() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"slack": {"api_url": NO_SCHEME}}, "invmon.yaml")
+    assert str(caught.value) == (
+        "invmon.yaml: field 'slack.api_url': must start with http:// or https://, "
+        "e.g. https://slack.com/api/ (got '127.0.0.1:19902/api/')"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"slack": {"api_url": "ftp://files.example.com/api/"}},
+            "field 'slack.api_url': must start with http:// or https://, "
+            "e.g. https://slack.com/api/",
+        ),
+        (
+            {"slack": {"api_url": "http:///api/"}},
+            "field 'slack.api_url': must name a host, e.g. https://slack.com/api/",
+        ),
+        (
+            {"slack": {"api_url": "https://bot:hunter2@slack.com/api/"}},
+            "field 'slack.api_url': must not hold a user or password (user:password@)",
+        ),
+        (
+            {"slack": {"api_url": "https://slack.com:99999/api/"}},
+            "field 'slack.api_url': has a port that is not a number from 0 to 65535",
+        ),
+        (
+            {"slack": {"api_url": "https://slack.com/api/?team=T1"}},
+            "field 'slack.api_url': must not have a query or fragment: the method name is appended",
+        ),
+        (
+            {"slack": {"api_url": "https://sla ck.com/api/"}},
+            "field 'slack.api_url': must not contain spaces or control characters",
+        ),
+        # The ping URL is the check's secret: never shown, even without a scheme.
+        (
+            {"watchdog": {"ping_url": "hc-ping.com/0f6c0e52"}},
+            "field 'watchdog.ping_url': must start with http:// or https://, "
+            "e.g. https://hc-ping.com/<uuid>",
+        ),
+        (
+            {"watchdog": {"ping_url": "https://me:pw@hc-ping.com/0f6c0e52"}},
+            "field 'watchdog.ping_url': must not hold a user or password (user:password@)",
+        ),
+        (
+            {"watchdog": {"ping_url": "https://"}},
+            "field 'watchdog.ping_url': must name a host, e.g. https://hc-ping.com/<uuid>",
+        ),
+    ],
+)
+def test_it_refuses_a_url_that_cannot_be_called_and_never_shows_a_secret(
+    data: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, "invmon.yaml")
+    assert str(caught.value) == f"invmon.yaml: {message}"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"slack": {"api_url": "http://127.0.0.1:19902/api/"}},
+        {"slack": {"api_url": "https://slack.com/api"}},
+        {"slack": {"api_url": "HTTPS://proxy.internal:8443/slack/api/"}},
+        {"watchdog": {"ping_url": "https://hc-ping.com/0f6c0e52"}},
+        {"watchdog": {"ping_url": ""}},
+    ],
+)
+def test_it_takes_the_urls_that_work(data: dict[str, object]) -> None:
+    parse_config(data, "invmon.yaml")
+
+
+def test_lint_with_the_config_refuses_an_api_url_without_a_scheme(tmp_path: Path) -> None:
+    (tmp_path / "invariants").mkdir()
+    config = tmp_path / "invmon.yaml"
+    config.write_text(f"invariants: invariants\nslack:\n  api_url: {NO_SCHEME}\n")
+    ran = cli("lint", "--config", str(config), cwd=tmp_path)
+    assert (ran.returncode, ran.stderr) == (
+        2,
+        f"invmon: {config}: field 'slack.api_url': must start with http:// or https://, "
+        "e.g. https://slack.com/api/ (got '127.0.0.1:19902/api/')\n",
+    )
+
+
+# --- every failure of a call is classified at the boundary ----------------------------------
+
+
+def test_an_api_url_slack_sdk_will_not_call_is_a_permanent_error() -> None:
+    transport = SlackTransport(TOKEN, NO_SCHEME, timeout=0.3)
+    with pytest.raises(TransportError) as caught:
+        transport.post("#invariants", "x", [], "key-1")
+    assert (caught.value.kind, caught.value.message) == (
+        "permanent",
+        "cannot call Slack: Invalid URL detected: 127.0.0.1:19902/api/conversations.list",
+    )
+
+
+def test_the_alerts_job_logs_no_traceback_when_slack_cannot_be_called(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(
+            world, slack_config(fake), SlackTransport(TOKEN, NO_SCHEME, timeout=0.3)
+        )
+        script(world, daemon, 0)
+        world.clock.advance(2)  # past the quiet window: the opening is planned
+        daemon.deliver()  # today: SlackRequestError escapes the job, as a traceback
+        settle(daemon, world.clock, "unusable api_url")
+        daemon.databases.close()
+    reason = "cannot call Slack: Invalid URL detected: 127.0.0.1:19902/api/conversations.list"
+    assert [(d.action, d.state, d.last_error) for d in daemon.alerter.ledger.all()] == [
+        ("post_root", "FAILED", reason),
+        ("upload_csv", "FAILED", f"its root message failed: {reason}"),
+    ]
+    assert [r for r in caplog.records if r.exc_info] == []
+    assert said(caplog, logging.ERROR) == [f"delivery failed for good: {reason}"]
+    assert metric(daemon, "invmon_delivery_failures") == "1.0"
+
+
+def test_an_answer_without_its_ts_is_reconciled_not_dropped(world: World) -> None:
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(world, slack_config(fake))
+        fake.answer_without("chat.postMessage", "ts")  # the post lands; the answer is broken
+        script(world, daemon, 0)
+        settle(daemon, world.clock, "an answer without ts")
+        daemon.databases.close()
+    [root] = [d for d in daemon.alerter.ledger.all() if d.action == "post_root"]
+    assert (root.state, root.slack_ts) == ("SENT", fake.roots()[0].ts)
+    assert len(fake.roots()) == 1
+    assert daemon.alerter.worker.failures == 0
+
+
+# --- the check of the path ------------------------------------------------------------------
+
+
+def test_named_channels_are_every_channel_the_config_names() -> None:
+    config = Config.model_validate(
+        {
+            "slack": {
+                "channel": "#invariants",
+                "routes": {
+                    "severity": {"critical": "#incidents"},
+                    "owner": {"@payments": "C0PAYMENTS", "@ops": "#incidents"},
+                },
+            },
+            "targets": {"billing": {"channel": "#billing"}, "jobs": {}},
+        }
+    )
+    assert named_channels(config) == {
+        "#invariants": ("slack.channel",),
+        "#incidents": ("slack.routes.severity.critical", "slack.routes.owner.@ops"),
+        "C0PAYMENTS": ("slack.routes.owner.@payments",),
+        "#billing": ("targets.billing.channel",),
+    }
+
+
+def test_it_checks_the_token_and_each_channel_afresh(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    seconds, console = Seconds(), io.StringIO()
+    with FakeSlack(clock=world.clock) as fake:
+        slack = slack_config(
+            fake, routes={"severity": {"critical": "#payments"}, "owner": {"@p": "C0PAYMENTS"}}
+        )
+        daemon = daemon_for(world, slack)
+        health = health_for(daemon, seconds, console)
+        assert health.note() == (
+            "alerts not yet verified: the check of Slack's token and channels has not run yet"
+        )
+        assert health.tick() is True  # the first turn checks
+        assert health.tick() is False  # and nothing more while it holds
+        daemon.databases.close()
+    assert [method for method, _ in fake.calls] == [
+        "auth.test",
+        "conversations.list",
+        "conversations.info",
+        "conversations.list",
+        "conversations.info",
+        "conversations.info",
+    ]
+    assert (health.problem(), health.note(), health.verified()) == (None, None, True)
+    assert said(caplog, logging.INFO)[-1] == (
+        "alerts can be delivered: the token (UINVMON on fake) and 3 channel(s) check out"
+    )
+    assert metric(daemon, "invmon_delivery_path_ok") == "1.0"
+    assert console.getvalue() == ""
+    assert world.store.open_incidents() == []
+
+
+def test_a_wrong_token_is_one_error_counted_once_and_invmons_own_alert_on_the_console(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    seconds, console = Seconds(), io.StringIO()
+    reason = "alerts cannot be delivered: Slack refused the call: invalid_auth (slack.token)"
+    with FakeSlack(clock=world.clock) as fake:
+        slack = slack_config(fake, token=WRONG_TOKEN)
+        daemon = daemon_for(world, slack)
+        health = health_for(daemon, seconds, console)
+        health.tick()
+        assert health.problem() == reason
+        assert metric(daemon, "invmon_delivery_failures") == "1.0"  # before any delivery
+        assert metric(daemon, "invmon_delivery_path_ok") == "0.0"
+        # invmon's own incident is planned like any other, and fails like any other.
+        world.clock.advance(2)
+        daemon.deliver()
+        seconds.advance(AFTER_FAILURE)
+        assert health.tick() is True  # the failure brought a check: the same reason
+        seconds.advance(WHILE_BROKEN)
+        assert health.tick() is True  # looked at again while broken: still the same
+        daemon.deliver()
+        daemon.databases.close()
+    assert health.problem() == reason
+    assert said(caplog, logging.ERROR) == [
+        reason,
+        "delivery failed for good: Slack refused the call: invalid_auth",
+    ]
+    assert daemon.alerter.worker.failures == 2  # the path, and invmon's own alert
+    assert metric(daemon, "invmon_delivery_failures") == "2.0"
+    assert [r for r in caplog.records if r.exc_info] == []
+    assert WRONG_TOKEN not in caplog.text
+    printed = console.getvalue()
+    assert printed.count(f"{SELF_CHECK} violated") == 1
+    assert "slack.token" in printed and "invalid_auth" in printed
+    [incident] = world.store.open_incidents()
+    assert incident.invariant == SELF_CHECK
+    assert incident.context is not None and incident.context.severity == "critical"
+
+
+def test_a_channel_that_cannot_take_messages_names_its_field_until_it_can(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    seconds, console = Seconds(), io.StringIO()
+    with FakeSlack(clock=world.clock) as fake:
+        fake.archived.add("C0PAYMENTS")
+        slack = slack_config(
+            fake,
+            routes={
+                "severity": {"critical": "#nope"},
+                "owner": {"@p": "C0NOPE0000", "@q": "C0PAYMENTS"},
+            },
+        )
+        daemon = daemon_for(world, slack)
+        health = health_for(daemon, seconds, console)
+        health.tick()
+        broken = health.problem()
+        # The channels appear, and the archived one is restored: the next look finds it.
+        fake.channels["C0NOPE0000"] = "nope"
+        fake.archived.clear()
+        seconds.advance(WHILE_BROKEN - 1)
+        assert health.tick() is False
+        seconds.advance(1)
+        assert health.tick() is True
+        daemon.databases.close()
+    assert broken == (
+        "alerts cannot be delivered: "
+        "channel '#nope' not found or not visible (slack.routes.severity.critical); "
+        "Slack refused the call: channel_not_found (slack.routes.owner.@p); "
+        "channel 'C0PAYMENTS' is archived (slack.routes.owner.@q)"
+    )
+    assert (health.problem(), health.note()) == (None, None)
+    assert said(caplog, logging.ERROR) == [broken]
+    assert said(caplog, logging.INFO)[-1] == (
+        "alerts can be delivered again: the token and the channels check out"
+    )
+    assert world.store.open_incidents() == []  # invmon's own incident resolved
+    assert [i.invariant for i in world.store.resolved_since(world.clock() - timedelta(1))] == [
+        SELF_CHECK
+    ]
+
+
+def test_slack_unreachable_at_start_is_retried_and_only_noted(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    seconds, console = Seconds(), io.StringIO()
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(world, slack_config(fake))
+        health = health_for(daemon, seconds, console)
+        fake.fail_next("auth.test", "error_500")
+        fake.fail_next("auth.test", "error_500")
+        assert health.tick() is True
+        noted = health.note()
+        assert metric(daemon, "invmon_delivery_path_ok") == "NaN"
+        assert health.tick() is False  # backing off: 2s
+        seconds.advance(2)
+        assert health.tick() is True  # the same reason: not said again
+        seconds.advance(3)
+        assert health.tick() is False  # then 4s
+        seconds.advance(1)
+        assert health.tick() is True
+        daemon.databases.close()
+    assert noted == "alerts not yet verified: Slack answered 500 internal_error"
+    assert (health.problem(), health.note(), health.verified()) == (None, None, True)
+    assert said(caplog, logging.WARNING) == [
+        "alerts not verified: Slack answered 500 internal_error; checking again in 2s"
+    ]
+    assert daemon.alerter.worker.failures == 0
+
+
+def test_a_delivery_failing_for_good_brings_a_check_of_the_path(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    seconds, console = Seconds(), io.StringIO()
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(world, slack_config(fake))
+        health = health_for(daemon, seconds, console)
+        health.tick()
+        assert health.verified() is True
+        del fake.channels["C0INVARIANTS"]  # the channel is deleted after the start
+        script(world, daemon, 0)
+        world.clock.advance(2)
+        daemon.deliver()
+        assert daemon.alerter.worker.failures == 1
+        assert health.tick() is False  # it checked a moment ago: not at once again
+        seconds.advance(AFTER_FAILURE)
+        assert health.tick() is True
+        daemon.databases.close()
+    assert health.problem() == (
+        "alerts cannot be delivered: channel '#invariants' not found or not visible (slack.channel)"
+    )
+    assert daemon.alerter.worker.failures == 2
+
+
+def test_the_console_has_nothing_to_check(world: World) -> None:
+    daemon = Daemon.build(
+        Config(invariants=world.folder, http=HttpConfig(listen=None)),
+        world.dsn,
+        world.store,
+        clock=world.clock,
+    )
+    health = DeliveryHealth(daemon.config, daemon.alerter, daemon.metrics)
+    daemon.databases.close()
+    assert (health.problem(), health.note(), health.verified(), health.tick()) == (
+        None,
+        None,
+        True,
+        False,
+    )
+    assert metric(daemon, "invmon_delivery_path_ok") == "1.0"
+
+
+# --- the whole daemon (needs the wiring in monitor/daemon.py) --------------------------------
+
+
+class Pings:
+    """A dead man's switch: records the paths it is pinged on."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        pings = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                pings.paths.append(self.path)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/ping/abc-123"
+
+
+@pytest.fixture
+def pings() -> Iterator[Pings]:
+    found = Pings()
+    yield found
+    found.server.shutdown()
+
+
+def test_the_daemon_says_a_wrong_token_at_start_in_readyz_and_to_the_switch(
+    database: str, tmp_path: Path, pings: Pings
+) -> None:
+    items_table(database)
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    store = StateStore.open(path=tmp_path / "state.db")
+    with FakeSlack() as fake:
+        config = Config(
+            invariants=folder,
+            http=HttpConfig(listen=None),
+            watchdog=WatchdogConfig(interval=timedelta(seconds=1), ping_url=pings.url),
+            slack=SlackConfig(token=WRONG_TOKEN, api_url=fake.api_url, channel="#invariants"),
+        )
+        daemon = Daemon.build(config, database, store)
+        routes = daemon.routes()
+        daemon.start()
+        try:
+            problem = wait_for(routes.readyz.check, 20, "/readyz to fail")
+            wait_for(lambda: "/ping/abc-123/fail" in pings.paths, 20, "a failing ping")
+            healthy = routes.healthz.check()
+        finally:
+            daemon.shutdown()
+            store.close()
+    assert problem == (
+        "alerts cannot be delivered: Slack refused the call: invalid_auth (slack.token)"
+    )
+    assert healthy is None  # a restart would not fix a token: /healthz stays 200
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def get(url: str) -> tuple[int, str]:
+    """(status, body); (0, "") while nothing listens yet."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except urllib.error.URLError:
+        return 0, ""
+
+
+def test_invmon_run_with_a_wrong_token_fails_readyz_counts_it_and_logs_it_once(
+    database: str, tmp_path: Path
+) -> None:
+    items_table(database)
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    port = free_port()
+    config = tmp_path / "invmon.yaml"
+    log = tmp_path / "daemon.log"
+    with FakeSlack() as fake:
+        config.write_text(
+            f"invariants: {folder}\n"
+            f"state:\n  path: {tmp_path / 'state.db'}\n"
+            f"http:\n  listen: 127.0.0.1:{port}\n"
+            f"slack:\n  token: {WRONG_TOKEN}\n  api_url: {fake.api_url}\n"
+            "daemon:\n  shutdown_grace: 5s\n"
+        )
+        process = start_daemon(config, log, database)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            ready = wait_for(
+                lambda: (answer := get(f"{url}/readyz"))[0] == 503 and answer, 30, "/readyz 503"
+            )
+            metrics = wait_for(
+                lambda: (
+                    (body := get(f"{url}/metrics")[1])
+                    and 'invmon_deliveries{state="FAILED"} 2.0' in body
+                    and body
+                ),
+                30,
+                "invmon's own alert refused by Slack too",
+            )
+            health = get(f"{url}/healthz")
+        finally:
+            process.terminate()
+            process.wait(timeout=40)
+    reason = "alerts cannot be delivered: Slack refused the call: invalid_auth (slack.token)"
+    assert ready == (503, reason + "\n")
+    assert health == (200, "ok\n")
+    # The path (found at start), and invmon's own alert about it, which Slack refused too.
+    assert "invmon_delivery_failures 2.0" in metrics.splitlines()
+    assert "invmon_delivery_path_ok 0.0" in metrics.splitlines()
+    text = log.read_text()
+    logged = [line for line in text.splitlines() if re.match(r"\d{4}-\S+Z ERROR +alerts", line)]
+    assert logged == [f"{logged[0][:20]} ERROR   {reason}  check={SELF_CHECK}"]  # once
+    # invmon's own alert, printed through the console transport (stdout, here the log).
+    assert text.count(f"🔴 CRITICAL · {SELF_CHECK} violated") == 1
+    assert text.count(f"\n{reason}\nincident #1\n") == 1
+    # No traceback while it ran (what the listener says as it closes is not about alerts).
+    assert "Traceback" not in text.split("INFO    stopping:")[0]
+    assert "raised an exception" not in text  # APScheduler's words for a job that threw
+    assert WRONG_TOKEN not in text
