@@ -73,6 +73,7 @@ def test_each_alert_rule_is_complete_parses_and_names_served_metrics(
 
 def test_the_rules_cover_what_the_monitor_must_be_alerted_on() -> None:
     assert sorted(str(r["alert"]) for r in rules()) == [
+        "InvmonAlertsCannotBeDelivered",
         "InvmonDeliveriesFailed",
         "InvmonDeliveriesUnknownGrowing",
         "InvmonFleetSmallerThanDeployed",
@@ -97,3 +98,8 @@ def test_a_made_up_metric_or_a_broken_expression_is_caught(served: set[str]) -> 
     assert "invmon_runs_totl" not in served
     with pytest.raises(ValueError):
         promql_parser.parse("sum(rate(invmon_deliveries[5m])")
+
+
+def test_the_operators_prometheusrule_holds_exactly_the_shipped_rules() -> None:
+    kube = yaml.safe_load((ROOT / "deploy/kubernetes/base/prometheusrule.yaml").read_text())
+    assert kube["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"]
