@@ -163,6 +163,7 @@ def status_title(view: IncidentView, now: datetime) -> str:
             "replica_stale": "REPLICA CAUGHT UP",
             "invalid_file": "FILE FIXED",
             "target_unreachable": "TARGET ANSWERS AGAIN",
+            "quarantined": "OUT OF QUARANTINE",
         }[view.kind]
         return f"✅ {closed} · {name} (lasted {lasted})"
     if view.kind == "violation":
@@ -173,6 +174,7 @@ def status_title(view: IncidentView, now: datetime) -> str:
         "replica_stale": f"⏸️ REPLICA STALE · {_subject(name)}invariants paused",
         "invalid_file": f"🛠️ INVALID FILE · {name}",
         "target_unreachable": f"🔌 TARGET UNREACHABLE · {_subject(name)}invariants paused",
+        "quarantined": f"🧯 QUARANTINED · {name} overran its timeout",
     }[view.kind]
 
 
@@ -222,6 +224,10 @@ def root_message(view: IncidentView, now: datetime) -> Message:
             "target_unreachable": "invmon cannot connect to this database, so its invariants "
             "are not being evaluated (one incident for all of them). Nothing is known to be "
             "violated; nothing is known to hold. Other targets are evaluated as usual.",
+            "quarantined": "A run of this invariant went on past its timeout, which the "
+            "database could not stop (an uninterruptible function, or a server overloaded): it "
+            "is not scheduled again, on any daemon, until its file changes or "
+            "`invmon unquarantine` lifts it. Nothing is known to hold meanwhile.",
         }[view.kind]
         blocks.append(_section(explain))
         if view.detail:

@@ -26,8 +26,22 @@ POSTS: tuple[Action, ...] = (
     "post_detail",
     "post_summary",
 )
-OPENING = {"opened", "cannot_evaluate", "replica_stale", "file_invalid", "target_unreachable"}
-CLOSING = {"resolved", "recovered", "replica_fresh", "file_fixed", "target_reachable"}
+OPENING = {
+    "opened",
+    "cannot_evaluate",
+    "replica_stale",
+    "file_invalid",
+    "target_unreachable",
+    "quarantined",
+}
+CLOSING = {
+    "resolved",
+    "recovered",
+    "replica_fresh",
+    "file_fixed",
+    "target_reachable",
+    "unquarantined",
+}
 
 
 def delivery_key(*parts: object) -> str:

@@ -579,6 +579,26 @@ def snooze(incident: int, duration: str, config_path: Path | None) -> None:
 
 
 @main.command()
+@click.argument("name")
+@CONFIG
+def unquarantine(name: str, config_path: Path | None) -> None:
+    """Schedule again an invariant quarantined for overrunning its timeout."""
+    from monitor.clock import utc_now
+
+    config = resolve_config(config_path)
+    store = open_store(config, must_exist=True)
+    try:
+        lifted = store.lift_quarantine(
+            name, f"lifted by {getpass.getuser()} (command line)", utc_now()
+        )
+    finally:
+        store.close()
+    if lifted is None:
+        fail(f"{name!r} is not quarantined; `invmon status` lists open incidents")
+    click.echo(f"{name} is scheduled again: every daemon sharing this store runs it.")
+
+
+@main.command()
 @CONFIG
 @DSN
 @INVARIANTS

@@ -127,6 +127,8 @@ class DaemonConfig(_Model):
     cannot_evaluate_after: int = Field(default=3, ge=1)  # consecutive errors
     jitter: timedelta = timedelta(seconds=10)  # capped at a tenth of an interval
     shutdown_grace: timedelta = timedelta(seconds=30)
+    # A run that goes on this long past its timeout (plus its sources') is quarantined.
+    overrun_margin: timedelta = timedelta(seconds=10)
     track_keys: int = Field(default=1000, ge=0, le=100_000)  # offending keys kept per run
     # Several daemons on one PostgreSQL store (claims.py, fleet.py): a claimed slot whose
     # daemon stops renewing it for `lease` is taken over; a daemon not preferred for a slot
@@ -135,7 +137,13 @@ class DaemonConfig(_Model):
     handoff: timedelta = timedelta(seconds=5)
 
     _t = field_validator(
-        "max_replica_lag", "jitter", "shutdown_grace", "lease", "handoff", mode="before"
+        "max_replica_lag",
+        "jitter",
+        "shutdown_grace",
+        "lease",
+        "handoff",
+        "overrun_margin",
+        mode="before",
     )(_duration)
 
     @field_validator("lease")

@@ -46,6 +46,8 @@ from monitor.liveness import Liveness
 from monitor.loader import Invariant
 from monitor.metrics import Metrics
 from monitor.process import SignalLoop
+from monitor.quarantine import still_running, version_of
+from monitor.records import Quarantine
 from monitor.reloading import Reloader
 from monitor.results import RunResult
 from monitor.self_checks import Loaded
@@ -157,6 +159,7 @@ class Daemon:
         self._idle = threading.Condition(self._lock)
         self._in_flight: dict[str, datetime] = {}  # name -> when its run started
         self._holding: dict[str, Claim] = {}  # name -> its claim, queued or running
+        self._overdue: set[str] = set()  # runs in flight already quarantined for it
         self._stopping = False
         self._stop_step = "nothing yet"  # what the stop waits for now, for its deadline
 
@@ -189,9 +192,52 @@ class Daemon:
     # --- loading -------------------------------------------------------------------------
 
     def reload(self) -> Reload:
-        """Load the invariants folder and bring the timetable in line with it."""
+        """Load the invariants folder and bring the timetable in line with it; a quarantine
+        whose file has changed since is lifted."""
         with self.liveness.busy("a reload of the invariants", RELOAD_LIMIT.total_seconds()):
-            return self.reloader.reload()
+            change = self.reloader.reload()
+            self._lift_changed_quarantines()
+            return change
+
+    # --- quarantine (quarantine.py) --------------------------------------------------------
+
+    def _held_out(self) -> set[str]:
+        """The invariants no daemon may run now: quarantined at the version loaded here."""
+        found: dict[str, Quarantine] = {}
+        with self.store_health.guard("reading the quarantined invariants"):
+            found = self.store.quarantined()
+        self.metrics.quarantined.set(len(found))
+        loaded = self.invariants
+        return {
+            name
+            for name, q in found.items()
+            if name in loaded and version_of(loaded[name]) == q.version
+        }
+
+    def _lift_changed_quarantines(self) -> None:
+        with self.store_health.guard("reading the quarantined invariants"):
+            for name, q in self.store.quarantined().items():
+                inv = self.invariants.get(name)
+                if inv is not None and version_of(inv) != q.version:
+                    self.store.lift_quarantine(name, "its file changed", self.clock())
+                    log.info("quarantine lifted: %s changed", name)
+
+    def _quarantine_overdue(self) -> None:
+        """A run still in flight well past its timeout quarantines its invariant now, not
+        when (if ever) it returns: a daemon restarted meanwhile must not run it again."""
+        now = self.clock()
+        with self._lock:
+            running = [
+                (self.invariants[n], since)
+                for n, since in self._in_flight.items()
+                if n in self.invariants and n not in self._overdue
+            ]
+        for inv, since in running:
+            reason = still_running(now - since, inv, self.config.daemon.overrun_margin)
+            if reason is not None:
+                with self._lock:
+                    self._overdue.add(inv.name)
+                self.evaluator.quarantine(inv, reason)
 
     def _install(self, running: dict[str, Invariant]) -> None:
         with self._lock:
@@ -226,6 +272,7 @@ class Daemon:
                 if claim is not None:
                     self._forget(claim)
                 self._in_flight.pop(name, None)
+                self._overdue.discard(name)
                 self._idle.notify_all()
 
     def _forget(self, claim: Claim) -> None:
@@ -257,8 +304,13 @@ class Daemon:
             self.queue.keep_only(self.invariants)
             self.queue.add(due, self._members, now)
             ready = [d for d in self.queue.ready(now) if d.name not in self._in_flight]
+        held_out = self._held_out() if ready else set()
         won = []
         for item in ready:
+            if item.name in held_out:
+                with self._lock:
+                    self.queue.settle(item)  # quarantined: this slot is not run anywhere
+                continue
             with self.store_health.guard("claiming a slot"):
                 outcome = self.claims.claim(item, now)
                 with self._lock:
@@ -279,6 +331,7 @@ class Daemon:
         with self._lock:
             holding = list(self._holding.values())
             loaded = set(self.invariants) - set(self._in_flight) - set(self._holding)
+        loaded -= self._held_out()
         with self.store_health.guard("renewing this daemon's claims"):
             self.claims.heartbeat(now, holding, socket.gethostname(), os.getpid())
             self._members = self.claims.members(now, 3 * self._beat) | {self.me}
@@ -309,6 +362,7 @@ class Daemon:
         self.liveness.beat("the scheduler's tick")
         if not self._started or self._stopping or self.signals.stopping:
             return []  # a stopping daemon claims nothing it would then hand back
+        self._quarantine_overdue()
         return self._start(self._claimed(utc_now()))
 
     def beat(self) -> list[Future[RunResult | None]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from datetime import timedelta
 
 from monitor.claims import Claim, LostClaim
 from monitor.clock import Clock
@@ -15,6 +16,7 @@ from monitor.config import DaemonConfig, Target
 from monitor.databases import Databases
 from monitor.loader import Invariant
 from monitor.metrics import Metrics
+from monitor.quarantine import overrun, version_of
 from monitor.records import IncidentContext
 from monitor.results import RunResult
 from monitor.state import StateStore
@@ -56,9 +58,15 @@ class Evaluator:
 
     def evaluate(self, inv: Invariant, claim: Claim | None = None) -> RunResult | None:
         """Run and store one evaluation; None when `claim` was taken over meanwhile (another
-        daemon stores that slot's run, so this one is dropped)."""
+        daemon stores that slot's run, so this one is dropped). A run that overran its
+        timeout quarantines the invariant (quarantine.py)."""
+        began = time.monotonic()
         result = self._run(inv)
         finished = self.clock()
+        took = timedelta(seconds=time.monotonic() - began)
+        reason = overrun(took, inv, self.settings.overrun_margin)
+        if reason is not None:
+            self.quarantine(inv, reason)
         with self.health.guard(f"recording a run of {inv.name}"):
             try:
                 self.store.record_run(
@@ -92,6 +100,21 @@ class Evaluator:
             },
         )
         return result
+
+    def quarantine(self, inv: Invariant, reason: str) -> None:
+        log.error(
+            "quarantined %s: %s; not scheduled again until its file changes or "
+            "`invmon unquarantine %s`",
+            inv.name,
+            reason,
+            inv.name,
+            extra={"fields": {"invariant": inv.name}},
+        )
+        target = self.databases[inv.target].target if inv.target in self.databases else None
+        with self.health.guard(f"quarantining {inv.name}"):
+            self.store.quarantine(
+                inv.name, version_of(inv), reason, self.clock(), context_of(inv, target)
+            )
 
     def _run(self, inv: Invariant) -> RunResult:
         started = self.clock()

@@ -21,7 +21,12 @@ from typing import Any, Literal
 from monitor.results import Status
 
 IncidentKind = Literal[
-    "violation", "cannot_evaluate", "replica_stale", "invalid_file", "target_unreachable"
+    "violation",
+    "cannot_evaluate",
+    "replica_stale",
+    "invalid_file",
+    "target_unreachable",
+    "quarantined",
 ]
 EventKind = Literal[
     "opened",
@@ -36,6 +41,8 @@ EventKind = Literal[
     "file_fixed",
     "target_unreachable",
     "target_reachable",
+    "quarantined",
+    "unquarantined",
 ]
 
 # Shown in logs and (later) in alerts; the kinds of incident that are not violations have
@@ -46,6 +53,7 @@ OPEN_EVENT: dict[IncidentKind, EventKind] = {
     "replica_stale": "replica_stale",
     "invalid_file": "file_invalid",
     "target_unreachable": "target_unreachable",
+    "quarantined": "quarantined",
 }
 CLOSE_EVENT: dict[IncidentKind, EventKind] = {
     "violation": "resolved",
@@ -53,6 +61,7 @@ CLOSE_EVENT: dict[IncidentKind, EventKind] = {
     "replica_stale": "replica_fresh",
     "invalid_file": "file_fixed",
     "target_unreachable": "target_reachable",
+    "quarantined": "unquarantined",
 }
 
 

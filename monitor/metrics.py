@@ -98,6 +98,11 @@ class Metrics:
             "Invariant files that failed validation.",
             registry=self.registry,
         )
+        self.quarantined = Gauge(
+            "invmon_quarantined",
+            "Invariants held out of the schedule because a run overran its timeout.",
+            registry=self.registry,
+        )
         self.period = Gauge(
             "invmon_schedule_period_seconds",
             "Each loaded invariant's time between slots: alert rules compare the age of its "

@@ -175,4 +175,14 @@ def migrations(pk: str, bigint: str, real: str) -> list[str]:
         CREATE INDEX events_by_incident ON events (incident_id);
         CREATE INDEX incident_actions_by_incident ON incident_actions (incident_id);
         """,
+        # Quarantine (quarantine.py): invariants held out of the schedule on every daemon
+        # sharing the store, each at the version of its file that overran its timeout.
+        """
+        CREATE TABLE quarantines (
+            invariant TEXT PRIMARY KEY,
+            version TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            since TEXT NOT NULL
+        );
+        """,
     ]

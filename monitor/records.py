@@ -108,3 +108,13 @@ class StoredEvent:
 def as_document(record: Run | Incident | IncidentKey | StoredEvent) -> dict[str, Any]:
     """A record as JSON-ready values, timestamps in the store's format."""
     return {k: stamp(v) if isinstance(v, datetime) else v for k, v in asdict(record).items()}
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """An invariant held out of the schedule (quarantine.py), at one version of its file."""
+
+    invariant: str
+    version: str  # quarantine.version_of the file that overran
+    reason: str
+    since: datetime

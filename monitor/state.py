@@ -31,7 +31,7 @@ from monitor.incidents import (
     decide,
     toggle,
 )
-from monitor.records import Incident, IncidentContext, StoredEvent
+from monitor.records import Incident, IncidentContext, Quarantine, StoredEvent
 from monitor.results import DEFAULT_TARGET, RunResult
 from monitor.state_queries import StateQueries
 from monitor.storage import PostgresStorage, Storage, Tx, open_storage
@@ -138,27 +138,81 @@ class StateStore(StateQueries):
     ) -> list[StoredEvent]:
         """Open or resolve an on/off incident: replica stale, a target that does not
         answer, or an invalid file. `context` is kept with an incident it opens."""
+        with self._db.transaction() as tx:
+            return self._condition(tx, kind, subject, active, stamp(at), detail, context)
+
+    def _condition(
+        self,
+        tx: Tx,
+        kind: IncidentKind,
+        subject: str,
+        active: bool,
+        now: str,
+        detail: str | None,
+        context: IncidentContext | None,
+        closing: dict[str, Any] | None = None,
+    ) -> list[StoredEvent]:
+        self._lock_subject(tx, subject, now)
+        current = self._open_incident(tx, subject, kind)
+        draft = toggle(
+            current, active, kind, {"detail": detail} if active else closing or {"detail": detail}
+        )
+        if draft is None:
+            if current is not None and active:
+                tx.run(
+                    "UPDATE incidents SET last_seen_at = ?, detail = ? WHERE id = ?",
+                    (now, detail, current.id),
+                )
+            return []
+        if current is None:
+            target = context.target if context else DEFAULT_TARGET
+            incident_id = self._insert_incident(
+                tx, subject, kind, now, None, detail, target, context
+            )
+        else:
+            incident_id = current.id
+            self._resolve(tx, incident_id, now, None)
+        return [self._insert_event(tx, incident_id, subject, draft, now, None)]
+
+    # --- quarantine (quarantine.py decides; this keeps it for every daemon of a fleet) ---
+
+    def quarantine(
+        self, invariant: str, version: str, reason: str, at: datetime, context: IncidentContext
+    ) -> list[StoredEvent]:
+        """Keep `invariant` (at this version of its file) from being scheduled again, and open
+        its `quarantined` incident, which alerts its owner: one transaction."""
         now = stamp(at)
         with self._db.transaction() as tx:
-            self._lock_subject(tx, subject, now)
-            current = self._open_incident(tx, subject, kind)
-            draft = toggle(current, active, kind, {"detail": detail})
-            if draft is None:
-                if current is not None and active:
-                    tx.run(
-                        "UPDATE incidents SET last_seen_at = ?, detail = ? WHERE id = ?",
-                        (now, detail, current.id),
-                    )
-                return []
-            if current is None:
-                target = context.target if context else DEFAULT_TARGET
-                incident_id = self._insert_incident(
-                    tx, subject, kind, now, None, detail, target, context
-                )
-            else:
-                incident_id = current.id
-                self._resolve(tx, incident_id, now, None)
-            return [self._insert_event(tx, incident_id, subject, draft, now, None)]
+            tx.run(
+                "INSERT INTO quarantines (invariant, version, reason, since) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (invariant) DO UPDATE SET version = excluded.version,"
+                " reason = excluded.reason, since = excluded.since",
+                (invariant, version, reason, now),
+            )
+            return self._condition(tx, "quarantined", invariant, True, now, reason, context)
+
+    def lift_quarantine(self, invariant: str, why: str, at: datetime) -> list[StoredEvent] | None:
+        """Schedule `invariant` again (its file changed, or an operator said so); None when it
+        was not quarantined."""
+        now = stamp(at)
+        with self._db.transaction() as tx:
+            gone = tx.rows(
+                "DELETE FROM quarantines WHERE invariant = ? RETURNING invariant", (invariant,)
+            )
+            if not gone:
+                return None
+            return self._condition(
+                tx, "quarantined", invariant, False, now, None, None, {"reason": why}
+            )
+
+    def quarantined(self) -> dict[str, Quarantine]:
+        """Every invariant held out of the schedule, with the version of its file and why."""
+        with self._db.transaction() as tx:
+            rows = tx.rows("SELECT invariant, version, reason, since FROM quarantines")
+        return {
+            str(name): Quarantine(str(name), str(version), str(reason), parse_stamp(str(since)))
+            for name, version, reason, since in rows
+        }
 
     def apply_action(
         self,
@@ -209,7 +263,8 @@ class StateStore(StateQueries):
         events = []
         with self._db.transaction() as tx:
             self._lock_subject(tx, invariant, now)
-            kinds: tuple[IncidentKind, ...] = ("violation", "cannot_evaluate")
+            tx.run("DELETE FROM quarantines WHERE invariant = ?", (invariant,))
+            kinds: tuple[IncidentKind, ...] = ("violation", "cannot_evaluate", "quarantined")
             for kind in kinds:
                 current = self._open_incident(tx, invariant, kind)
                 if current is None:

@@ -54,6 +54,7 @@ KIND_WORD = {
     "replica_stale": "Replica stale",
     "invalid_file": "Invalid file",
     "target_unreachable": "Target unreachable",
+    "quarantined": "Quarantined",
 }
 
 
@@ -220,7 +221,7 @@ def _rank(row: Row) -> tuple[int, int, int, str]:
     return status, severity, -(row.count or 0), row.name
 
 
-_INCIDENT_PREFERENCE = ("violation", "cannot_evaluate", "invalid_file")
+_INCIDENT_PREFERENCE = ("violation", "quarantined", "cannot_evaluate", "invalid_file")
 _SUBJECT = re.compile(r"^\((replica|target)( .*)?\)$")
 
 
@@ -454,6 +455,8 @@ def event_line(event: StoredEvent) -> EventLine:
         "file_fixed": ("✔", f"File validates again after {took}"),
         "target_unreachable": ("⚡", "Target unreachable"),
         "target_reachable": ("✔", f"Target answers again after {took}"),
+        "quarantined": ("⛔", f"Quarantined: {cut(str(p.get('detail') or ''), 300)}"),
+        "unquarantined": ("✔", f"Out of quarantine after {took}: {p.get('reason') or ''}"),
     }.get(event.kind, ("•", event.kind))
     if keys and event.kind in ("opened", "keys_appeared", "keys_gone"):
         text += f": {_keys_text(keys)}"

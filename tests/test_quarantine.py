@@ -1,0 +1,174 @@
+"""A run that overran its timeout quarantines its invariant: not scheduled again on any
+daemon sharing the store until its file changes or an operator lifts it, with one alert.
+The overrun is real: XPath evaluated by libxml2, which no statement timeout interrupts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from helpers import FakeClock, cli, invariant
+
+from monitor.config import Config, DaemonConfig, FenceConfig, HttpConfig, StateConfig
+from monitor.daemon import Daemon
+from monitor.pgtemp import scratch_database
+from monitor.quarantine import overrun, still_running, version_of
+from monitor.state import StateStore
+
+START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+# Quadratic XPath over 14,000 elements: about 4-7 s in libxml2 on this kind of machine,
+# under a 1 s statement timeout that cannot stop it. The document is built, not parsed.
+UNSTOPPABLE = """\
+-- description: a comparison libxml2 cannot be interrupted in
+-- owner: "@xml-team"
+-- timeout: 1s
+-- schedule: every 1m
+SELECT 1 AS x WHERE xpath('count(//a[. = //a])',
+    (SELECT xmlelement(name r, xmlagg(xmlelement(name a, 'x'))) FROM generate_series(1, 14000))
+)::text = ''
+"""
+QUICK = "-- description: quick\n-- schedule: every 1m\nSELECT 1 AS x WHERE false\n"
+
+
+def test_an_overrun_is_past_the_longest_run_plus_the_margin() -> None:
+    inv = invariant("slow", "SELECT 1", timeout=2)
+    margin = timedelta(seconds=10)
+    assert overrun(timedelta(seconds=12), inv, margin) is None
+    assert overrun(timedelta(seconds=12.5), inv, margin) == (
+        "a run took 12.5s, 10.5s past its timeout of 2s (the margin is 10s): "
+        "the database did not stop it"
+    )
+    assert still_running(timedelta(seconds=40), inv, margin) == (
+        "a run has been going for 40s, 38s past its timeout of 2s (the margin is 10s): "
+        "the database is not stopping it"
+    )
+
+
+def test_the_version_changes_with_what_runs_and_only_with_it() -> None:
+    base = invariant("a", "SELECT 1", timeout=2)
+    assert version_of(base) == version_of(invariant("a", "SELECT 1", timeout=2))
+    assert version_of(base) != version_of(invariant("a", "SELECT 2", timeout=2))
+    assert version_of(base) != version_of(invariant("a", "SELECT 1", timeout=3))
+
+
+def make(folder: Path, store: StateStore, dsn: str, state: StateConfig | None = None) -> Daemon:
+    config = Config(
+        invariants=folder,
+        http=HttpConfig(listen=None),
+        state=state or StateConfig(),
+        daemon=DaemonConfig(overrun_margin=timedelta(seconds=1)),
+        fence=FenceConfig(allow_functions=["xpath"]),
+    )
+    daemon = Daemon.build(config, dsn, store, clock=FakeClock(START))
+    daemon.reload()
+    return daemon
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    made = tmp_path / "invariants"
+    made.mkdir()
+    (made / "unstoppable.sql").write_text(UNSTOPPABLE)
+    (made / "quick.sql").write_text(QUICK)
+    return made
+
+
+def runs_of(store: StateStore, name: str) -> int:
+    return len(store.runs(name, limit=100))
+
+
+def later(minutes: int) -> datetime:
+    return datetime.now(UTC) + timedelta(minutes=minutes)
+
+
+def test_one_overrun_quarantines_until_the_file_changes(
+    database: str, folder: Path, store: StateStore
+) -> None:
+    daemon = make(folder, store, database)
+    try:
+        ran = {r.invariant: r for r in daemon.run_due(later(1))}
+        assert sorted(ran) == ["quick", "unstoppable"]
+        # Past the 1 s timeout and the 1 s margin: the server did not stop it in time.
+        assert ran["unstoppable"].duration_ms > 2000
+        [held] = store.quarantined().values()
+        assert (held.invariant, held.version) == (
+            "unstoppable",
+            version_of(daemon.invariants["unstoppable"]),
+        )
+        assert held.reason.startswith("a run took ")
+        assert held.reason.endswith(
+            "past its timeout of 1s (the margin is 1s): the database did not stop it"
+        )
+        [incident] = [i for i in store.open_incidents() if i.kind == "quarantined"]
+        assert (incident.invariant, incident.detail, incident.context.owner) == (
+            "unstoppable",
+            held.reason,
+            "@xml-team",
+        )
+        assert [e.kind for e in store.events("unstoppable") if "quarantine" in e.kind] == [
+            "quarantined"
+        ]
+        # Not scheduled again; the others are.
+        assert [r.invariant for r in daemon.run_due(later(2))] == ["quick"]
+        assert [r.invariant for r in daemon.run_due(later(3))] == ["quick"]
+        assert runs_of(store, "unstoppable") == 1
+        # Its file changes (here its timeout): lifted at the reload, scheduled again.
+        (folder / "unstoppable.sql").write_text(UNSTOPPABLE.replace("timeout: 1s", "timeout: 30s"))
+        daemon.reload()
+        assert store.quarantined() == {}
+        assert [e.kind for e in store.events("unstoppable") if "quarantine" in e.kind] == [
+            "quarantined",
+            "unquarantined",
+        ]
+        assert sorted(r.invariant for r in daemon.run_due(later(4))) == ["quick", "unstoppable"]
+    finally:
+        daemon.databases.close()
+
+
+@pytest.fixture
+def fleet(
+    database: str, folder: Path, admin_dsn: str
+) -> Iterator[tuple[list[Daemon], StateStore, str]]:
+    with scratch_database(admin_dsn, prefix="invmon_state") as state_dsn:
+        stores = [StateStore.open(dsn=state_dsn) for _ in range(3)]
+        daemons = [make(folder, s, database, StateConfig(dsn=state_dsn)) for s in stores]
+        try:
+            yield daemons, stores[0], state_dsn
+        finally:
+            for daemon, opened in zip(daemons, stores, strict=True):
+                daemon.databases.close()
+                opened.close()
+
+
+def test_a_quarantine_on_one_daemon_holds_on_all_three_until_an_operator_lifts_it(
+    fleet: tuple[list[Daemon], StateStore, str], tmp_path: Path
+) -> None:
+    (a, b, c), store, state_dsn = fleet
+    first = {r.invariant for r in a.run_due(later(1))}
+    assert "unstoppable" in first
+    assert sorted(store.quarantined()) == ["unstoppable"]
+    # Every daemon of the fleet holds it out: the next slots run nothing but `quick`.
+    for minutes, daemon in enumerate((b, c, a, b, c), start=2):
+        assert {r.invariant for r in daemon.run_due(later(minutes))} <= {"quick"}
+    assert runs_of(store, "unstoppable") == 1
+    assert [e.kind for e in store.events("unstoppable") if "quarantine" in e.kind] == [
+        "quarantined"
+    ]  # one alert, however many daemons
+    # An operator lifts it from the command line; every daemon runs it again.
+    config = tmp_path / "invmon.yaml"
+    config.write_text(f"state:\n  dsn: {state_dsn}\n")
+    lifted = cli("unquarantine", "unstoppable", "--config", str(config))
+    assert (lifted.returncode, lifted.stdout) == (
+        0,
+        "unstoppable is scheduled again: every daemon sharing this store runs it.\n",
+    )
+    again = cli("unquarantine", "unstoppable", "--config", str(config))
+    assert (again.returncode, again.stderr) == (
+        2,
+        "invmon: 'unstoppable' is not quarantined; `invmon status` lists open incidents\n",
+    )
+    [lift] = [e for e in store.events("unstoppable") if e.kind == "unquarantined"]
+    assert str(lift.payload["reason"]).endswith("(command line)")
+    assert store.quarantined() == {}
