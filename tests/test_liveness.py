@@ -311,6 +311,7 @@ def test_sigterm_with_claims_queued_exits_0_within_the_grace(
         if process.poll() is None:
             process.kill()
     assert code == 0, log.read_text()[-3000:]
+    # shutdown_grace + 5 s, the acceptance bound: the run in flight ends within 2 s.
     assert time.monotonic() - started < 10
     assert log.read_text().splitlines()[-1].endswith("stopped")
 
@@ -498,6 +499,7 @@ def test_sigterm_while_the_state_store_is_being_reached_stops_cleanly(
         if process.poll() is None:
             process.kill()
     assert code == 0, log.read_text()
+    # The run in flight ends within 2 s; load adds seconds, a wedge adds forever.
     assert time.monotonic() - started < 10
     assert (
         log.read_text().splitlines()[-1].endswith("stopped before start, reaching the state store")
@@ -523,6 +525,7 @@ def test_reaching_the_state_store_is_bounded_by_connect_timeout_and_names_host_a
         f"127.0.0.1:{port}: no answer within 2s (database.connect_timeout)"
     )
     # Well under the pool's own 30 s: the bound is the configured timeout (and start-up).
+    # Load cannot flip it: 2 s of timeout plus a process start (1-4 s here, busy).
     assert took < 20
 
 
@@ -550,6 +553,7 @@ def test_a_state_store_that_refuses_the_login_fails_at_once(database: str, tmp_p
                 f"invmon: cannot open the state store (state.dsn, {where}): cannot connect to "
                 f'{where}: FATAL:  role "invmon_no_login" is not permitted to log in'
             ), command
+            # Load cannot flip it: a retrying pool takes 30 s, a process start here 1-4 s.
             assert time.monotonic() - started < 15, command  # not the pool's 30 s of retries
     finally:
         with psycopg.connect(database, autocommit=True) as conn:
@@ -691,3 +695,55 @@ def test_soak_signal_storm_never_wedges_a_daemon(
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_stop_that_cannot_finish_in_time_exits_non_zero_naming_what_it_waited_for(
+    database: str, tmp_path: Path
+) -> None:
+    """XPath in libxml2 ignores the cancel: the run outlives the grace and the cancel, so the
+    stop ends at its bound with exit 1, naming the run, instead of hanging."""
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "unstoppable.sql").write_text(
+        "-- description: libxml2 cannot be interrupted\n-- timeout: 1m\n"
+        "SELECT 1 AS x WHERE xpath('count(//a[. = //a])', (SELECT xmlelement(name r,"
+        " xmlagg(xmlelement(name a, 'x'))) FROM generate_series(1, 25000)))::text = ''\n"
+    )
+    config = tmp_path / "invmon.yaml"
+    config.write_text(
+        f"invariants: {folder}\nstate:\n  path: {tmp_path / 'state.db'}\n"
+        "http:\n  listen: null\nfence:\n  allow_functions: [xpath]\n"
+        "daemon:\n  shutdown_grace: 1s\n"
+    )
+    log = tmp_path / "daemon.log"
+    process = launch(config, database, log)
+    try:
+        wait_for(
+            lambda: "invmon running" in log.read_text() and in_xpath(database) == 1, 30, "the run"
+        )
+        started = time.monotonic()
+        code = stop_and_wait(process, log, 1 + 10 + 10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        # The server's backend outlives the process (that is the point): the scratch
+        # database can be dropped only once it has finished.
+        wait_for(lambda: in_xpath(database) == 0, 120, "the backend to finish its XPath")
+    assert code == 1, log.read_text()[-3000:]
+    # The grace (1 s), the cancel's wait (5 s) and the rest: bounded, never the run's ~20 s.
+    assert time.monotonic() - started < 1 + 10 + 10
+    assert (
+        log.read_text()
+        .splitlines()[-1]
+        .endswith("stopped with runs still in flight after the grace period: unstoppable")
+    )
+
+
+def in_xpath(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'invmon:unstoppable'"
+            " AND state = 'active'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
