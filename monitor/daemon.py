@@ -589,10 +589,11 @@ class Daemon:
             )
         for part in ("the scheduler's tick", "the fleet's heartbeat", "the alerts turn"):
             self.liveness.forget(part)
-        step("the watchdog thread to stop")
-        self.watchdog.stop(left(5))
+        # No new job or self-check turn from now on; the ones under way end before the store
+        # is left (below), so nothing writes to it once the process closes it.
+        self.watchdog.stop(0)
         if self.scheduler is not None and self.scheduler.running:
-            self.scheduler.shutdown(wait=False)
+            self.scheduler.pause()
         step("the runs in flight to finish")
         if not self._wait_idle(grace):
             cancelled = self.databases.cancel_all()
@@ -611,6 +612,9 @@ class Daemon:
         self.pump.deliver_until_idle(left(min(10.0, grace)))
         step("the monitored databases' connections to close")
         self.databases.close()
+        step("the scheduler's jobs and the watchdog's turn under way to end")
+        self.watchdog.stop(left(5))
+        self._stop_scheduler(left(5))
         step("the state store, to leave the fleet")
         with self.store_health.guard("leaving the fleet"):
             self.claims.leave(self.clock() - timedelta(days=1))
@@ -623,6 +627,22 @@ class Daemon:
             return 1
         log.info("stopped")
         return 0
+
+    def _stop_scheduler(self, seconds: float) -> None:
+        """Shut the scheduler down, waiting at most `seconds` for a job under way (a tick,
+        an alerts turn inside a Slack call): APScheduler's own wait has no bound."""
+        scheduler = self.scheduler
+        if scheduler is None or not scheduler.running:
+            return
+        done = threading.Thread(
+            target=scheduler.shutdown, kwargs={"wait": True}, name="invmon-stop", daemon=True
+        )
+        done.start()
+        done.join(seconds)
+        if done.is_alive():
+            log.warning(
+                "a scheduler job was still running %.0fs into the stop; leaving it", seconds
+            )
 
     def _hand_back_queued(self) -> None:
         """The claims whose runs were still queued when the workers stopped: handed back,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from fake_slack import TOKEN, FakeSlack
-from helpers import FakeClock, items_table
+from helpers import PRIVILEGED, FakeClock, items_table
 from scenario import INVARIANT, World, assert_one_clean_incident, crash, script, settle
 
 from alerts.slack import SlackTransport
@@ -225,7 +225,7 @@ def test_reminders_go_in_the_thread_once_per_interval(world: World) -> None:
 def test_without_slack_alerts_are_printed_through_the_same_ledger(
     world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = Config(invariants=world.folder, http=HttpConfig(listen=None))
+    config = Config(invariants=world.folder, http=HttpConfig(listen=None), database=PRIVILEGED)
     daemon = Daemon.build(config, world.dsn, world.store, clock=world.clock)
     daemon.reload()
     script(world, daemon, 0)
@@ -292,7 +292,9 @@ def test_a_slow_post_keeps_its_lease_so_no_other_worker_posts_it_again(world: Wo
             return "none"
 
         fake._fault = hold_first_post  # type: ignore[method-assign]
-        settings = WorkerSettings(lease=timedelta(seconds=0.6), settle=timedelta(seconds=0))
+        # A 2 s lease renewed every third of it: a busy machine would have to starve the
+        # renewing thread for over a second to flip this (a 0.6 s lease flipped under load).
+        settings = WorkerSettings(lease=timedelta(seconds=2), settle=timedelta(seconds=0))
         views = daemon.alerter.worker.views
         start, began = world.clock(), time.monotonic()
 
@@ -309,7 +311,7 @@ def test_a_slow_post_keeps_its_lease_so_no_other_worker_posts_it_again(world: Wo
         slow.start()
         assert entered.wait(5)
         rival = worker("B")
-        deadline = time.monotonic() + 2.0  # three lease lengths of real time
+        deadline = time.monotonic() + 5.0  # two and a half lease lengths of real time
         while time.monotonic() < deadline:
             assert rival.run_due(limit=1) == 0  # the only row is leased to A
             assert fake.roots() == []  # B never took the post over while A held it

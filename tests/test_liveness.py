@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import FakeClock, wait_for
+from helpers import PRIVILEGED, PRIVILEGED_YAML, FakeClock, wait_for
 
 from monitor.claims import Claim
 from monitor.config import Config, DaemonConfig, FenceConfig, HttpConfig
@@ -80,6 +80,7 @@ def daemon(database: str, sleepers: Path, store: StateStore) -> Iterator[Daemon]
         http=HttpConfig(listen=None),
         daemon=DaemonConfig(jitter=timedelta(seconds=0.001)),
         fence=FenceConfig(allow_functions=["pg_sleep"]),
+        database=PRIVILEGED,
     )
     made = Daemon.build(config, database, store, clock=FakeClock(START))
     made.reload()
@@ -249,6 +250,7 @@ def write_config(tmp_path: Path, folder: Path, grace: int = 5) -> Path:
         "http:\n  listen: 127.0.0.1:0\n"
         "fence:\n  allow_functions: [pg_sleep]\n"
         f"daemon:\n  shutdown_grace: {grace}s\n"
+        f"{PRIVILEGED_YAML}"
     )
     return config
 
@@ -339,7 +341,7 @@ def test_sighup_with_a_removed_file_keeps_the_daemon_running_then_sigterm_exits_
 FROZEN_TICK = """
 import os, sys, threading, time, urllib.request
 from pathlib import Path
-from monitor.config import Config, HttpConfig, StateConfig
+from monitor.config import Config, DatabaseConfig, HttpConfig, StateConfig
 from monitor.daemon import Daemon
 from monitor.logs import setup_logging
 from monitor.state import StateStore
@@ -347,7 +349,10 @@ from monitor.state import StateStore
 folder, state, dsn = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 setup_logging("text", "INFO")
 config = Config(
-    invariants=folder, http=HttpConfig(listen="127.0.0.1:0"), state=StateConfig(path=state)
+    invariants=folder,
+    http=HttpConfig(listen="127.0.0.1:0"),
+    state=StateConfig(path=state),
+    database=DatabaseConfig(allow_privileged_role=True),  # the suite's superuser
 )
 store = StateStore.open(path=state)
 daemon = Daemon.build(config, dsn, store)
@@ -457,7 +462,7 @@ def test_a_wedged_daemon_without_a_service_manager_ends_itself_with_every_stack(
     assert "a part of the daemon is wedged: the scheduler's tick has not moved for" in err
     assert "exiting 70 so that the supervisor restarts invmon" in err
     # Every thread's stack, the wedged tick's among them, for the report.
-    assert "in _claimed" in err
+    assert "in tick" in err
 
 
 # --- start-up: signals first, the state store bounded -----------------------------------------
@@ -714,6 +719,7 @@ def test_a_stop_that_cannot_finish_in_time_exits_non_zero_naming_what_it_waited_
         f"invariants: {folder}\nstate:\n  path: {tmp_path / 'state.db'}\n"
         "http:\n  listen: null\nfence:\n  allow_functions: [xpath]\n"
         "daemon:\n  shutdown_grace: 1s\n"
+        f"{PRIVILEGED_YAML}"
     )
     log = tmp_path / "daemon.log"
     process = launch(config, database, log)
