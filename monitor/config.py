@@ -31,6 +31,7 @@ from pydantic import (
 from monitor import yamlsafe
 from monitor.acks import ACK_MODES, AckMode
 from monitor.durations import parse_duration
+from monitor.execute import DEFAULT_TEMP_FILE_LIMIT, temp_file_kb
 from monitor.fence import Allowances, FencePolicy
 from monitor.header import Severity
 from monitor.loader import MAX_FILE_BYTES, Defaults, Loading
@@ -99,16 +100,34 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+def _temp_file_limit(value: str | None) -> str | None:
+    if value is not None:
+        temp_file_kb(value)  # its ValueError says what to write
+    return value
+
+
 class DatabaseConfig(_Model):
+    """How invmon uses a monitored database; the top-level `database:` is every target's,
+    a target's own `lock_timeout`, `temp_file_limit`… win over it."""
+
     connect_timeout: timedelta = timedelta(seconds=10)
     lock_timeout: timedelta = timedelta(seconds=5)
     # A standby cancels queries that conflict with replay; such a run is retried.
     recovery_conflict_retries: int = Field(default=3, ge=0, le=10)
     retry_backoff: timedelta = timedelta(seconds=1)
+    # What one run may write to temporary files, in PostgreSQL's units. Only a superuser
+    # may set it, so it is set for a superuser's runs (never above a lower limit the session
+    # already has); a role is bounded by its own (deploy/readonly-role.sql). null: the
+    # session's own setting, whatever it is.
+    temp_file_limit: str | None = DEFAULT_TEMP_FILE_LIMIT
+    # Run even as a role that can change the database (a superuser, an owner of its
+    # objects, …; monitor/role_check.py), which is refused otherwise. A deliberate exception.
+    allow_privileged_role: bool = False
 
     _t = field_validator("connect_timeout", "lock_timeout", "retry_backoff", mode="before")(
         _duration
     )
+    _s = field_validator("temp_file_limit")(_temp_file_limit)
 
 
 class StateConfig(_Model):
@@ -331,15 +350,32 @@ class SlackConfig(_Model):
 
 class FenceConfig(_Model):
     """Names trusted past the read-only fence (see SECURITY.md). A VOLATILE function listed
-    here runs with the READ ONLY transaction and the database role as its only fences."""
+    here runs with the READ ONLY transaction and the database role as its only fences; code
+    that is not PostgreSQL's own (user-defined, or from an extension) runs only when listed
+    here or when its extension is trusted, since its labels are its author's claim."""
 
     allow_functions: list[str] = Field(default_factory=list)  # `fn` or `schema.fn`
     allow_operators: list[str] = Field(default_factory=list)  # operators unknown offline
+    # Types and domains whose code (input and output functions, CHECK constraints) is not
+    # PostgreSQL's own: `type` or `schema.type`.
+    allow_types: list[str] = Field(default_factory=list)
+    # Extensions whose functions, operators and types are trusted like built-ins (their
+    # volatility labels believed): e.g. [postgis, citext].
+    trust_extensions: list[str] = Field(default_factory=list)
+    # Settings current_setting() may read beyond the fence's harmless built-in ones; "*"
+    # also allows pg_settings and the settings of every role (rolconfig).
+    allow_settings: list[str] = Field(default_factory=list)
 
     def allowances(self) -> Allowances:
+        def lowered(names: list[str]) -> frozenset[str]:
+            return frozenset(name.lower() for name in names)
+
         return Allowances(
-            functions=frozenset(name.lower() for name in self.allow_functions),
-            operators=frozenset(name.lower() for name in self.allow_operators),
+            functions=lowered(self.allow_functions),
+            operators=lowered(self.allow_operators),
+            types=lowered(self.allow_types),
+            extensions=lowered(self.trust_extensions),
+            settings=lowered(self.allow_settings),
         )
 
     def policy(self, with_database: bool) -> FencePolicy:
@@ -380,11 +416,17 @@ class TargetConfig(_Model):
     channel: str | None = None  # its incidents' default channel (a file's own wins)
     owner: str | None = None  # its invariants' default owner
     schema_path: Path | None = Field(default=None, alias="schema")  # for lint and test
+    # `database.temp_file_limit` for this target (null here too: the session's own).
+    temp_file_limit: str | None = None
+    # `database.allow_privileged_role` for this target: the role it connects as may be one
+    # that can change the database (see DatabaseConfig).
+    allow_privileged_role: bool | None = None
 
     _t = field_validator(
         "max_replica_lag", "connect_timeout", "lock_timeout", "statement_timeout", mode="before"
     )(_duration)
     _d = field_validator("dsn")(check_dsn)
+    _s = field_validator("temp_file_limit")(_temp_file_limit)
 
 
 @dataclass(frozen=True)
@@ -400,6 +442,12 @@ class Target:
     channel: str | None
     owner: str | None
     schema_path: Path | None
+    # Where the config allows this target to run as a privileged role (for messages).
+    allowance_field: str = "database.allow_privileged_role"
+
+    @property
+    def allow_privileged_role(self) -> bool:
+        return self.database.allow_privileged_role
 
 
 class LimitsConfig(_Model):
@@ -465,16 +513,18 @@ class Config(_Model):
             configured = {DEFAULT_TARGET: TargetConfig(dsn=self.dsn), **configured}
         out = {}
         for name, t in configured.items():
-            database = self.database.model_copy(
-                update={
-                    k: v
-                    for k, v in (
-                        ("connect_timeout", t.connect_timeout),
-                        ("lock_timeout", t.lock_timeout),
-                    )
-                    if v is not None
-                }
-            )
+            own: dict[str, Any] = {
+                k: v
+                for k, v in (
+                    ("connect_timeout", t.connect_timeout),
+                    ("lock_timeout", t.lock_timeout),
+                    ("allow_privileged_role", t.allow_privileged_role),
+                )
+                if v is not None
+            }
+            if "temp_file_limit" in t.model_fields_set:  # null is a choice: the session's own
+                own["temp_file_limit"] = t.temp_file_limit
+            database = self.database.model_copy(update=own)
             out[name] = Target(
                 name=name,
                 dsn=t.dsn,
@@ -485,6 +535,9 @@ class Config(_Model):
                 channel=t.channel,
                 owner=t.owner,
                 schema_path=t.schema_path or (self.schema_path if name == DEFAULT_TARGET else None),
+                allowance_field=f"targets.{name}.allow_privileged_role"
+                if name in self.targets
+                else "database.allow_privileged_role",
             )
         return out
 

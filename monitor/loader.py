@@ -35,6 +35,7 @@ from monitor.header import (
 )
 from monitor.problems import Problem
 from monitor.results import DEFAULT_TARGET
+from monitor.sqltree import NUL_MESSAGE
 from monitor.validate import check_sql, columns_of
 
 
@@ -205,10 +206,16 @@ def read_text(path: Path, max_bytes: int) -> tuple[str | None, Problem | None]:
             "is one query",
         )
     try:
-        return raw.decode("utf-8-sig"), None
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         return None, Problem(path, line, "not UTF-8 text")
+    nul = text.find("\0")
+    if nul >= 0:
+        # PostgreSQL's parser (and so lint's) reads a C string, which ends at the first NUL:
+        # lint would judge only what comes before it, while the driver refuses the whole.
+        return None, Problem(path, text.count("\n", 0, nul) + 1, NUL_MESSAGE)
+    return text, None
 
 
 DEFAULT_LOADING = Loading()

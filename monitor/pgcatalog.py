@@ -7,9 +7,12 @@ IMMUTABLE, STABLE or VOLATILE) and whether it may run in a parallel worker
 (`proparallel = 'u'` marks the STABLE functions that assign state, such as a transaction
 id). Two catalogs answer the same questions:
 
-- `LiveCatalog`: the monitored database's own `pg_proc`, `pg_operator` and `pg_cast`, read
-  on the connection that will run the query, so user-defined and extension functions are
-  judged by what they declare.
+- `LiveCatalog`: the monitored database's own `pg_proc`, `pg_operator`, `pg_cast` and
+  `pg_type`, read on the connection that will run the query. It also says which code is part
+  of PostgreSQL itself (created by initdb: an OID below 16384, which no later CREATE can
+  have), which extension installed the rest, which functions parse XML with libxml2, and
+  what code a type runs (its input and output functions, a domain's constraints, through
+  composites, arrays and ranges).
 - `BuiltinCatalog`: a table generated from the built-in catalogs of the PostgreSQL
   versions we support, shipped in the package, for `invmon lint` with no database. Regenerate
   it with `python -m monitor.builtins_table --dsn DSN [--dsn DSN ...] > monitor/pg_builtins.json`.
@@ -30,6 +33,28 @@ from typing import Any, Protocol
 Name = tuple[str, ...]
 
 VOLATILITY_ORDER = "isv"  # immutable < stable < volatile
+# PostgreSQL's FirstNormalObjectId: initdb creates every built-in object below it, and every
+# object created later (by CREATE, an extension, a superuser in pg_catalog) gets one above.
+FIRST_USER_OID = 16384
+# The C functions of PostgreSQL's xml.c that hand text to libxml2's parser (pg_proc.prosrc
+# of internal functions, so an alias created under another name is found too): the input
+# and receive functions of xml, the text -> xml cast, xml_is_well_formed* and XPath. The
+# others (xml_out, xmlcomment, xmlconcat2, xmlelement's and xmlroot's work) escape text or
+# read only the XML declaration, with PostgreSQL's own code. contrib/xml2 (`pgxml`) parses
+# in every function.
+LIBXML_PARSERS = frozenset(
+    {
+        "xml_in",
+        "xml_recv",
+        "texttoxml",
+        "xml_is_well_formed",
+        "xml_is_well_formed_document",
+        "xml_is_well_formed_content",
+        "xpath",
+        "xpath_exists",
+        "xmlexists",
+    }
+)
 VOLATILITY_WORDS = {"i": "IMMUTABLE", "s": "STABLE", "v": "VOLATILE"}
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
 
@@ -47,6 +72,12 @@ class Routine:
     one_arg: bool  # callable with one argument, hence also as `row.name`
     security_definer: bool = False  # runs with its owner's rights, past the role's fence
     extension: str | None = None  # the extension that installed it, if one did
+    builtin: bool = True  # part of PostgreSQL itself (an OID below FIRST_USER_OID)
+    libxml: bool = False  # hands text to libxml2's parser (LIBXML_PARSERS)
+    # For code a type runs: what it is to the type and which type, e.g. ("a constraint of
+    # domain", "public.noisy"); empty for a function or operator called by name.
+    role: str = ""
+    of_type: str = ""
 
 
 def worst(volatilities: Iterable[str]) -> str:
@@ -74,6 +105,16 @@ class Catalog(Protocol):
     def system_view_calls(self, relations: Iterable[Name]) -> dict[Name, list[str]]:
         """For each relation that is a system view calling a VOLATILE or PARALLEL UNSAFE
         built-in function, those functions' names."""
+        ...
+
+    def row_types(self, relations: Iterable[Name]) -> dict[Name, list[Routine]]:
+        """The code the column types of each relation run (`role` says which: output to send
+        a row, input and constraints when a row of it is built from text or JSON)."""
+        ...
+
+    def implicit_casts(self, types: Iterable[Name]) -> dict[Name, list[str]]:
+        """The casts into each type that PostgreSQL applies without being asked (implicit or
+        in assignment), as `source -> target`; a type with none is absent."""
         ...
 
 
@@ -148,6 +189,14 @@ class BuiltinCatalog:
     def view_definitions(self, relations: Iterable[Name]) -> dict[Name, str]:
         return {}
 
+    def row_types(self, relations: Iterable[Name]) -> dict[Name, list[Routine]]:
+        # Without a database no table is known; the system catalogs' columns are built-in.
+        return {}
+
+    def implicit_casts(self, types: Iterable[Name]) -> dict[Name, list[str]]:
+        # The built-in casts into xml are all explicit; only a database can add others.
+        return {}
+
     def system_view_calls(self, relations: Iterable[Name]) -> dict[Name, list[str]]:
         found = {}
         for name in relations:
@@ -186,64 +235,153 @@ ONE_ARG_SQL = (
     " AND p.proargtypes[0] NOT IN ('internal'::regtype, 'cstring'::regtype)"
 )
 
-_FUNCTIONS_SQL = """
+# Which extension installed the function `p`, and whether it hands text to libxml2.
+# (A join rather than a subquery per row: the planner's estimate of the latter made it
+# compile the lookup with JIT, two seconds for a millisecond's work.)
+_EXTENSION_JOIN = """LEFT JOIN (SELECT d.objid, e.extname FROM pg_depend d
+           JOIN pg_extension e ON e.oid = d.refobjid
+           WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e') AS ext
+     ON ext.objid = p.oid"""
+_LIBXML_SQL = (
+    "((p.prolang = (SELECT l.oid FROM pg_language l WHERE l.lanname = 'internal')"
+    " AND p.prosrc IN (" + ", ".join(f"'{s}'" for s in sorted(LIBXML_PARSERS)) + "))"
+    " OR (p.prolang = (SELECT l.oid FROM pg_language l WHERE l.lanname = 'c')"
+    " AND p.probin = '$libdir/pgxml'))"
+)
+
+
+def _routine_columns(volatility: str, one_arg: str) -> str:
+    """schema, name, signature, kind, volatility, parallel_unsafe, one_arg, security_definer,
+    extension, builtin, libxml: Routine's fields, for `p` in `n` (and _EXTENSION_JOIN)."""
+    return (
+        f"n.nspname, p.proname, p.oid::regprocedure::text, p.prokind, {volatility},"
+        f" p.proparallel = 'u', {one_arg}, p.prosecdef, ext.extname,"
+        f" p.oid < {FIRST_USER_OID}, {_LIBXML_SQL}"
+    )
+
+
+_FUNCTIONS_SQL = f"""
 WITH wanted(ord, schema, name) AS (
     SELECT * FROM unnest(%(ord)s::int[], %(schemas)s::text[], %(names)s::text[])
 )
-SELECT w.ord, n.nspname, p.proname, p.oid::regprocedure::text, p.prokind,
-       {VOLATILITY},
-       p.proparallel = 'u',
-       {ONE_ARG},
-       p.prosecdef,
-       (SELECT e.extname FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
-        WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')
+SELECT w.ord, {_routine_columns(VOLATILITY_SQL, ONE_ARG_SQL)}
 FROM wanted w
 JOIN pg_proc p ON p.proname = w.name
 JOIN pg_namespace n ON n.oid = p.pronamespace
-WHERE (w.schema = '' AND n.nspname = ANY (current_schemas(true))) OR n.nspname = w.schema
-""".replace("{ONE_ARG}", ONE_ARG_SQL).replace("{VOLATILITY}", VOLATILITY_SQL)
-
-_OPERATORS_SQL = """
-WITH wanted(ord, schema, name) AS (
-    SELECT * FROM unnest(%(ord)s::int[], %(schemas)s::text[], %(names)s::text[])
-)
-SELECT w.ord, n.nspname, f.proname, f.oid::regprocedure::text, f.prokind,
-       f.provolatile::text, f.proparallel = 'u', false, f.prosecdef, NULL
-FROM wanted w
-JOIN pg_operator o ON o.oprname = w.name
-JOIN pg_namespace n ON n.oid = o.oprnamespace
-JOIN pg_proc f ON f.oid = o.oprcode
+{_EXTENSION_JOIN}
 WHERE (w.schema = '' AND n.nspname = ANY (current_schemas(true))) OR n.nspname = w.schema
 """
 
-# The functions a cast to a type may run: a cast function into it, its input functions, and
-# for a domain the functions its constraints call (PostgreSQL records those in pg_depend).
-_CASTS_SQL = """
+# An operator runs its function, and the planner runs its selectivity estimators (RESTRICT,
+# JOIN), which a user-defined operator may point at user code.
+_OPERATORS_SQL = f"""
+WITH wanted(ord, schema, name) AS (
+    SELECT * FROM unnest(%(ord)s::int[], %(schemas)s::text[], %(names)s::text[])
+)
+SELECT DISTINCT w.ord, {_routine_columns("p.provolatile::text", "false")}
+FROM wanted w
+JOIN pg_operator o ON o.oprname = w.name
+JOIN pg_namespace s ON s.oid = o.oprnamespace
+JOIN pg_proc p ON p.oid IN (o.oprcode, o.oprrest, o.oprjoin)
+JOIN pg_namespace n ON n.oid = p.pronamespace
+{_EXTENSION_JOIN}
+WHERE (w.schema = '' AND s.nspname = ANY (current_schemas(true))) OR s.nspname = w.schema
+"""
+
+# The code a value of a type may run, from `seed(ord, typ)` (and, for casts, `target(ord,
+# typ)`: the type cast into and the domains under it). Every type the value is made of is
+# followed: a domain's base type, an array's element, a composite's attributes, a range's
+# subtype, a multirange's range, and the types a domain's constraint casts to. For each, its
+# input and output functions, a range's canonical and subtype-difference functions, and the
+# functions and operators a domain's CHECK calls (PostgreSQL records those in pg_depend).
+# This is how a domain inside a composite literal ('(1)'::comp), a column definition list
+# (AS r(a noisy)) or jsonb_populate_record(NULL::comp, …) is found.
+_TYPE_CODE_SQL = f"""
+closure(ord, typ) AS (
+    SELECT ord, typ FROM seed
+    UNION
+    SELECT c.ord, m.typ FROM closure c CROSS JOIN LATERAL (
+        SELECT t.typbasetype FROM pg_type t WHERE t.oid = c.typ AND t.typbasetype <> 0
+        UNION ALL
+        SELECT t.typelem FROM pg_type t WHERE t.oid = c.typ AND t.typelem <> 0
+        UNION ALL
+        SELECT a.atttypid FROM pg_type t JOIN pg_attribute a ON a.attrelid = t.typrelid
+        WHERE t.oid = c.typ AND a.attnum > 0 AND NOT a.attisdropped
+        UNION ALL
+        SELECT r.rngsubtype FROM pg_range r WHERE r.rngtypid = c.typ
+        UNION ALL
+        SELECT r.rngtypid FROM pg_range r WHERE r.rngmultitypid = c.typ
+        UNION ALL
+        SELECT d.refobjid FROM pg_constraint k JOIN pg_depend d
+            ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid
+            AND d.refclassid = 'pg_type'::regclass
+        WHERE k.contypid = c.typ
+    ) AS m(typ)
+), code(ord, fn, role, typ) AS (
+    SELECT c.ord, k.castfunc, 'the cast into', c.typ
+    FROM target c JOIN pg_cast k ON k.casttarget = c.typ WHERE k.castfunc <> 0
+    UNION ALL
+    SELECT c.ord, f.fn, f.role, c.typ FROM closure c JOIN pg_type t ON t.oid = c.typ
+    CROSS JOIN LATERAL (VALUES (t.typinput::oid, 'the input function of'),
+                               (t.typreceive::oid, 'the input function of'),
+                               (t.typmodin::oid, 'the input function of'),
+                               (t.typoutput::oid, 'the output function of'),
+                               (t.typsend::oid, 'the output function of'),
+                               (t.typmodout::oid, 'the output function of')) AS f(fn, role)
+    WHERE f.fn <> 0
+    UNION ALL
+    SELECT c.ord, f.fn, 'a range function of', c.typ FROM closure c
+    JOIN pg_range g ON g.rngtypid = c.typ
+    CROSS JOIN LATERAL (VALUES (g.rngcanonical::oid), (g.rngsubdiff::oid)) AS f(fn)
+    WHERE f.fn <> 0
+    UNION ALL
+    SELECT c.ord, coalesce(o.oprcode::oid, d.refobjid), 'a constraint of domain', c.typ
+    FROM closure c JOIN pg_constraint k ON k.contypid = c.typ
+    JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid
+    LEFT JOIN pg_operator o ON d.refclassid = 'pg_operator'::regclass AND o.oid = d.refobjid
+    WHERE d.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass)
+)
+SELECT DISTINCT x.ord, {_routine_columns("p.provolatile::text", "false")},
+       x.role, tn.nspname || '.' || tt.typname
+FROM code x JOIN pg_proc p ON p.oid = x.fn JOIN pg_namespace n ON n.oid = p.pronamespace
+JOIN pg_type tt ON tt.oid = x.typ JOIN pg_namespace tn ON tn.oid = tt.typnamespace
+{_EXTENSION_JOIN}
+"""
+
+_CASTS_SQL = (
+    """
 WITH RECURSIVE wanted(ord, typ) AS (
     SELECT w.ord, to_regtype(w.name)
     FROM unnest(%(ord)s::int[], %(names)s::text[]) AS w(ord, name)
-), chain(ord, typ) AS (
-    -- the type and, for a domain, every type below it (a domain over a domain...)
+), target(ord, typ) AS (
     SELECT ord, typ FROM wanted WHERE typ IS NOT NULL
     UNION
-    SELECT c.ord, t.typbasetype FROM chain c JOIN pg_type t ON t.oid = c.typ
+    SELECT c.ord, t.typbasetype FROM target c JOIN pg_type t ON t.oid = c.typ
     WHERE t.typbasetype <> 0
-), funcs(ord, fn) AS (
-    SELECT c.ord, k.castfunc FROM chain c JOIN pg_cast k ON k.casttarget = c.typ
-    WHERE k.castfunc <> 0
-    UNION ALL
-    SELECT c.ord, f FROM chain c JOIN pg_type t ON t.oid = c.typ
-    CROSS JOIN LATERAL unnest(ARRAY[t.typinput, t.typreceive, t.typmodin]::oid[]) AS f
-    WHERE f <> 0
-    UNION ALL
-    SELECT c.ord, d.refobjid FROM chain c
-    JOIN pg_constraint k ON k.contypid = c.typ
-    JOIN pg_depend d ON d.classid = 'pg_constraint'::regclass AND d.objid = k.oid
-         AND d.refclassid = 'pg_proc'::regclass
+), seed(ord, typ) AS (SELECT ord, typ FROM target),"""
+    + _TYPE_CODE_SQL
 )
-SELECT f.ord, n.nspname, p.proname, p.oid::regprocedure::text, p.prokind,
-       p.provolatile::text, p.proparallel = 'u', false, p.prosecdef, NULL
-FROM funcs f JOIN pg_proc p ON p.oid = f.fn JOIN pg_namespace n ON n.oid = p.pronamespace
+
+# A relation's row type: its columns' types and all they are made of. No cast into it.
+_ROW_TYPES_SQL = (
+    """
+WITH RECURSIVE seed(ord, typ) AS (
+    SELECT w.ord, c.reltype
+    FROM unnest(%(ord)s::int[], %(names)s::text[]) AS w(ord, name)
+    JOIN pg_class c ON c.oid = to_regclass(w.name)
+    WHERE c.reltype <> 0
+), target(ord, typ) AS (SELECT ord, typ FROM seed WHERE false),"""
+    + _TYPE_CODE_SQL
+)
+
+# Casts into a type that the planner applies by itself when it resolves an expression: a
+# value of the source type given where the target is expected becomes one unasked.
+_IMPLICIT_CASTS_SQL = """
+SELECT w.ord, format('%%s -> %%s (%%s)', k.castsource::regtype, k.casttarget::regtype,
+                     CASE k.castcontext WHEN 'i' THEN 'implicit' ELSE 'in assignment' END)
+FROM unnest(%(ord)s::int[], %(names)s::text[]) AS w(ord, name)
+JOIN pg_cast k ON k.casttarget = to_regtype(w.name)
+WHERE k.castcontext IN ('i', 'a')
 """
 
 _VIEWS_SQL = """
@@ -289,14 +427,36 @@ class LiveCatalog:
     def operators(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
         return self._lookup(_OPERATORS_SQL, sorted(set(names)))
 
-    def casts(self, types: Iterable[Name]) -> dict[Name, list[Routine]]:
-        wanted = sorted(set(types))
+    def _by_type(self, query: str, names: Iterable[Name]) -> dict[Name, list[Routine]]:
+        wanted = sorted(set(names))
         if not wanted:
             return {}
         params = {"ord": list(range(len(wanted))), "names": [qualified_text(t) for t in wanted]}
         found: dict[Name, list[Routine]] = {}
-        for ord_, *fields in self._conn.execute(_CASTS_SQL, params).fetchall():
+        # The recursion's row estimates are large enough for the planner to compile the
+        # lookup with JIT (two seconds for a millisecond's work); turned off for this query
+        # only, in a savepoint rolled back, so the session's setting is untouched.
+        with self._conn.transaction(force_rollback=True):
+            self._conn.execute("SET LOCAL jit = off")
+            rows = self._conn.execute(query, params).fetchall()
+        for ord_, *fields in rows:
             found.setdefault(wanted[ord_], []).append(Routine(*fields))
+        return found
+
+    def casts(self, types: Iterable[Name]) -> dict[Name, list[Routine]]:
+        return self._by_type(_CASTS_SQL, types)
+
+    def row_types(self, relations: Iterable[Name]) -> dict[Name, list[Routine]]:
+        return self._by_type(_ROW_TYPES_SQL, relations)
+
+    def implicit_casts(self, types: Iterable[Name]) -> dict[Name, list[str]]:
+        wanted = sorted(set(types))
+        if not wanted:
+            return {}
+        params = {"ord": list(range(len(wanted))), "names": [qualified_text(t) for t in wanted]}
+        found: dict[Name, list[str]] = {}
+        for ord_, cast in self._conn.execute(_IMPLICIT_CASTS_SQL, params).fetchall():
+            found.setdefault(wanted[ord_], []).append(str(cast))
         return found
 
     def view_definitions(self, relations: Iterable[Name]) -> dict[Name, str]:
@@ -379,6 +539,12 @@ class _Remembering:
 
     def view_definitions(self, relations: Iterable[Name]) -> dict[Name, str]:
         return self._memory.recall("view", relations, self._catalog.view_definitions)
+
+    def row_types(self, relations: Iterable[Name]) -> dict[Name, list[Routine]]:
+        return self._memory.recall("row", relations, self._catalog.row_types)
+
+    def implicit_casts(self, types: Iterable[Name]) -> dict[Name, list[str]]:
+        return self._memory.recall("implicit", types, self._catalog.implicit_casts)
 
     def system_view_calls(self, relations: Iterable[Name]) -> dict[Name, list[str]]:
         return self._catalog.system_view_calls(relations)

@@ -98,6 +98,7 @@ class SchemaCatalog:
             volatility=_VOLATILITY.get(str(options.get("volatility")), "v"),
             parallel_unsafe=options.get("parallel") not in ("safe", "restricted"),
             one_arg=len(required) <= 1 <= len(inputs),
+            builtin=False,  # judged as the database will judge it: user code
         )
         self._functions.setdefault(name[-1], []).append(routine)
 
@@ -120,6 +121,7 @@ class SchemaCatalog:
             volatility,
             False,
             False,
+            builtin=False,
         )
         table = self._functions if kind == "OBJECT_AGGREGATE" else self._operators
         table.setdefault(name[-1], []).append(routine)
@@ -154,9 +156,15 @@ class SchemaCatalog:
     def view_definitions(self, relations: Iterable[Name]) -> dict[Name, str]:
         return {}
 
+    def row_types(self, relations: Iterable[Name]) -> dict[Name, list[Routine]]:
+        return {}
+
+    def implicit_casts(self, types: Iterable[Name]) -> dict[Name, list[str]]:
+        return {}
+
     def system_view_calls(self, relations: Iterable[Name]) -> dict[Name, list[str]]:
         return self._builtin.system_view_calls(relations)
 
 
 def _unknown(name: Name) -> Routine:
-    return Routine("", ".".join(name), ".".join(name), "f", "v", False, False)
+    return Routine("", ".".join(name), ".".join(name), "f", "v", False, False, builtin=False)

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
-from helpers import invmon
+from helpers import CHECK, invmon
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pglast import keywords
@@ -137,7 +137,7 @@ def test_invmon_check_refuses_what_the_database_says_may_act_and_names_the_line(
         (tmp_path / "visits.sql").write_text(
             "-- description: visits\n\nSELECT n\nFROM visits\nWHERE n < count_visit()\n"
         )
-        done = invmon("check", "--dsn", fence_database, "--invariants", str(tmp_path))
+        done = invmon(*CHECK, "--dsn", fence_database, "--invariants", str(tmp_path))
     finally:
         with psycopg.connect(fence_database, autocommit=True) as conn:
             conn.execute("DROP TABLE visits; DROP FUNCTION public.count_visit()")
@@ -295,6 +295,42 @@ def test_a_trusted_function_is_accepted_with_a_warning_that_names_the_remaining_
     assert [
         (p.level, "READ ONLY transaction and the database role" in p.message) for p in problems
     ] == [("warning", True)]
+
+
+def test_what_the_config_trusts_passes_the_fence_offline_and_live(fence_database: str) -> None:
+    from monitor.config import FenceConfig
+    from monitor.fence import FencePolicy
+
+    trusting = FenceConfig(
+        allow_functions=["xml", "xmlparse"],
+        allow_types=["Public.Noisy"],
+        trust_extensions=["citext"],
+        allow_settings=["App.JWT_Secret"],
+    ).allowances()
+    offline = [
+        "SELECT note::xml AS x, xmlparse(content note) AS y FROM t",
+        "SELECT current_setting('app.jwt_secret') AS s",
+    ]
+    assert [validate_sql(q, FencePolicy(trusting)) for q in offline] == [[], []]
+    every_setting = FencePolicy(FenceConfig(allow_settings=["*"]).allowances())
+    assert (
+        validate_sql("SELECT name, setting, rolconfig FROM pg_settings, pg_roles", every_setting)
+        == []
+    )
+    with psycopg.connect(fence_database) as conn:
+        if not _has_extension(conn, "citext"):
+            pytest.skip("citext is not available on this server")
+        conn.execute(
+            "CREATE EXTENSION citext;"
+            " CREATE FUNCTION public.noisy_ok(int) RETURNS bool LANGUAGE sql IMMUTABLE"
+            " AS 'SELECT true';"
+            " CREATE DOMAIN public.noisy AS int CHECK (public.noisy_ok(VALUE))"
+        )
+        live = ["SELECT id FROM users WHERE email = 'a@example.com'", "SELECT 1::noisy AS n"]
+        trusted = [fence(q, LiveCatalog(conn), trusting) for q in live]
+        untrusted = [len(errors(fence(q, LiveCatalog(conn)))) for q in live]
+        conn.rollback()
+    assert (trusted, untrusted) == ([[], []], [1, 1])
 
 
 def test_reading_pg_stat_statements_is_accepted_where_the_extension_is_installed(

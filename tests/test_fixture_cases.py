@@ -153,11 +153,19 @@ def test_a_case_runs_the_invariant_read_only_as_the_daemon_does(
     (folder / "duplicate_settled_refunds.test.yaml").write_text(
         "cases:\n  - name: fires\n    rows: {}\n    expect: {keys: [[99]]}\n"
     )
-    done = invmon("test", "--invariants", str(folder), "--schema", str(schema), "--dsn", admin_dsn)
+    # User code runs only when trusted by name; trusted, its STABLE label is still stopped
+    # by the READ ONLY transaction.
+    config = tmp_path / "invmon.yaml"
+    config.write_text("fence:\n  allow_functions: [log_and_return]\n")
+    done = invmon(
+        "test",
+        *("--config", str(config), "--invariants", str(folder)),
+        *("--schema", str(schema), "--dsn", admin_dsn),
+    )
     assert done.returncode == 1
     assert (
         "  ❌ fires: cannot execute INSERT in a read-only transaction" in done.stdout.splitlines()
-    )
+    ), done.stdout
 
 
 def test_invmon_test_and_the_daemon_read_the_same_rows_the_same_way(

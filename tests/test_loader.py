@@ -6,9 +6,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from helpers import cli
 
 from monitor.durations import CronSchedule, IntervalSchedule, parse_duration, parse_schedule
-from monitor.loader import Defaults, Invariant, Loading, LoadMemo, load_directory
+from monitor.loader import NUL_MESSAGE, Defaults, Invariant, Loading, LoadMemo, load_directory
+from monitor.sqltree import analyze
 
 GOOD = """\
 -- description: >-
@@ -203,3 +205,26 @@ def test_a_schedule_under_a_second_is_refused_and_under_a_minute_is_questioned(
     problems = load_directory(tmp_path).problems
     assert [(p.line, p.level) for p in problems] == [(line, level) for line, level, _ in found]
     assert all(text in p.message for p, (_, _, text) in zip(problems, found, strict=True))
+
+
+NUL_FILE = "-- description: x holds\n-- owner: '@a'\nSELECT 1 AS x\0; SELECT pg_sleep(10)\n"
+
+
+def test_a_nul_byte_is_refused_at_its_line_when_the_file_is_loaded(tmp_path: Path) -> None:
+    """PostgreSQL's parser reads a C string: it would judge `SELECT 1 AS x` and stop, while
+    the driver refuses the whole text at run time. Loading refuses it, so lint and run agree."""
+    write(tmp_path, "a.sql", NUL_FILE)
+    loaded = load_directory(tmp_path)
+    assert [(p.line, p.message) for p in loaded.problems] == [(3, NUL_MESSAGE)]
+    assert loaded.invariants == []
+
+
+def test_lint_refuses_a_nul_byte_at_its_path_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "a.sql", NUL_FILE)
+    done = cli("lint", str(tmp_path))
+    assert (done.returncode, f"{path}:3: {NUL_MESSAGE}" in done.stdout) == (2, True), done
+
+
+def test_the_fence_refuses_a_text_with_a_nul_byte_wherever_it_comes_from() -> None:
+    [problem] = analyze("SELECT 1 AS x\n\0; SELECT pg_sleep(10)").problems
+    assert (problem.line, problem.message) == (2, NUL_MESSAGE)

@@ -26,6 +26,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from monitor.execute import LiveFence, Refused, execute, register_loaders
+from monitor.fence import Allowances
 from monitor.loader import load_directory
 from monitor.pgtemp import apply_sql, scratch_database
 from monitor.sqltree import analyze
@@ -373,9 +374,32 @@ LIARS = {
 }
 
 
-def test_functions_that_lie_about_their_volatility_pass_the_catalog_and_are_stopped(
-    role: Role,
-) -> None:
+def _liar_name(create: str) -> str:
+    return create.split("public.")[1].split("(")[0]
+
+
+def _run_liars(dsn: str, live_fence: LiveFence) -> dict[str, str]:
+    """How each liar ends when run through the executor on `dsn`."""
+    outcomes = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_loaders(conn)
+        for what, (create, _) in LIARS.items():
+            function = _liar_name(create)
+            inv = invariant(function, f"SELECT public.{function}() AS x", sample=5, timeout=10)
+            try:
+                execute(
+                    conn, inv, sample=5, lock_timeout=timedelta(seconds=2), live_fence=live_fence
+                )
+                outcomes[what] = "ran"
+            except Refused as exc:
+                outcomes[what] = f"refused by the fence: {exc}"
+            except psycopg.Error as exc:
+                outcomes[what] = exc.sqlstate or "error"
+    return outcomes
+
+
+@pytest.fixture
+def liars(role: Role) -> Iterator[None]:
     with psycopg.connect(role.admin_dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE FUNCTION public.writer() RETURNS int LANGUAGE sql"
@@ -383,35 +407,39 @@ def test_functions_that_lie_about_their_volatility_pass_the_catalog_and_are_stop
         )
         for create, _ in LIARS.values():
             conn.execute(create.encode())
+    yield
+    with psycopg.connect(role.admin_dsn, autocommit=True) as conn:
+        for create, _ in LIARS.values():
+            conn.execute(f"DROP FUNCTION public.{_liar_name(create)}()".encode())
+        conn.execute("DROP FUNCTION public.writer()")
+
+
+def test_functions_that_lie_about_their_volatility_are_refused_even_as_a_superuser(
+    role: Role, liars: None
+) -> None:
+    """A superuser (a common misconfiguration) has every privilege the role lacks: a STABLE
+    function that notifies or locks acted until the fence stopped taking user code's word."""
     effects = Effects(role)  # watching from here: the functions above are the setup
-    outcomes = {}
     try:
-        with psycopg.connect(role.dsn, autocommit=True) as conn:
-            register_loaders(conn)
-            for what, (create, _) in LIARS.items():
-                function = create.split("public.")[1].split("(")[0]
-                inv = invariant(function, f"SELECT public.{function}() AS x", sample=5, timeout=10)
-                try:
-                    execute(
-                        conn,
-                        inv,
-                        sample=5,
-                        lock_timeout=timedelta(seconds=2),
-                        live_fence=LiveFence(),
-                    )
-                    outcomes[what] = "ran"
-                except Refused as exc:
-                    outcomes[what] = f"refused by the fence: {exc}"
-                except psycopg.Error as exc:
-                    outcomes[what] = exc.sqlstate or "error"
+        outcomes = _run_liars(role.admin_dsn, LiveFence())
     finally:
         observed = effects.observed()
         effects.close()
-        with psycopg.connect(role.admin_dsn, autocommit=True) as conn:
-            for create, _ in LIARS.values():
-                function = create.split("public.")[1].split("(")[0]
-                conn.execute(f"DROP FUNCTION public.{function}()".encode())
-            conn.execute("DROP FUNCTION public.writer()")
+    own_code = {w: "not PostgreSQL's own code" in o for w, o in outcomes.items()}
+    assert own_code == {what: True for what in LIARS}, outcomes
+    assert observed == []
+
+
+def test_lying_functions_trusted_by_name_are_stopped_by_read_only_or_the_role(
+    role: Role, liars: None
+) -> None:
+    effects = Effects(role)
+    trusted = Allowances(functions=frozenset(_liar_name(c) for c, _ in LIARS.values()))
+    try:
+        outcomes = _run_liars(role.dsn, LiveFence(trusted))
+    finally:
+        observed = effects.observed()
+        effects.close()
     assert outcomes == {what: state for what, (_, state) in LIARS.items()}
     assert observed == []
 
