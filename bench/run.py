@@ -131,6 +131,7 @@ def tick_commands(dsn: str, with_peers: bool) -> list[Command]:
             config = work / "invmon.yaml"
             config.write_text(f"concurrency: {concurrency}\n")
             argv = [*INVMON, "check", "--config", str(config), "--invariants", str(SHIPPED)]
+            argv.append("--allow-privileged-role")  # the bench's own database, as its admin
             return [*argv, "--dsn", dsn, "--format", "json"], {}
 
         return prepare
@@ -257,7 +258,7 @@ from monitor.config import Config
 from monitor.check import run_check
 imported = time.perf_counter()
 config = Config.model_validate({"dsn": sys.argv[1], "concurrency": 1})
-outcome = run_check(config, Path(sys.argv[2]))
+outcome = run_check(config, Path(sys.argv[2]), allow_privileged_role=True)
 done = time.perf_counter()
 print(json.dumps({"import_s": imported - started, "total_s": done - started,
                   "runs": {r.invariant: r.duration_ms for r in outcome.results}}))
@@ -420,7 +421,8 @@ def offending_rows_memory(dsn: str, sizes: list[int]) -> list[dict[str, Any]]:
             work = Path(tmp)
             (work / "inv").mkdir()
             (work / "inv" / "rows.sql").write_text(ROWS_INVARIANT.format(n=n))
-            argv = [*INVMON, "check", "--dsn", dsn, "--invariants", str(work / "inv")]
+            argv = [*INVMON, "check", "--allow-privileged-role", "--dsn", dsn]
+            argv += ["--invariants", str(work / "inv")]
             out, err, _, wall, rss = peers.run_measured([*argv, "--format", "json"], {}, work)
             count = json.loads(out)["results"][0]["count"]
             if count != n:

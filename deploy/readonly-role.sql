@@ -15,6 +15,10 @@
 --   invmon.effects_group      a NOLOGIN role that keeps EXECUTE on what is revoked from
 --                             PUBLIC below                            (default: app_effects)
 --   invmon.statement_timeout  the role's default statement timeout    (default: 5min)
+--   invmon.temp_file_limit    what one session of the role may write to temporary files at
+--                             once (sorts, hashes, a function's result that spills); only a
+--                             superuser can change it, so it bounds every invariant the role
+--                             runs, times its CONNECTION LIMIT in all  (default: 1GB)
 --   invmon.read_all_stats     on: grant pg_read_all_stats, which the replica-lag check needs
 --                             to tell a caught-up standby from a cut one; it also shows
 --                             other sessions' query text (pg_stat_activity.query), which an
@@ -55,6 +59,8 @@ DECLARE
                               'app_effects');
     timeout  text := coalesce(nullif(current_setting('invmon.statement_timeout', true), ''),
                               '5min');
+    temp_limit text := coalesce(nullif(current_setting('invmon.temp_file_limit', true), ''),
+                                '1GB');
     all_stats boolean := coalesce(nullif(current_setting('invmon.read_all_stats', true), ''),
                                   'on')::boolean;
     -- They run SQL handed to them as text (or read a relation named in a string), which the
@@ -111,7 +117,7 @@ BEGIN
     EXECUTE format('ALTER ROLE %I SET lock_timeout = %L', monitor, '5s');
     EXECUTE format('ALTER ROLE %I SET idle_in_transaction_session_timeout = %L', monitor,
                    '1min');
-    EXECUTE format('ALTER ROLE %I SET temp_file_limit = %L', monitor, '1GB');
+    EXECUTE format('ALTER ROLE %I SET temp_file_limit = %L', monitor, temp_limit);
 
     EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', current_database(), monitor);
     FOREACH schema_name IN ARRAY string_to_array(schemas, ',') LOOP

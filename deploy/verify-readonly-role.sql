@@ -66,6 +66,44 @@ BEGIN
     IF has_database_privilege(current_database(), 'CREATE') THEN
         done := array_append(done, 'create schemas in this database');
     END IF;
+    -- Only a superuser can change temp_file_limit: set for the role, it bounds every query.
+    IF current_setting('temp_file_limit') = '-1' THEN
+        done := array_append(done, 'write temporary files without limit (temp_file_limit is -1)');
+    END IF;
+    -- What invmon's own check refuses at start (monitor/role_check.py): writing every table,
+    -- and owning anything here (directly or through a role it is a member of).
+    FOR fn IN
+        SELECT r.rolname FROM pg_roles r
+        WHERE (r.rolname IN ('pg_write_all_data', 'pg_write_server_files',
+                             'pg_execute_server_program', 'pg_signal_backend')
+               OR (r.rolsuper AND r.rolname <> current_user))
+          AND pg_has_role(r.oid, 'MEMBER')
+        ORDER BY 1
+    LOOP
+        done := array_append(done, format('act as a member of %s', fn));
+    END LOOP;
+    IF EXISTS (SELECT FROM pg_database d WHERE d.datname = current_database()
+               AND pg_has_role(d.datdba, 'MEMBER')) THEN
+        done := array_append(done, 'own this database');
+    END IF;
+    FOR fn IN
+        SELECT format('own %s %s', kind, name) FROM (
+            SELECT 'schema' AS kind, n.nspname::text AS name, n.nspowner AS owner
+            FROM pg_namespace n
+            UNION ALL
+            SELECT 'relation', c.oid::regclass::text, c.relowner
+            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+            UNION ALL
+            SELECT 'function', p.oid::regprocedure::text, p.proowner
+            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        ) o
+        WHERE pg_has_role(o.owner, 'MEMBER')
+          AND NOT EXISTS (SELECT FROM pg_roles r WHERE r.oid = o.owner AND r.rolsuper)
+        ORDER BY 1 LIMIT 20
+    LOOP
+        done := array_append(done, fn);
+    END LOOP;
 
     FOR i IN 1 .. array_length(effects, 1) LOOP
         BEGIN

@@ -8,12 +8,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.config import Config
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from monitor.config import Config, Target
 from monitor.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.problems import Problem
 from monitor.redaction import NO_REDACTION
 from monitor.results import RunResult
-from monitor.runner import Runner
+from monitor.role_check import REFUSED, verdict
+from monitor.runner import Runner, describe_error
 from monitor.selection import select
 
 
@@ -44,7 +48,7 @@ class CheckOutcome:
         )
 
 
-FENCE_ERRORS = ("refused by the read-only fence:", "invalid invariant file:")
+FENCE_ERRORS = ("refused by the read-only fence:", "invalid invariant file:", REFUSED)
 WITHHELD = "could not be evaluated (the database's message is withheld: it can quote data)"
 
 
@@ -65,15 +69,34 @@ def failed_loads(problems: Sequence[Problem], directory: Path) -> list[RunResult
     return results
 
 
+def role_refusal(runner: Runner, target: Target, allow_privileged_role: bool = False) -> str | None:
+    """Why this target's invariants are not run, for its role's sake (role_check.py); None
+    when they may, or when the database does not answer (each run then says so). Allowed,
+    the role is not even read: `check` shows no allowance, and is benchmarked."""
+    allowed = allow_privileged_role or target.allow_privileged_role
+    if allowed or runner.probe() is not None:
+        return None
+    try:
+        facts = runner.role_facts()
+    except (psycopg.Error, PoolTimeout) as exc:
+        reason = describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc)
+        return f"target {target.name}: not run, since what its role can do is unknown: {reason}"
+    how = f"pass --allow-privileged-role (or set {target.allowance_field}: true)"
+    return verdict(target.name, facts, False, how).refusal()
+
+
 def run_check(
     config: Config,
     directory: Path,
     only: Sequence[str] = (),
     show_values: bool = False,
     targets: Sequence[str] = (),
+    allow_privileged_role: bool = False,
 ) -> CheckOutcome:
     """Every selected invariant evaluated once, each on its target's database (targets
-    side by side, so a dead one delays no other); rows masked unless `show_values`."""
+    side by side, so a dead one delays no other); rows masked unless `show_values`. A
+    target whose role can change the database is not run (each of its invariants says why)
+    unless its config or `allow_privileged_role` allows it."""
     loading = config.loading(with_database=True)
     loaded = load_directory(directory, loading)
     if only:  # the selected files; problems of the others are not this run's business
@@ -100,6 +123,9 @@ def run_check(
             redaction=redaction,
             target=name,
         ) as runner:
+            refusal = role_refusal(runner, target, allow_privileged_role)
+            if refusal is not None:
+                return [RunResult.failed(i.name, refusal, target=name) for i in invariants]
             return runner.run_all(invariants)
 
     by_name: dict[str, RunResult] = {}

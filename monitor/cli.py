@@ -344,6 +344,13 @@ def main() -> None:
     is_flag=True,
     help="Print values that `redact:` would mask (emails, card numbers, …) as they are.",
 )
+@click.option(
+    "--allow-privileged-role",
+    is_flag=True,
+    help="Run even as a role that can change the database (a superuser, an owner, …), e.g. "
+    "your own on a development database. Without it such a target is refused, as by the "
+    "daemon; deploy/readonly-role.sql makes a role that needs no such flag.",
+)
 def check(
     config_path: Path | None,
     dsn: str | None,
@@ -353,6 +360,7 @@ def check(
     fmt: str,
     counts_only: bool,
     show_values: bool,
+    allow_privileged_role: bool,
     targets: tuple[str, ...],
 ) -> None:
     """Evaluate every invariant once and exit 0 (all hold), 1 (violated) or 2 (error)."""
@@ -366,7 +374,9 @@ def check(
             err=True,
         )
     try:
-        outcome = run_check(config, config.invariants, selectors + only, show_values, targets)
+        outcome = run_check(
+            config, config.invariants, selectors + only, show_values, targets, allow_privileged_role
+        )
     except NothingSelected as exc:
         fail(str(exc))
     if counts_only:

@@ -517,7 +517,13 @@ class Daemon:
             readyz=Probe(self.readiness, self.readiness_note),
             metrics=self.metrics.render,
             slack_actions=self.interactions.http if self.config.slack.signing_secret else None,
-            page=StatusPage(self.store, lambda: self.definitions.current, http, self.clock),
+            page=StatusPage(
+                self.store,
+                lambda: self.definitions.current,
+                http,
+                self.clock,
+                roles=self.databases.role_notes,
+            ),
         )
 
     def readiness(self) -> str | None:

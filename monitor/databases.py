@@ -1,6 +1,10 @@
 """The monitored databases of one daemon, one per target, kept apart: each has its own pool
 and concurrency (its Runner), its own replica gate, and its own workers, so a target that is
 down or stale holds only its own invariants back, never another target's.
+
+Each also knows what the role it connects as can do (role_check.py), read at start and at
+every reload (and before a run, if the database did not answer then): a target whose role
+can change the database is not run unless its config allows it.
 """
 
 from __future__ import annotations
@@ -9,6 +13,9 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import psycopg
+from psycopg_pool import PoolTimeout
+
 from monitor.config import Config, Target
 from monitor.loader import Invariant
 from monitor.problems import Problem
@@ -16,7 +23,9 @@ from monitor.records import IncidentContext
 from monitor.redaction import Redaction
 from monitor.replica_gate import ReplicaGate
 from monitor.results import DEFAULT_TARGET
-from monitor.runner import Runner
+from monitor.role_check import RoleVerdict, verdict
+from monitor.runner import Runner, describe_error
+from monitor.singleflight import SingleFlight
 from monitor.state import StateStore
 from monitor.store_health import StoreHealth
 
@@ -29,10 +38,46 @@ class Database:
         self.runner = runner
         self.gate = gate
         self.workers: ThreadPoolExecutor | None = None
+        self.role: RoleVerdict | None = None  # None until read (see check_role)
+        self._reading_role: SingleFlight[RoleVerdict] = SingleFlight()
 
     @property
     def name(self) -> str:
         return self.target.name
+
+    def check_role(self) -> RoleVerdict:
+        """Read what the role can do, now; psycopg's error or PoolTimeout when the database
+        does not answer (the verdict is then unknown, and read again before a run)."""
+        self.role = None
+        facts = self.runner.role_facts()
+        self.role = verdict(
+            self.name,
+            facts,
+            self.target.allow_privileged_role,
+            f"set {self.target.allowance_field}: true",
+        )
+        return self.role
+
+    def refusal(self) -> str | None:
+        """Why this target's invariants must not run now (its role can change the database,
+        or what it can do is unknown); None when they may. Read once if never read yet."""
+        role = self.role
+        if role is None:
+            wait = 3 * self.runner.database.connect_timeout.total_seconds() + 10
+            try:
+                role = self._reading_role.run(self.check_role, wait)
+            except (psycopg.Error, PoolTimeout) as exc:
+                reason = describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc)
+                return (
+                    f"target {self.name}: not running its invariants until what its role can "
+                    f"do is known; reading it failed: {reason}"
+                )
+            if role is None:
+                return (
+                    f"target {self.name}: what its role can do was still being read after "
+                    f"{wait:.0f}s"
+                )
+        return role.refusal()
 
 
 class Databases:
@@ -115,10 +160,49 @@ class Databases:
                 refused.update(found)
         return refused
 
+    def check_roles(self) -> dict[str, RoleVerdict | str]:
+        """What each target's role can do, read again (at start and at every reload), side by
+        side; a target that does not answer has why instead (its role is read before a
+        run)."""
+        found: dict[str, RoleVerdict | str] = {}
+        if not self.by_name:
+            return found
+
+        def read(database: Database) -> RoleVerdict | str:
+            # A refused port is said at once, not after the pool's whole connect timeout.
+            database.role = None
+            down = database.runner.probe()
+            if down is not None:
+                return down
+            try:
+                return database.check_role()
+            except (psycopg.Error, PoolTimeout) as exc:
+                return describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc)
+
+        with ThreadPoolExecutor(len(self.by_name), "invmon-role") as pool:
+            for name, answer in zip(
+                self.by_name, pool.map(read, self.by_name.values()), strict=True
+            ):
+                found[name] = answer
+        return found
+
+    def role_notes(self) -> list[str]:
+        """For the status page and /readyz: each target refused for its role, and each one
+        running as a privileged role because its config allows it."""
+        notes = []
+        for database in self.by_name.values():
+            role = database.role
+            if role is not None and (note := role.refusal() or role.allowance()):
+                notes.append(note)
+        return notes
+
     def not_ready(self) -> dict[str, str]:
         """Each target that cannot be evaluated now, with why."""
         problems = {}
         for name, database in self.by_name.items():
+            if database.role is not None and database.role.refused:
+                problems[name] = database.role.short()
+                continue
             reason = database.runner.probe()
             if reason is not None:
                 problems[name] = reason
@@ -133,8 +217,15 @@ class Databases:
         return None
 
     def partly(self) -> str | None:
-        """The targets the last readiness check found down, while others work."""
-        return f"not evaluating: {_listed(self._down)}" if self._down else None
+        """The targets the last readiness check found down, while others work; and those
+        running as a privileged role because their config allows it."""
+        notes = [f"not evaluating: {_listed(self._down)}"] if self._down else []
+        notes += [
+            note
+            for d in self.by_name.values()
+            if d.role is not None and (note := d.role.allowance())
+        ]
+        return "\n".join(notes) or None
 
     def cancel_all(self) -> int:
         return sum(d.runner.cancel_all() for d in self.by_name.values())

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 
 from monitor.check import run_check
-from monitor.config import Config, HttpConfig, StateConfig, TargetConfig
+from monitor.config import Config, DatabaseConfig, HttpConfig, StateConfig, TargetConfig
 from monitor.pgtemp import apply_sql, scratch_database, temporary_server
 from monitor.render import results_table
 from monitor.results import RunResult
@@ -130,6 +130,7 @@ def live_bucket_demo(payments: str, root: Path, live: Path) -> list[RunResult]:
     config = Config(
         invariants=root / "live",
         targets={"payments": TargetConfig(dsn=payments)},
+        database=DatabaseConfig(allow_privileged_role=True),  # as in run_demo
         http=HttpConfig(listen=None),
     )
     return run_check(config, config.invariants).results
@@ -154,8 +155,11 @@ def run_demo(admin_dsn: str | None, say: Callable[[str], None]) -> int:
             text = (demo / "subscriptions" / script).read_text(encoding="utf-8")
             apply_sql(subscriptions, text)
         dead = f"postgresql://invmon@127.0.0.1:{closed_port()}/warehouse?connect_timeout=2"
+        # The demo made these databases, as the server's administrator, and runs only the
+        # shipped invariants: a privileged role is allowed here, as nowhere by default.
         config = Config(
             invariants=demo_folder(Path(scratch), shipped, demo),
+            database=DatabaseConfig(allow_privileged_role=True),
             targets={
                 "payments": TargetConfig(dsn=payments),
                 "subscriptions": TargetConfig(dsn=subscriptions),

@@ -152,5 +152,17 @@ class Evaluator:
                 duration_ms=elapsed(),
                 target=inv.target,
             )
+        # A role that can change the database is refused unless the target allows it
+        # (role_check.py): each run says so, as an error, so its invariant shows why.
+        refusal = database.refusal()
+        if refusal is not None:
+            return RunResult.failed(
+                inv.name,
+                refusal,
+                started_at=started,
+                duration_ms=elapsed(),
+                target=inv.target,
+                replica_lag=gate.lag,
+            )
         result = database.runner.run_one(inv)
         return dataclasses.replace(result, replica_lag=gate.lag, duration_ms=elapsed())

@@ -6,16 +6,23 @@ given it:
 
 1. opens a transaction and makes it READ ONLY with the invariant's statement timeout, a lock
    timeout and `application_name = invmon:<name>`, all `SET LOCAL` (the monitoring role
-   needs no EXECUTE on `set_config`, which deploy/readonly-role.sql revokes);
-2. judges the exact text it is about to send (the invariant wrapped by query.py) against
-   this database's own catalog (fence.py), and refuses it with the file's line when the
-   catalog says it could change anything;
+   needs no EXECUTE on `set_config`, which deploy/readonly-role.sql revokes), and as a
+   superuser a `temp_file_limit` (a role has its own, which it cannot change);
+2. judges the invariant's own text (with its sources' CTEs, as `standalone` writes it: the
+   text the daemon's vetting and `explain` judge too) against this database's own catalog
+   (fence.py), and refuses it with the file's line when the catalog says it could change
+   anything. The wrapper query.py puts around it is not judged: it embeds that text
+   verbatim, as a subquery the parser reads exactly as it read the text alone (one complete
+   statement: its strings, comments and parentheses close within it), and every name of its
+   own is schema-qualified in pg_catalog, where only a superuser can create anything, so no
+   object of the database can change what it does or make the fence refuse it;
 3. asks for the result's columns, then runs the bounded form of the query (query.py) and
    keeps what comes back within the run's byte budgets (offending.py).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -32,15 +39,46 @@ from monitor.loader import Invariant
 from monitor.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, RowLimits
 from monitor.pgcatalog import CatalogMemory, LiveCatalog, Name
 from monitor.problems import Problem, SqlProblem
-from monitor.query import MAX_COLUMNS, USER_SQL_LINE, Column, bounded_query, describing_query
+from monitor.query import MAX_COLUMNS, Column, bounded_query, describing_query
 from monitor.redaction import Masker
 from monitor.rows import unique_column_names
-from monitor.sources.binding import NOTHING_BOUND, Bound, bound_text, emptied
+from monitor.sources.binding import NOTHING_BOUND, Bound, bound_text, emptied, standalone
 from monitor.sqltree import Analysis, analyze
 from monitor.text import shorten
 
 # A run that was cancelled leaves its transaction idle at most this long past its timeout.
 IDLE_MARGIN = timedelta(seconds=30)
+# What one run may write to temporary files (sorts, hashes, a function's result that spills)
+# when invmon may set it: the role script's default for the role (deploy/readonly-role.sql).
+DEFAULT_TEMP_FILE_LIMIT = "1GB"
+_KB = {"kB": 1, "MB": 1 << 10, "GB": 1 << 20, "TB": 1 << 30}
+_MAX_KB = 2**31 - 1  # PostgreSQL's own ceiling for temp_file_limit (an int of kB)
+TEMP_FILE_LIMIT_HINT = (
+    "the run wrote more temporary files than its limit (database.temp_file_limit, for a "
+    "superuser; else the role's own temp_file_limit)"
+)
+
+
+def temp_file_kb(limit: str) -> int:
+    """A size as PostgreSQL writes one for temp_file_limit (`1GB`, `512MB`, `64kB`), in kB;
+    ValueError for anything else, so the server never refuses the value mid-run."""
+    match = re.fullmatch(r"([1-9][0-9]{0,12})(kB|MB|GB|TB)", limit)
+    if match is None:
+        raise ValueError(
+            f"write a size such as 1GB, 512MB or 64kB (PostgreSQL's units, as written), "
+            f"not {shorten(limit, 40)}"
+        )
+    kb = int(match[1]) * _KB[match[2]]
+    if kb > _MAX_KB:
+        raise ValueError(f"{limit} is over PostgreSQL's largest temp_file_limit, {_MAX_KB}kB")
+    return kb
+
+
+def may_set_temp_file_limit(conn: psycopg.Connection[Any]) -> bool:
+    """Only a superuser may set temp_file_limit. The server reports is_superuser when the
+    session starts (and after SET ROLE), so asking costs no round trip. (PostgreSQL 15 can
+    GRANT SET on it to a role; such a role is bounded by what its DBA set, like any other.)"""
+    return conn.info.parameter_status("is_superuser") == "on"
 
 
 class Unrunnable(Exception):
@@ -90,9 +128,14 @@ def _ms(delta: timedelta) -> str:
 
 
 def begin_read_only(
-    conn: psycopg.Connection[Any], invariant: Invariant, lock_timeout: timedelta
+    conn: psycopg.Connection[Any],
+    invariant: Invariant,
+    lock_timeout: timedelta,
+    temp_file_limit: str | None = DEFAULT_TEMP_FILE_LIMIT,
 ) -> None:
-    """Inside a transaction just begun: READ ONLY, and the invariant's limits, in one trip."""
+    """Inside a transaction just begun: READ ONLY, and the invariant's limits, in one trip.
+    `temp_file_limit` bounds a superuser's run (None: the session's own setting stays); a
+    limit the session already has that is lower is kept."""
     # standard_conforming_strings on: the server must read backslashes in '…' as the fence's
     # parser did (off, 'x\\'' would end the string elsewhere and hide a call after it).
     if conn.info.encoding != "utf-8":
@@ -119,6 +162,17 @@ def begin_read_only(
         sql.Literal(_ms(invariant.timeout + IDLE_MARGIN)),
         sql.Literal(f"invmon:{invariant.name}"[:63]),
     )
+    if temp_file_limit is not None and may_set_temp_file_limit(conn):
+        # A superuser has no temp_file_limit unless someone set one: `generate_series(1,
+        # 1e12)` wrote 300 MB of temporary files in 3 s. pg_settings holds it in kB (-1:
+        # none); set_config(…, true) is SET LOCAL with a condition.
+        settings += sql.SQL(
+            "; SELECT pg_catalog.set_config('temp_file_limit', {}, true)"
+            " FROM pg_catalog.pg_settings"
+            " WHERE name OPERATOR(pg_catalog.=) 'temp_file_limit'"
+            " AND (setting::pg_catalog.int8 OPERATOR(pg_catalog.<) 0"
+            " OR setting::pg_catalog.int8 OPERATOR(pg_catalog.>) {})"
+        ).format(sql.Literal(temp_file_limit), sql.Literal(temp_file_kb(temp_file_limit)))
     conn.execute(settings.as_bytes(conn))
 
 
@@ -128,8 +182,8 @@ class LiveFence:
     while, and so is what the catalog said about each name, since a catalog changes far
     less often than an invariant runs."""
 
-    # Readings kept, most recently used first out last: two texts per invariant (the
-    # describing and the bounded query), with room for a large folder.
+    # Readings kept, most recently used first out last: one text per invariant (its own,
+    # with its sources' CTEs), with room for a large folder.
     MAX_READINGS = 8192
 
     def __init__(
@@ -282,22 +336,23 @@ def execute(
     lock_timeout: timedelta,
     live_fence: LiveFence,
     bound: Bound = NOTHING_BOUND,
+    temp_file_limit: str | None = DEFAULT_TEMP_FILE_LIMIT,
 ) -> Evaluation:
     """Evaluate one invariant on `conn` (loaders registered, no transaction open): the exact
     count, at most `sample` whole rows, and the keys of at most `track` rows (of `sample`
     rows when the invariant has no key), all within `limits`, masked by `masker`. `bound`
     holds its sources' listings: their CTEs go before both texts sent, and the fence judges
-    those exact texts."""
-    user_line = USER_SQL_LINE + bound.lines
+    the invariant's text with those CTEs before anything is sent."""
+    judged, _, user_line = standalone(bound, invariant.sql)
     params = bound.params or None
     with (
         conn.transaction(),
         conn.cursor() as cur,
         psycopg.RawCursor(conn) if params else conn.cursor() as sending,
     ):
-        begin_read_only(conn, invariant, lock_timeout)
+        begin_read_only(conn, invariant, lock_timeout, temp_file_limit)
+        live_fence.refuse_unless_allowed(conn, judged, invariant, user_line)
         described = bound_text(bound, describing_query(invariant.sql))
-        live_fence.refuse_unless_allowed(conn, described, invariant, user_line)
         # Its types are all the describing query returns: the listing is sent once, below.
         send_one_statement(sending, described, emptied(bound) if params else None)
         columns = _columns(sending, cur, live_fence.catalog)
@@ -308,7 +363,6 @@ def execute(
             bound,
             bounded_query(invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell),
         )
-        live_fence.refuse_unless_allowed(conn, query, invariant, user_line)
         gathering = Gathering(
             columns,
             _loads(conn, columns),

@@ -17,6 +17,15 @@ width of the row: each column is named once, not wrapped in its own expression.
 
 The invariant's columns are renamed positionally (`AS q(c1, …)`), so duplicate or odd names
 cannot collide with ours and a key column is found by its position.
+
+Every operator, function and type of ours is written with its schema (`OPERATOR(pg_catalog.<=)`,
+`pg_catalog.md5`, `pg_catalog.text`): a name looked up through the search_path would also find
+what a database's owners created (a `public.||` on (text, integer) is a better match for
+`'c' || octet_length(…)` than the built-in one), and could change what this text does. Only
+superusers can create objects in pg_catalog. So the fence judges the invariant's own text,
+not ours (execute.py): nothing in ours depends on the database it runs in, except what the
+invariant's text chooses itself, its columns' types (how each is sent as text, how key
+columns sort), which a plain `SELECT … ORDER BY` of its own would use the same way.
 """
 
 from __future__ import annotations
@@ -27,7 +36,10 @@ from dataclasses import dataclass
 TOTAL_COLUMN = "invmon_total_count"
 ORDINAL_COLUMN = "invmon_n"
 CELLS_COLUMN = "invmon_cells"
-USER_SQL_LINE = 3  # the line of both texts where the invariant's SQL starts
+# Ours, never a name the search_path resolves (see above).
+TEXT = "pg_catalog.text"
+LE = "OPERATOR(pg_catalog.<=)"
+EQ = "OPERATOR(pg_catalog.=)"
 SUBQUERY_ALIAS = "q"
 # PostgreSQL allows 1,664 entries in a select list; ours adds two to the invariant's.
 MAX_COLUMNS = 1600
@@ -55,8 +67,15 @@ def describing_query(sql: str) -> str:
 def _as_text(i: int, column: Column) -> str:
     ref = f"s.c{i}"
     if column.via_format:
-        return f"CASE WHEN {ref} IS NULL THEN NULL ELSE format('%s', {ref}) END"
-    return f"{ref}::text"
+        return f"CASE WHEN {ref} IS NULL THEN NULL ELSE pg_catalog.format('%s', {ref}) END"
+    return f"{ref}::{TEXT}"
+
+
+def _is_key(key: Sequence[int]) -> str:
+    # `u.o IN (…)` would look `=` up by name; each comparison is written out instead.
+    if not key:
+        return "FALSE"
+    return "(" + " OR ".join(f"u.o {EQ} {i + 1}" for i in key) + ")"
 
 
 def bounded_query(
@@ -66,25 +85,25 @@ def bounded_query(
     count, and the row's number in key order. `key` holds the key columns' positions
     (0-based)."""
     texts = ", ".join(_as_text(i, c) for i, c in enumerate(columns, start=1))
-    is_key = f"u.o IN ({', '.join(str(i + 1) for i in key)})" if key else "FALSE"
     value = (
-        f"CASE WHEN u.v IS NULL OR NOT (s.{ORDINAL_COLUMN} <= {full} OR {is_key}) THEN NULL "
-        f"WHEN octet_length(u.v) <= {cell} THEN 'v' || u.v "
-        f"ELSE 'c' || octet_length(u.v) || ' ' || md5(u.v) || ' ' || left(u.v, {cell}) END"
+        f"CASE WHEN u.v IS NULL OR NOT (s.{ORDINAL_COLUMN} {LE} {full} OR {_is_key(key)}) "
+        f"THEN NULL WHEN pg_catalog.octet_length(u.v) {LE} {cell} "
+        f"THEN pg_catalog.concat('v', u.v) "
+        f"ELSE pg_catalog.concat('c', pg_catalog.octet_length(u.v), ' ', pg_catalog.md5(u.v), "
+        f"' ', pg_catalog.left(u.v, {cell})) END"
     )
     cells = (
-        f"(SELECT array_agg({value} ORDER BY u.o) "
-        f"FROM unnest(ARRAY[{texts}]::text[]) WITH ORDINALITY AS u(v, o)) AS {CELLS_COLUMN}"
+        f"(SELECT pg_catalog.array_agg({value} ORDER BY u.o) "
+        f"FROM pg_catalog.unnest(ARRAY[{texts}]::{TEXT}[]) WITH ORDINALITY AS u(v, o))"
+        f" AS {CELLS_COLUMN}"
     )
     order = ", ".join(f"{SUBQUERY_ALIAS}.c{i + 1}" for i in key)
     window = f"ORDER BY {order}" if order else ""
     names = f"({', '.join(f'c{i}' for i in range(1, len(columns) + 1))})" if columns else ""
-    # Keep the first two lines free of newlines: the invariant's SQL starts at line 3, so
-    # the fence's problems map back to the file's lines.
     return (
         f"SELECT {cells}, s.{TOTAL_COLUMN}, s.{ORDINAL_COLUMN}\n"
-        f"FROM (SELECT {SUBQUERY_ALIAS}.*, count(*) OVER () AS {TOTAL_COLUMN}, "
-        f"row_number() OVER ({window}) AS {ORDINAL_COLUMN} FROM (\n"
+        f"FROM (SELECT {SUBQUERY_ALIAS}.*, pg_catalog.count(*) OVER () AS {TOTAL_COLUMN}, "
+        f"pg_catalog.row_number() OVER ({window}) AS {ORDINAL_COLUMN} FROM (\n"
         f"{sql}\n"
         f") AS {SUBQUERY_ALIAS}{names}\n"
         f"ORDER BY {ORDINAL_COLUMN}\nLIMIT {max(fetch, 1)}) AS s\n"

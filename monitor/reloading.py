@@ -61,6 +61,7 @@ class Reloader:
                 len(running),
             )
             return Reload(kept_previous=sorted(running))
+        self._check_roles()
         loaded = load_directory(directory, self.config.loading(with_database=True), self.memo)
         invalid = self._problems_by_name(loaded)
         # The fence again, against the monitored database's own catalog: what lint could
@@ -70,6 +71,24 @@ class Reloader:
             invalid.setdefault(name, []).extend(problems)
         valid = {i.name: i for i in loaded.invariants if i.name not in refused}
         return self._apply(valid, invalid)
+
+    def _check_roles(self) -> None:
+        """What each target's role can do, read again: a refused target is said once per
+        (re)load here, and each of its runs is an error saying why (evaluation.py)."""
+        for name, answer in self.databases.check_roles().items():
+            if isinstance(answer, str):
+                log.warning(
+                    "cannot read what the role of target %s can do (%s); it is read again "
+                    "before its first run",
+                    name,
+                    answer,
+                )
+                continue
+            fields = {"fields": {"target": name, "role": answer.role}}
+            if (refusal := answer.refusal()) is not None:
+                log.error("%s", refusal, extra=fields)
+            elif (allowance := answer.allowance()) is not None:
+                log.warning("%s", allowance, extra=fields)
 
     def _record(self, invalid: dict[str, list[Problem]], removed: list[str], now: datetime) -> None:
         for name, problems in invalid.items():

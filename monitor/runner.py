@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from monitor.config import DatabaseConfig
 from monitor.execute import (
     CLIENT_ENCODING,
+    TEMP_FILE_LIMIT_HINT,
     LiveFence,
     Refused,
     Unrunnable,
@@ -37,6 +38,7 @@ from monitor.problems import Problem
 from monitor.redaction import NO_REDACTION, Masker, Redaction
 from monitor.replica import ReplicaStatus, read_replica_status
 from monitor.results import DEFAULT_TARGET, RunResult
+from monitor.role_check import RoleFacts, read_role
 from monitor.sources.binding import NOTHING_BOUND, Bound, unlisted
 from monitor.sources.listing import Lister, ListingError, list_source, listed_and_bound
 from monitor.text import counted
@@ -55,6 +57,16 @@ def describe_error(exc: BaseException) -> str:
         return message
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def explained(exc: psycopg.Error) -> str:
+    """The database's message, and for a limit of invmon's setting, where it comes from."""
+    message = describe_error(exc)
+    if exc.sqlstate == pg_errors.ConfigurationLimitExceeded.sqlstate and (
+        "temp_file_limit" in message
+    ):
+        return f"{message}: {TEMP_FILE_LIMIT_HINT}"
+    return message
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -143,6 +155,11 @@ class Runner:
         with self._pool.connection() as conn, conn.transaction():
             return read_replica_status(conn)
 
+    def role_facts(self) -> RoleFacts:
+        """What the role it connects as can do (role_check.py), read like a run: read-only."""
+        with self._pool.connection() as conn, conn.transaction():
+            return read_role(conn)
+
     def cancel_all(self) -> int:
         """Ask the server to cancel every query in flight (used on shutdown)."""
         with self._active_lock:
@@ -223,7 +240,7 @@ class Runner:
                 error = f"no database connection within the connect timeout: {reason}"
             except psycopg.Error as exc:
                 # The database's message can quote a value of a row ("invalid input: …").
-                error = self._masker(invariant).text(describe_error(exc))
+                error = self._masker(invariant).text(explained(exc))
             else:
                 return RunResult.counted(
                     invariant.name,
@@ -273,6 +290,7 @@ class Runner:
                 lock_timeout=self.database.lock_timeout,
                 live_fence=self.fence,
                 bound=bound,
+                temp_file_limit=self.database.temp_file_limit,
             )
 
     def _masker(self, invariant: Invariant) -> Masker:

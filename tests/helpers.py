@@ -15,10 +15,17 @@ from typing import TypeVar
 
 import psycopg
 
+from monitor.config import DatabaseConfig
 from monitor.header import InvariantHeader
 from monitor.loader import Invariant, parse_schedule
 
 T = TypeVar("T")
+# The suite connects as the test server's superuser, which `invmon check` and the daemon
+# refuse unless told (monitor/role_check.py; tests/test_role_check.py tests the refusal):
+# `check` as the suite runs it, and the allowance of a daemon's config, in Python and YAML.
+CHECK = ("check", "--allow-privileged-role")
+PRIVILEGED = DatabaseConfig(allow_privileged_role=True)
+PRIVILEGED_YAML = "database:\n  allow_privileged_role: true\n"
 
 
 def wait_for(condition: Callable[[], T | None], seconds: float, what: str) -> T:

@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from fake_slack import TOKEN, FakeSlack
-from helpers import FakeClock, sql
+from helpers import PRIVILEGED, FakeClock, sql
 
 from alerts.slack import SlackTransport
 from alerts.transport import TransportError
@@ -80,6 +80,7 @@ class World:
             invariants=self.folder,
             http=HttpConfig(listen=None),
             daemon=DaemonConfig(),
+            database=PRIVILEGED,
             slack=SlackConfig.model_validate(
                 {
                     "token": TOKEN,

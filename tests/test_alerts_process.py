@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fake_slack import TOKEN, FakeSlack
-from helpers import items_table, sql, start_daemon, wait_for
+from helpers import PRIVILEGED_YAML, items_table, sql, start_daemon, wait_for
 from scenario import CHANGES, EVENTS_AFTER_STEP, INVARIANT, assert_one_clean_incident
 
 from monitor.state import StateStore
@@ -33,6 +33,7 @@ def write_config(tmp_path: Path, folder: Path, fake: FakeSlack) -> Path:
         f"invariants: {folder}\n"
         f"state:\n  path: {tmp_path / 'state.db'}\n"
         "http:\n  listen: null\n"
+        f"{PRIVILEGED_YAML}"
         "log:\n  format: json\n"
         "defaults:\n  schedule: every 1s\n"
         "daemon:\n  shutdown_grace: 2s\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import cli, invmon, sql
+from helpers import CHECK, PRIVILEGED_YAML, cli, invmon, sql
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def shop(database: str, tmp_path: Path) -> tuple[str, Path]:
 
 def test_check_json_reports_exact_counts_and_ordered_samples(shop: tuple[str, Path]) -> None:
     dsn, folder = shop
-    done = invmon("check", "--dsn", dsn, "--invariants", str(folder), "--format", "json")
+    done = invmon(*CHECK, "--dsn", dsn, "--invariants", str(folder), "--format", "json")
     assert done.returncode == 1, done.stderr
     document = json.loads(done.stdout)
     by_name = {r["invariant"]: r for r in document["results"]}
@@ -68,7 +68,7 @@ def test_a_broken_invariant_is_an_error_while_the_others_still_report(
     dsn, folder = shop
     write(folder, "typo.sql", "-- description: x\nSELECT order_idd FROM orders\n")
     write(folder, "writes.sql", "-- description: y\nDELETE FROM orders\n")
-    done = cli("check", "--dsn", dsn, "--invariants", str(folder), "--format", "json")
+    done = cli(*CHECK, "--dsn", dsn, "--invariants", str(folder), "--format", "json")
     assert done.returncode == 2
     by_name = {r["invariant"]: r for r in json.loads(done.stdout)["results"]}
     assert {n: (r["status"], r["count"]) for n, r in by_name.items()} == {
@@ -87,7 +87,7 @@ def test_a_broken_invariant_is_an_error_while_the_others_still_report(
 def test_exit_code_is_zero_when_every_invariant_holds(shop: tuple[str, Path]) -> None:
     dsn, folder = shop
     done = cli(
-        "check", "--invariants", str(folder), "--only", "negative_totals", env={"INVMON_DSN": dsn}
+        *CHECK, "--invariants", str(folder), "--only", "negative_totals", env={"INVMON_DSN": dsn}
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "negative_totals" in done.stdout
@@ -97,7 +97,7 @@ def test_exit_code_is_zero_when_every_invariant_holds(shop: tuple[str, Path]) ->
 
 def test_the_table_shows_status_count_and_first_sample_rows(shop: tuple[str, Path]) -> None:
     dsn, folder = shop
-    done = cli("check", "--dsn", dsn, "--invariants", str(folder))
+    done = cli(*CHECK, "--dsn", dsn, "--invariants", str(folder))
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert any(
@@ -109,7 +109,7 @@ def test_the_table_shows_status_count_and_first_sample_rows(shop: tuple[str, Pat
 
 def test_an_unknown_selection_is_refused_with_the_available_names(shop: tuple[str, Path]) -> None:
     dsn, folder = shop
-    done = cli("check", "--dsn", dsn, "--invariants", str(folder), "--select", "nope")
+    done = cli(*CHECK, "--dsn", dsn, "--invariants", str(folder), "--select", "nope")
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "invmon: --select 'nope' matches no invariant; names: negative_totals, unpaid_orders; "
@@ -118,7 +118,7 @@ def test_an_unknown_selection_is_refused_with_the_available_names(shop: tuple[st
 
 
 def test_check_without_a_database_says_how_to_give_one(tmp_path: Path) -> None:
-    done = cli("check", "--invariants", str(tmp_path), cwd=tmp_path)
+    done = cli(*CHECK, "--invariants", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 2
     assert "no database to check: pass --dsn, set INVMON_DSN" in done.stderr
 
@@ -128,7 +128,7 @@ def test_a_refused_connection_exits_2_with_every_invariant_in_error(
 ) -> None:
     _, folder = shop
     dsn = "postgresql://postgres:hunter2@127.0.0.1:9/postgres"
-    done = cli("check", "--dsn", dsn, "--invariants", str(folder), "--format", "json")
+    done = cli(*CHECK, "--dsn", dsn, "--invariants", str(folder), "--format", "json")
     assert done.returncode == 2
     results = json.loads(done.stdout)["results"]
     assert [(r["status"], r["count"]) for r in results] == [("error", None), ("error", None)]
@@ -137,7 +137,7 @@ def test_a_refused_connection_exits_2_with_every_invariant_in_error(
 
 def test_a_bad_config_gets_one_clear_message(tmp_path: Path) -> None:
     (tmp_path / "invmon.yaml").write_text("concurrency: many\n")
-    done = cli("check", "--dsn", "dbname=x", cwd=tmp_path)
+    done = cli(*CHECK, "--dsn", "dbname=x", cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.startswith("invmon: invmon.yaml: field 'concurrency': ")
     assert "Traceback" not in done.stderr
@@ -171,7 +171,7 @@ def test_lint_passes_the_shipped_invariants() -> None:
 
 def test_a_malformed_dsn_is_refused_without_repeating_its_password(tmp_path: Path) -> None:
     done = cli(
-        "check",
+        *CHECK,
         "--invariants",
         str(tmp_path),
         env={"INVMON_DSN": "postgresql://invmon:S3cr%t-Pa55@127.0.0.1/app"},
@@ -183,7 +183,7 @@ def test_a_malformed_dsn_is_refused_without_repeating_its_password(tmp_path: Pat
     )
     (tmp_path / "invmon.yaml").write_text("state: ${STATE_DSN}\n")
     done = cli(
-        "check",
+        *CHECK,
         "--dsn",
         "dbname=x",
         cwd=tmp_path,
@@ -239,7 +239,7 @@ def test_lint_rejects_an_always_one_row_aggregate_and_warns_on_now_without_grace
 
 def test_check_markdown_is_ready_for_a_pull_request_comment(shop: tuple[str, Path]) -> None:
     dsn, folder = shop
-    done = cli("check", "--dsn", dsn, "--invariants", str(folder), "--format", "markdown")
+    done = cli(*CHECK, "--dsn", dsn, "--invariants", str(folder), "--format", "markdown")
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert lines[0] == "### invmon: 1 held, 1 violated, 0 could not be evaluated"
@@ -311,7 +311,7 @@ def test_a_counts_only_preview_shows_no_value_from_the_database(
     )
     write(tmp_path, "refused.sql", "-- description: refused\nSELECT pg_sleep(1) AS x\n")
     done = invmon(
-        "check",
+        *CHECK,
         "--dsn",
         database,
         "--invariants",
@@ -328,7 +328,7 @@ def test_a_counts_only_preview_shows_no_value_from_the_database(
         in (done.stdout)
     )
     unredacted = invmon(
-        "check", "--dsn", database, "--invariants", str(tmp_path), "--format", "markdown"
+        *CHECK, "--dsn", database, "--invariants", str(tmp_path), "--format", "markdown"
     )
     assert "hunter2" in unredacted.stdout  # the same run without the flag does show it
 
@@ -340,13 +340,13 @@ def test_an_unreachable_database_is_said_once_with_what_it_stopped(
     wrong = dsn.replace("postgresql://postgres@", "postgresql://no_such_role@")
     if wrong == dsn:  # a DSN in key=value form
         wrong = f"{dsn} user=no_such_role"
-    done = cli("check", "--dsn", wrong, "--invariants", str(folder))
+    done = cli(*CHECK, "--dsn", wrong, "--invariants", str(folder))
     assert done.returncode == 2
     assert done.stdout.count('role "no_such_role" does not exist') == 1, done.stdout
     names = sorted(p.stem for p in folder.glob("*.sql"))
     assert f"    not evaluated: {', '.join(names)}\n" in done.stdout
     assert "cannot connect, so" in done.stdout and "check the DSN" in done.stdout
-    as_json = cli("check", "--dsn", wrong, "--invariants", str(folder), "--format", "json")
+    as_json = cli(*CHECK, "--dsn", wrong, "--invariants", str(folder), "--format", "json")
     results = json.loads(as_json.stdout)["results"]
     assert sorted(r["invariant"] for r in results) == names  # one result per invariant
     assert {r["status"] for r in results} == {"error"}
@@ -362,6 +362,7 @@ def test_every_reading_command_has_a_json_document_with_its_documented_keys(
     for path in (ROOT / "invariants").iterdir():
         (tmp_path / "invariants").mkdir(exist_ok=True)
         (tmp_path / "invariants" / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "invmon.yaml").write_text(PRIVILEGED_YAML)
     assert cli("run", "--once", "--dsn", database, cwd=tmp_path).returncode == 0
     commands = {
         ("status",): {"open_incidents", "last_runs"},
@@ -369,7 +370,7 @@ def test_every_reading_command_has_a_json_document_with_its_documented_keys(
         ("lint",): {"problems", "valid", "with_errors", "failed"},
         ("test", "--schema", str(schema), "--dsn", admin_dsn): {"invariants", "exit_code"},
         ("explain", "--dsn", database): {"results", "exit_code"},
-        ("check", "--dsn", database): {"results", "problems"},
+        (*CHECK, "--dsn", database): {"results", "problems"},
     }
     for command, keys in commands.items():
         done = cli(*command, "--format", "json", cwd=tmp_path)

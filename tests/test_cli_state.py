@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import cli, invmon, items_table
+from helpers import PRIVILEGED_YAML, cli, invmon, items_table
 
 from monitor.logs import redact
 
@@ -22,6 +22,7 @@ def test_run_once_then_status_and_history_read_the_same_store(
     (tmp_path / "invariants" / "fine.sql").write_text(
         "-- description: always holds\nSELECT 1 AS one WHERE false\n"
     )
+    (tmp_path / "invmon.yaml").write_text(PRIVILEGED_YAML)
     once = invmon("run", "--once", cwd=tmp_path, env={"INVMON_DSN": database})
     assert once.returncode == 1, once.stderr
     assert (tmp_path / "invmon-state.db").exists()

@@ -6,7 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from helpers import cli
+from helpers import CHECK, cli
 
 from monitor.config import ConfigError, LimitsConfig, load_config, parse_config
 
@@ -109,9 +109,9 @@ def test_an_unset_reference_stops_only_the_commands_that_need_it(
     env: dict[str, str] = {}  # cli() clears INVMON_*; SLACK_BOT_TOKEN is unset in tests
     assert cli("lint", cwd=tmp_path).returncode == 0
     assert cli("test", cwd=tmp_path, env={"INVMON_TEST_DSN": database}).returncode == 0
-    checked = cli("check", "--dsn", database, cwd=tmp_path, env=env)
+    checked = cli(*CHECK, "--dsn", database, cwd=tmp_path, env=env)
     assert checked.returncode == 0, checked.stderr
-    needs_dsn = cli("check", cwd=tmp_path)
+    needs_dsn = cli(*CHECK, cwd=tmp_path)
     assert needs_dsn.returncode == 2
     assert needs_dsn.stderr.strip() == (
         "invmon: invmon.yaml: field 'dsn': environment variable INVMON_REPLICA_DSN is not set; "

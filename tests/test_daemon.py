@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import FakeClock, items_table, sql, wait_for
+from helpers import PRIVILEGED, FakeClock, items_table, sql, wait_for
 
 from monitor.config import Config, DaemonConfig, HttpConfig
 from monitor.daemon import Daemon
@@ -42,6 +42,7 @@ def make_daemon(
         invariants=folder,
         http=HttpConfig(listen=None),
         daemon=DaemonConfig(**daemon),  # type: ignore[arg-type]
+        database=PRIVILEGED,
     )
     return Daemon.build(config, dsn, store, clock=clock or FakeClock(START))
 
@@ -268,6 +269,7 @@ def test_shutdown_cancels_queries_still_running_after_the_grace_period(
         invariants=folder,
         http=HttpConfig(listen=None),
         daemon=DaemonConfig(shutdown_grace=timedelta(milliseconds=300)),
+        database=PRIVILEGED,
     )
     config = config.model_copy(
         update={"database": config.database.model_copy(update={"lock_timeout": timedelta(hours=1)})}

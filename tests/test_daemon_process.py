@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import items_table, sql, wait_for
+from helpers import PRIVILEGED_YAML, items_table, sql, wait_for
 from psycopg.conninfo import make_conninfo
 
 from monitor.state import StateStore
@@ -86,6 +86,7 @@ def start(setup: tuple[str, Path], tmp_path: Path) -> Iterator[Callable[[], Daem
         "http:\n  listen: 127.0.0.1:0\n"
         "log:\n  format: json\n"
         "daemon:\n  shutdown_grace: 5s\n"
+        f"{PRIVILEGED_YAML}"
     )
     started: list[DaemonProcess] = []
 
@@ -116,7 +117,9 @@ def test_the_daemon_serves_health_and_metrics_and_exits_0_on_sigterm(
     daemon = start()
     url = daemon.url()
     assert wait_for(lambda: get(f"{url}/healthz")[0] == 200, 20, "healthz")
-    assert get(f"{url}/readyz") == (200, "ok\n")
+    # Under "ok", what /readyz notes: the suite's superuser runs because it is allowed.
+    allowed = "target default runs as role postgres, which is a superuser"
+    assert get(f"{url}/readyz") == (200, f"ok\n{allowed} (allowed: allow_privileged_role)\n")
     metrics = wait_for(
         lambda: (
             (body := get(f"{url}/metrics")[1])
@@ -228,12 +231,17 @@ def test_a_storm_of_signals_never_wedges_the_daemon(start: Callable[[], DaemonPr
 SIGNAL_ON_ANOTHER_THREAD = """
 import signal, sys, threading, time
 from pathlib import Path
-from monitor.config import Config, HttpConfig, StateConfig
+from monitor.config import Config, DatabaseConfig, HttpConfig, StateConfig
 from monitor.daemon import Daemon
 from monitor.state import StateStore
 
 folder, state, dsn, which = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
-config = Config(invariants=folder, http=HttpConfig(listen=None), state=StateConfig(path=state))
+config = Config(
+    invariants=folder,
+    http=HttpConfig(listen=None),
+    state=StateConfig(path=state),
+    database=DatabaseConfig(allow_privileged_role=True),  # the suite's superuser
+)
 store = StateStore.open(path=state)
 daemon = Daemon.build(config, dsn, store)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
-from helpers import wait_for
+from helpers import PRIVILEGED, wait_for
 
 from monitor.config import Config, DaemonConfig, HttpConfig
 from monitor.daemon import Daemon
@@ -50,6 +50,7 @@ def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident
         invariants=folder,
         http=HttpConfig(listen=None),
         daemon=DaemonConfig(max_replica_lag=timedelta(seconds=3)),
+        database=PRIVILEGED,
     )
     daemon = Daemon.build(config, standby_pair.standby_dsn, store)
     try:
@@ -125,6 +126,7 @@ def test_a_stale_target_pauses_only_its_own_invariants(
         {
             "invariants": folder,
             "http": HttpConfig(listen=None),
+            "database": PRIVILEGED,
             "targets": {
                 "payments": {"dsn": standby_pair.standby_dsn, "max_replica_lag": "3s"},
                 "billing": {"dsn": database, "max_replica_lag": "3s"},

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from fake_slack import TOKEN, FakeSlack
-from helpers import cli, items_table, start_daemon, wait_for
+from helpers import PRIVILEGED, PRIVILEGED_YAML, cli, items_table, start_daemon, wait_for
 from scenario import World, script, settle
 
 from alerts.delivery_health import (
@@ -80,7 +80,13 @@ def daemon_for(
 ) -> Daemon:
     built = Daemon.build(
         Config.model_validate(
-            {"invariants": world.folder, "http": HttpConfig(listen=None), "slack": slack, **config}
+            {
+                "invariants": world.folder,
+                "http": HttpConfig(listen=None),
+                "database": PRIVILEGED,
+                "slack": slack,
+                **config,
+            }
         ),
         world.dsn,
         world.store,
@@ -401,6 +407,7 @@ def test_slack_unreachable_at_start_is_retried_and_only_noted(
     seconds, console = Seconds(), io.StringIO()
     with FakeSlack(clock=world.clock) as fake:
         daemon = daemon_for(world, slack_config(fake))
+        caplog.clear()  # the reload's own lines: its allowed superuser is said at WARNING
         health = health_for(daemon, seconds, console)
         fake.fail_next("auth.test", "error_500")
         fake.fail_next("auth.test", "error_500")
@@ -449,7 +456,7 @@ def test_a_delivery_failing_for_good_brings_a_check_of_the_path(
 
 def test_the_console_has_nothing_to_check(world: World) -> None:
     daemon = Daemon.build(
-        Config(invariants=world.folder, http=HttpConfig(listen=None)),
+        Config(invariants=world.folder, http=HttpConfig(listen=None), database=PRIVILEGED),
         world.dsn,
         world.store,
         clock=world.clock,
@@ -512,6 +519,7 @@ def test_the_daemon_says_a_wrong_token_at_start_in_readyz_and_to_the_switch(
             http=HttpConfig(listen=None),
             watchdog=WatchdogConfig(interval=timedelta(seconds=1), ping_url=pings.url),
             slack=SlackConfig(token=WRONG_TOKEN, api_url=fake.api_url, channel="#invariants"),
+            database=PRIVILEGED,
         )
         daemon = Daemon.build(config, database, store)
         routes = daemon.routes()
@@ -562,6 +570,7 @@ def test_invmon_run_with_a_wrong_token_fails_readyz_counts_it_and_logs_it_once(
             f"http:\n  listen: 127.0.0.1:{port}\n"
             f"slack:\n  token: {WRONG_TOKEN}\n  api_url: {fake.api_url}\n"
             "daemon:\n  shutdown_grace: 5s\n"
+            f"{PRIVILEGED_YAML}"
         )
         process = start_daemon(config, log, database)
         try:

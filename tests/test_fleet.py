@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import cli
+from helpers import PRIVILEGED, cli
 
 from monitor.claims import Claim, Claims, LostClaim
 from monitor.fleet import Queue, preferred
@@ -259,6 +259,7 @@ def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
         invariants=folder,
         http=HttpConfig(listen=None),
         daemon=DaemonConfig(lease=timedelta(seconds=30), handoff=timedelta(seconds=5)),
+        database=PRIVILEGED,
     )
     with scratch_database(admin_dsn, prefix="invmon_state") as state:
         stores = [StateStore.open(dsn=state) for _ in range(2)]

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from fake_slack import TOKEN, FakeSlack
-from helpers import items_table, start_daemon, wait_for
+from helpers import PRIVILEGED_YAML, items_table, start_daemon, wait_for
 
 from monitor.clock import parse_stamp
 from monitor.pgtemp import scratch_database
@@ -86,6 +86,7 @@ def write_config(tmp_path: Path, folder: Path, state: str, fake: FakeSlack) -> P
         f"invariants: {folder}\n"
         f"state:\n  dsn: '{state}'\n"
         "http:\n  listen: null\n"
+        f"{PRIVILEGED_YAML}"
         "log:\n  format: json\n"
         f"daemon:\n  shutdown_grace: 5s\n  lease: {LEASE.seconds}s\n  handoff: 2s\n"
         "slack:\n"

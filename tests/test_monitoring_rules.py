@@ -11,7 +11,7 @@ from pathlib import Path
 import promql_parser
 import pytest
 import yaml
-from helpers import items_table
+from helpers import PRIVILEGED, items_table
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,11 @@ def served(tmp_path_factory: pytest.TempPathFactory, admin_dsn: str) -> set[str]
         )
         store = StateStore.open(path=tmp / "state.db")
         daemon = Daemon.build(
-            Config(invariants=tmp / "invariants", http=HttpConfig(listen=None)), dsn, store
+            Config(
+                invariants=tmp / "invariants", http=HttpConfig(listen=None), database=PRIVILEGED
+            ),
+            dsn,
+            store,
         )
         try:
             daemon.run_once()

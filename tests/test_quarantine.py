@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import FakeClock, cli, invariant
+from helpers import PRIVILEGED, FakeClock, cli, invariant
 
 from monitor.config import Config, DaemonConfig, FenceConfig, HttpConfig, StateConfig
 from monitor.daemon import Daemon
@@ -60,6 +60,7 @@ def make(folder: Path, store: StateStore, dsn: str, state: StateConfig | None = 
         state=state or StateConfig(),
         daemon=DaemonConfig(overrun_margin=timedelta(seconds=1)),
         fence=FenceConfig(allow_functions=["xpath"]),
+        database=PRIVILEGED,
     )
     daemon = Daemon.build(config, dsn, store, clock=FakeClock(START))
     daemon.reload()

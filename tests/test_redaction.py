@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from fake_slack import FakeSlack
-from helpers import cli
+from helpers import CHECK, cli
 from scenario import World, settle
 
 from monitor.redaction import Redaction, iban_valid, luhn_valid, words
@@ -59,11 +59,11 @@ def test_every_path_out_of_the_daemon_is_masked(
 def test_check_masks_in_every_format_unless_asked_not_to(database: str, tmp_path: Path) -> None:
     (tmp_path / "flagged.sql").write_text(PERSONAL)
     for fmt in ("table", "json", "markdown"):
-        done = cli("check", "--dsn", database, "--invariants", str(tmp_path), "--format", fmt)
+        done = cli(*CHECK, "--dsn", database, "--invariants", str(tmp_path), "--format", fmt)
         assert done.returncode == 1, done.stderr
         assert "[masked:" in done.stdout and leaked(done.stdout) == [], fmt
     shown = cli(
-        "check",
+        *CHECK,
         "--dsn",
         database,
         "--invariants",

@@ -12,7 +12,14 @@ from helpers import invariant, sql
 from psycopg.conninfo import conninfo_to_dict
 
 from monitor.config import DatabaseConfig
+from monitor.fence import Allowances
 from monitor.runner import Runner
+
+
+def _trusting(*functions: str) -> Allowances:
+    """User functions standing in for slow or failing queries: trusted by name, since the
+    fence refuses code that is not PostgreSQL's own otherwise."""
+    return Allowances(functions=frozenset(functions))
 
 
 @pytest.fixture
@@ -99,10 +106,11 @@ def test_one_failing_invariant_does_not_stop_the_others(database: str, runner: R
 
 
 def test_a_function_that_lies_about_writing_is_stopped_by_the_read_only_transaction(
-    database: str, runner: Runner
+    database: str,
 ) -> None:
-    # Declared STABLE, so the catalog lets it pass the fence; it calls a VOLATILE writer
-    # (PostgreSQL refuses an INSERT written in a STABLE function itself). READ ONLY stops it.
+    # Declared STABLE and trusted by name (user code is refused otherwise), so it passes the
+    # fence; it calls a VOLATILE writer (PostgreSQL refuses an INSERT written in a STABLE
+    # function itself). READ ONLY stops it.
     sql(
         database,
         "CREATE TABLE t (id int);"
@@ -110,7 +118,8 @@ def test_a_function_that_lies_about_writing_is_stopped_by_the_read_only_transact
         " AS 'INSERT INTO t VALUES (1) RETURNING id';"
         " CREATE FUNCTION sneaky() RETURNS int LANGUAGE sql STABLE AS 'SELECT writer()'",
     )
-    result = runner.run_one(invariant("sneaky", "SELECT sneaky() AS id"))
+    with Runner(database, allow=_trusting("sneaky")) as runner:
+        result = runner.run_one(invariant("sneaky", "SELECT sneaky() AS id"))
     assert result.status == "error"
     assert result.error == "cannot execute INSERT in a read-only transaction"
     with psycopg.connect(database) as conn:
@@ -153,7 +162,8 @@ def test_a_recovery_conflict_is_retried_with_backoff_then_reported(database: str
     sql(database, RECOVERY_CONFLICT)
     slept: list[float] = []
     config = DatabaseConfig(recovery_conflict_retries=3, retry_backoff=timedelta(seconds=1))
-    with Runner(database, database=config, sleep=slept.append) as runner:
+    trusted = _trusting("replica_rows")
+    with Runner(database, database=config, sleep=slept.append, allow=trusted) as runner:
         result = runner.run_one(invariant("conflict", "SELECT * FROM replica_rows() AS r"))
     assert slept == [1.0, 2.0, 4.0]
     assert (result.status, result.attempts) == ("error", 4)
@@ -170,7 +180,8 @@ def test_a_recovery_conflict_that_clears_gives_the_real_result(database: str) ->
         slept.append(seconds)
         sql(database, RECOVERED)
 
-    with Runner(database, sleep=recover_while_sleeping) as runner:
+    trusted = _trusting("replica_rows")
+    with Runner(database, sleep=recover_while_sleeping, allow=trusted) as runner:
         result = runner.run_one(invariant("conflict", "SELECT * FROM replica_rows() AS r"))
     assert (result.status, result.count, result.attempts, slept) == ("violated", 1, 2, [1.0])
 
@@ -207,7 +218,7 @@ def test_database_values_become_json_safe_values(runner: Runner) -> None:
 def test_runs_share_a_bounded_pool(database: str) -> None:
     """Six slow runs with concurrency 2: each counts the invmon queries active beside it."""
     # pg_sleep is VOLATILE, so the fence refuses it in an invariant; a STABLE wrapper (a
-    # function that understates what it does) stands in for a slow query.
+    # function that understates what it does, trusted by name) stands in for a slow query.
     sql(
         database,
         "CREATE FUNCTION slow() RETURNS int LANGUAGE sql STABLE AS $$SELECT 1 FROM pg_sleep(0.3)$$",
@@ -218,7 +229,7 @@ def test_runs_share_a_bounded_pool(database: str) -> None:
         " AND datname = current_database()) AS running"
         " FROM slow()"
     )
-    with Runner(database, concurrency=2) as runner:
+    with Runner(database, concurrency=2, allow=_trusting("slow")) as runner:
         results = runner.run_all([invariant(f"inv{i}", query) for i in range(6)])
     assert [r.invariant for r in results] == [f"inv{i}" for i in range(6)]
     assert max(r.rows[0]["running"] for r in results) == 2
@@ -235,14 +246,14 @@ def test_rows_with_infinite_or_far_future_dates_are_still_counted(runner: Runner
 
 
 def test_one_invariant_cannot_change_the_session_another_one_gets(database: str) -> None:
-    # set_config is VOLATILE and refused by the fence; a function that lies (STABLE) gets
-    # past it, and the pool's reset must still undo what it did to the session.
+    # set_config is VOLATILE and refused by the fence; a function that lies (STABLE), once
+    # trusted by name, gets past it, and the pool's reset must still undo what it did.
     sql(
         database,
         "CREATE FUNCTION poison() RETURNS text LANGUAGE sql STABLE "
         "AS $$SELECT set_config('search_path', 'decoy', false)$$",
     )
-    with Runner(database, concurrency=1) as runner:
+    with Runner(database, concurrency=1, allow=_trusting("poison")) as runner:
         poison = runner.run_one(invariant("poison", "SELECT poison() AS s"))
         after = runner.run_one(invariant("after", "SELECT current_setting('search_path') AS p"))
     assert poison.status == "violated"

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import cli
+from helpers import CHECK, cli
 
 from monitor.loader import load_directory
 from monitor.selection import NothingSelected, select
@@ -77,7 +77,7 @@ def test_every_command_takes_the_same_selection(folder: Path, database: str) -> 
     broken = cli("lint", "--invariants", str(folder), "--select", "jobs/broken")
     assert broken.returncode == 2 and "broken.sql:2:" in broken.stdout
     checked = cli(
-        "check",
+        *CHECK,
         "--dsn",
         database,
         "--invariants",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
-from helpers import cli
+from helpers import CHECK, cli
 from moto.server import ThreadedMotoServer
 from sources_kit import ROOT, add_invoices, found, live_invariant
 
@@ -309,7 +309,7 @@ def test_credentials_are_never_in_any_output_error_or_stored_run(
     (folder / "missing.sql").write_text(missing.path.read_text())
     outputs = []
     for form in ("json", "text", "markdown"):
-        ran = cli("check", "--dsn", schema_database, "--invariants", str(folder), "--format", form)
+        ran = cli(*CHECK, "--dsn", schema_database, "--invariants", str(folder), "--format", form)
         assert ran.returncode == 2  # one violated, one error
         outputs.append(ran.stdout + ran.stderr)
     document = json.loads(outputs[0])

@@ -372,3 +372,24 @@ def test_an_incident_shows_who_acknowledged_which_meaning_until_when_and_its_tim
     ]
     assert page.slack_links == [("Slack thread", "https://slack.com/archives/C1/p1764500000000100")]
     assert page.summary.age == "2h 5m"
+
+
+def test_targets_run_as_a_privileged_role_are_listed_on_the_front_page() -> None:
+    note = "target shop runs as a privileged role (superuser), allowed by allow_privileged_role"
+    overview = Overview({}, {}, [])
+    plain = render(
+        "overview.html",
+        page=overview_page({}, overview, Filters(), NOW, 30),
+        generated="now",
+        refresh_seconds=30,
+    )
+    assert "Database roles" not in plain
+    shown = render(
+        "overview.html",
+        page=overview_page({}, overview, Filters(), NOW, 30, [note, HOSTILE]),
+        generated="now",
+        refresh_seconds=30,
+    )
+    assert '<h2 id="roles-h">Database roles</h2>' in shown
+    assert f"<li>{note}</li>" in shown
+    assert HOSTILE not in shown  # escaped like everything else

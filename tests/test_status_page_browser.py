@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli, start_daemon, wait_for
+from helpers import PRIVILEGED_YAML, cli, start_daemon, wait_for
 
 from monitor.pgtemp import apply_sql
 
@@ -108,6 +108,7 @@ def daemon(database: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
         "http:\n  listen: 127.0.0.1:0\n  page_refresh: 1s\n"
         "log:\n  format: json\n"
         "daemon:\n  shutdown_grace: 5s\n"
+        f"{PRIVILEGED_YAML}"
     )
     log = tmp_path / "daemon.log"
     process = start_daemon(config, log, database)

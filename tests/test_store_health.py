@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import cli, items_table
+from helpers import PRIVILEGED, cli, items_table
 
 from monitor.config import Config, HttpConfig, StateConfig
 from monitor.daemon import Daemon
@@ -35,7 +35,12 @@ def test_a_damaged_store_makes_the_daemon_unhealthy_and_it_keeps_evaluating(
     (folder / "bad.sql").write_text(INVARIANT)
     state = tmp_path / "state.db"
     store = StateStore.open(path=state)
-    config = Config(invariants=folder, http=HttpConfig(listen=None), state=StateConfig(path=state))
+    config = Config(
+        invariants=folder,
+        http=HttpConfig(listen=None),
+        state=StateConfig(path=state),
+        database=PRIVILEGED,
+    )
     daemon = Daemon.build(config, database, store)
     try:
         daemon.reload()

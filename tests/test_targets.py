@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import cli, sql
+from helpers import CHECK, PRIVILEGED, cli, sql
 
 from monitor.config import parse_config
 from monitor.loader import Loading, load_directory
@@ -106,7 +106,7 @@ def test_each_invariant_runs_on_its_own_database_and_a_dead_one_stays_its_own(
         f"  billing: {{dsn: '{second}'}}\n"
         "  jobs: {dsn: 'host=127.0.0.1 port=1 dbname=x', connect_timeout: 1s}\n"
     )
-    done = cli("check", "--format", "json", cwd=tmp_path)
+    done = cli(*CHECK, "--format", "json", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     results = {r["invariant"]: r for r in json.loads(done.stdout)["results"]}
     assert {k: (r["target"], r["status"], r["count"]) for k, r in results.items()} == {
@@ -114,15 +114,15 @@ def test_each_invariant_runs_on_its_own_database_and_a_dead_one_stays_its_own(
         "jobs/stuck": ("jobs", "error", None),
         "payments/bad_payments": ("payments", "violated", 2),
     }
-    only = cli("check", "--format", "json", "--target", "billing", cwd=tmp_path)
+    only = cli(*CHECK, "--format", "json", "--target", "billing", cwd=tmp_path)
     assert [r["invariant"] for r in json.loads(only.stdout)["results"]] == ["billing/bad_invoices"]
-    unknown = cli("check", "--target", "nope", cwd=tmp_path)
+    unknown = cli(*CHECK, "--target", "nope", cwd=tmp_path)
     assert unknown.stderr.strip() == (
         "invmon: no target named 'nope'; targets: billing, jobs, payments"
     )
-    table = cli("check", cwd=tmp_path)
+    table = cli(*CHECK, cwd=tmp_path)
     assert "target" in table.stdout.splitlines()[0]
-    markdown = cli("check", "--format", "markdown", cwd=tmp_path).stdout.splitlines()
+    markdown = cli(*CHECK, "--format", "markdown", cwd=tmp_path).stdout.splitlines()
     assert markdown[2] == "| invariant | target | status | offending rows | duration |"
     assert sorted(line.split(" | ")[:2] for line in markdown if line.startswith("| `")) == [
         ["| `billing/bad_invoices`", "billing"],
@@ -181,6 +181,7 @@ def test_the_daemon_keeps_targets_apart_and_a_dead_one_is_one_incident(
         {
             "invariants": root,
             "http": HttpConfig(listen=None),
+            "database": PRIVILEGED,
             "targets": {
                 "payments": {"dsn": database},
                 "billing": {"dsn": second, "channel": "#billing"},
@@ -291,6 +292,7 @@ def test_a_refused_port_is_found_down_at_once_not_after_the_pool_timeout(
         {
             "invariants": root,
             "http": HttpConfig(listen=None),
+            "database": PRIVILEGED,
             "targets": {
                 "payments": {"dsn": database},
                 "jobs": {"dsn": "host=127.0.0.1 port=1 dbname=x", "connect_timeout": "120s"},

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fake_slack import TOKEN, FakeSlack
-from helpers import items_table, sql, wait_for
+from helpers import PRIVILEGED, items_table, sql, wait_for
 from scenario import World
 
 from alerts.slack import SlackTransport
@@ -118,6 +118,7 @@ def test_a_stopped_scheduler_is_said_in_slack_and_to_the_dead_mans_switch(
             http=HttpConfig(listen=None),
             watchdog=WatchdogConfig(interval=timedelta(seconds=1), ping_url=pings.url),
             slack=SlackConfig(token=TOKEN, api_url=fake.api_url, channel="#invariants"),
+            database=PRIVILEGED,
         )
         daemon = Daemon.build(
             config, database, store, transport=SlackTransport(TOKEN, fake.api_url, timeout=2)

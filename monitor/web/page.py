@@ -98,8 +98,10 @@ class StatusPage:
         http: HttpConfig,
         clock: Clock,
         monotonic: Callable[[], float] = time.monotonic,
+        roles: Callable[[], list[str]] = list,
     ) -> None:
         self.store = store
+        self.roles = roles  # the targets' role notes (databases.role_notes)
         self.loaded = loaded
         self.access = Access(http.page_is_local, http.page_token)
         self.refresh = int(http.page_refresh.total_seconds())
@@ -239,7 +241,9 @@ class StatusPage:
         now = self.clock()
         if path == "/":
             snap = self.snapshot()
-            view = overview_page(snap.infos, snap.overview, filters, now, self.refresh)
+            view = overview_page(
+                snap.infos, snap.overview, filters, now, self.refresh, self.roles()
+            )
             return self._html(200, render("overview.html", page=view, **self._chrome(view)))
         if path.startswith("/invariants/"):
             # PATH_INFO carries the raw bytes as latin-1 (PEP 3333): names may be UTF-8.

@@ -322,6 +322,8 @@ class OverviewPage:
     filters: FilterView
     generated: str
     refresh_seconds: int
+    # Targets refused for their database role, or run as a privileged one by allowance.
+    roles: list[str] = field(default_factory=list)
 
 
 def overview_page(
@@ -330,6 +332,7 @@ def overview_page(
     filters: Filters,
     now: datetime,
     refresh_seconds: int,
+    roles: Sequence[str] = (),
 ) -> OverviewPage:
     every = rows_of(infos, overview, now)
     shown_rows = [r for r in every if filters.matches(r)]
@@ -358,7 +361,14 @@ def overview_page(
         active=filters.active,
     )
     return OverviewPage(
-        shown_rows, len(every), counts, conditions, view, when(now), refresh_seconds
+        shown_rows,
+        len(every),
+        counts,
+        conditions,
+        view,
+        when(now),
+        refresh_seconds,
+        [cut(r, TEXT_LIMIT) for r in roles],
     )
 
 
