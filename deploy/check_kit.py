@@ -170,7 +170,14 @@ def seed(server: str, name: str) -> str:
     with psycopg.connect(dsn) as conn:
         for script in ("schema.sql", "seed.sql"):
             conn.execute((demo / script).read_bytes())
-    return dsn
+    # The daemon reads it as deployed: as the least-privilege role the shipped script makes
+    # (invmon refuses a role that could write unless told otherwise), named after the
+    # database so parallel runs leave each other alone.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET invmon.role = {}").format(sql.Literal(name)))
+        conn.execute(sql.SQL("SET invmon.effects_group = {}").format(sql.Literal(f"{name}_fx")))
+        conn.execute((ROOT / "deploy" / "readonly-role.sql").read_bytes())
+    return make_conninfo(dsn, user=name)
 
 
 def drop(server: str, name: str) -> None:
@@ -180,6 +187,8 @@ def drop(server: str, name: str) -> None:
     with psycopg.connect(server, autocommit=True) as admin:
         statement = "DROP DATABASE IF EXISTS {} WITH (FORCE)"
         admin.execute(sql.SQL(statement).format(sql.Identifier(name)))
+        for role in (name, f"{name}_fx"):  # owned nothing outside the database just dropped
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
 def planted_counts(path: Path) -> dict[str, int]:
