@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_switch import pings  # noqa: F401  (a fixture: the dead man's switch)
 from helpers import FakeClock, items_table
 from scenario import INVARIANT, World
 

@@ -128,13 +128,43 @@ def invariant(
     )
 
 
-def start_daemon(config: Path, log: Path, dsn: str) -> subprocess.Popen[bytes]:
-    """`invmon run --config CONFIG` as a real process, its output in `log`, watching `dsn`."""
+def start_daemon(
+    config: Path, log: Path, dsn: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`invmon run --config CONFIG` as a real process, its output in `log`, watching `dsn`
+    (with `env` added to the environment)."""
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "monitor.cli", "run", "--config", str(config)],
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=log.parent,
-            env={**os.environ, "INVMON_DSN": dsn},
+            env={**os.environ, "INVMON_DSN": dsn, **(env or {})},
         )
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """(status, body) of a GET; (0, "") while nothing listens yet."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except urllib.error.URLError:
+        return 0, ""
+
+
+def active_runs(dsn: str, invariant: str = "%", query: str = "%") -> int:
+    """How many of invmon's runs (of `invariant`, whose text is like `query`) are active on
+    the server now."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s"
+            " AND query LIKE %s AND state = 'active'",
+            (f"invmon:{invariant}", query),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -10,14 +10,13 @@ import re
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from helpers import PRIVILEGED_YAML, items_table, sql, wait_for
+from helpers import http_get as get
 from psycopg.conninfo import make_conninfo
 
 from monitor.state import StateStore
@@ -29,14 +28,6 @@ BAD_ROWS = """\
 -- schedule: every 1s
 SELECT id FROM items WHERE bad
 """
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
 
 
 @dataclass

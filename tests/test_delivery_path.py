@@ -12,17 +12,14 @@ import io
 import logging
 import re
 import socket
-import threading
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from fake_slack import TOKEN, FakeSlack
+from fake_switch import Pings
 from helpers import PRIVILEGED, PRIVILEGED_YAML, cli, items_table, start_daemon, wait_for
+from helpers import http_get as get
 from scenario import World, script, settle
 
 from alerts.delivery_health import (
@@ -475,37 +472,6 @@ def test_the_console_has_nothing_to_check(world: World) -> None:
 # --- the whole daemon (needs the wiring in monitor/daemon.py) --------------------------------
 
 
-class Pings:
-    """A dead man's switch: records the paths it is pinged on."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-        pings = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                pings.paths.append(self.path)
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/ping/abc-123"
-
-
-@pytest.fixture
-def pings() -> Iterator[Pings]:
-    found = Pings()
-    yield found
-    found.server.shutdown()
-
-
 def test_the_daemon_says_a_wrong_token_at_start_in_readyz_and_to_the_switch(
     database: str, tmp_path: Path, pings: Pings
 ) -> None:
@@ -541,17 +507,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def get(url: str) -> tuple[int, str]:
-    """(status, body); (0, "") while nothing listens yet."""
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-    except urllib.error.URLError:
-        return 0, ""
 
 
 def test_invmon_run_with_a_wrong_token_fails_readyz_counts_it_and_logs_it_once(

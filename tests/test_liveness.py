@@ -11,15 +11,14 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import PRIVILEGED, PRIVILEGED_YAML, FakeClock, wait_for
+from helpers import PRIVILEGED, PRIVILEGED_YAML, FakeClock, active_runs, start_daemon, wait_for
+from helpers import http_get as get
 
 from monitor.claims import Claim
 from monitor.config import Config, DaemonConfig, FenceConfig, HttpConfig
@@ -233,14 +232,6 @@ def test_a_watchdog_pid_of_another_process_is_not_ours_to_ping() -> None:
 # --- the real process --------------------------------------------------------------------------
 
 
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
 def write_config(tmp_path: Path, folder: Path, grace: int = 5) -> Path:
     config = tmp_path / "invmon.yaml"
     config.write_text(
@@ -258,25 +249,12 @@ def write_config(tmp_path: Path, folder: Path, grace: int = 5) -> Path:
 def launch(
     config: Path, dsn: str, log: Path, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "monitor.cli", "run", "--config", str(config)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=log.parent,
-            env={**os.environ, "INVMON_DSN": dsn, **(env or {})},
-        )
+    return start_daemon(config, log, dsn, env)
 
 
 def sleeping(dsn: str) -> int:
     """How many of invmon's runs are inside pg_sleep on the server now."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'invmon:%'"
-            " AND query LIKE '%pg_sleep%' AND state = 'active'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+    return active_runs(dsn, query="%pg_sleep%")
 
 
 def runs_of(state: Path, name: str) -> int:
@@ -746,10 +724,4 @@ def test_a_stop_that_cannot_finish_in_time_exits_non_zero_naming_what_it_waited_
 
 
 def in_xpath(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'invmon:unstoppable'"
-            " AND state = 'active'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+    return active_runs(dsn, "unstoppable")

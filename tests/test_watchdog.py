@@ -3,14 +3,11 @@ dead man's switch outside it; each said like any other invariant."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
 from fake_slack import TOKEN, FakeSlack
+from fake_switch import Pings
 from helpers import PRIVILEGED, items_table, sql, wait_for
 from scenario import World
 
@@ -69,36 +66,6 @@ def test_alerts_that_do_not_reach_slack_open_a_self_incident(world: World) -> No
     assert results["invmon-self/schedule_stalled"].count == 0
     opened = {i.invariant for i in world.store.open_incidents()}
     assert "invmon-self/incidents_without_root" in opened
-
-
-class Pings:
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-        pings = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                pings.paths.append(self.path)
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b"OK")
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/ping/abc-123"
-
-
-@pytest.fixture
-def pings() -> Iterator[Pings]:
-    found = Pings()
-    yield found
-    found.server.shutdown()
 
 
 def test_a_stopped_scheduler_is_said_in_slack_and_to_the_dead_mans_switch(
