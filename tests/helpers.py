@@ -158,12 +158,13 @@ def http_get(url: str) -> tuple[int, str]:
 
 
 def active_runs(dsn: str, invariant: str = "%", query: str = "%") -> int:
-    """How many of invmon's runs (of `invariant`, whose text is like `query`) are active on
-    the server now."""
+    """How many of invmon's runs (of `invariant`, whose text is like `query`) are active in
+    the database `dsn` names now. Only that database: pg_stat_activity is the whole
+    server's, and other tests (or another suite) may be running the same invariants."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s"
-            " AND query LIKE %s AND state = 'active'",
+            " AND query LIKE %s AND state = 'active' AND datname = current_database()",
             (f"invmon:{invariant}", query),
         ).fetchone()
     assert row is not None
