@@ -1,9 +1,10 @@
 """A real streaming standby for tests: a primary and a hot standby fed by streaming replication.
 
-Built from the PostgreSQL binaries in the `pgserver` wheel: `initdb` + `pg_ctl` for the
-primary, `pg_basebackup -R -X stream` for the standby. Both listen on unix sockets only
-(`listen_addresses = ''`), each in its own socket folder, in one temporary folder that is
-removed at the end.
+Built from the PostgreSQL binaries in the `pgserver` wheel (or those of the folder named by
+INVMON_STANDBY_PG_BIN, e.g. /usr/lib/postgresql/15/bin, to try another major version):
+`initdb` + `pg_ctl` for the primary, `pg_basebackup -R -X stream` for the standby. Both
+listen on unix sockets only (`listen_addresses = ''`), each in its own socket folder, in one
+temporary folder that is removed at the end.
 
 PostgreSQL refuses to run as root. As root, every server command runs as the system user
 `pgserver` (created by pgserver's own helper, as `pgserver.get_server` does), and the
@@ -20,18 +21,20 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from helpers import wait_for
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 with warnings.catch_warnings():
@@ -40,7 +43,8 @@ with warnings.catch_warnings():
     from pgserver import _commands as pg_commands
     from pgserver import utils as pg_utils
 
-BIN = Path(pg_commands.POSTGRES_BIN_PATH)
+PGSERVER_BIN = Path(pg_commands.POSTGRES_BIN_PATH)
+BIN = Path(os.environ.get("INVMON_STANDBY_PG_BIN") or PGSERVER_BIN)
 ADMIN = "postgres"
 DATABASE = "postgres"
 ROOT_RUN_AS = "pgserver"  # the system user pgserver itself uses when started as root
@@ -95,12 +99,14 @@ class _Cluster:
             entry = pg_utils.ensure_user_exists(ROOT_RUN_AS)
             assert entry is not None
             self._uid, self._gid = entry.pw_uid, entry.pw_gid
-            # What pgserver.get_server does as root: let that user execute the binaries.
-            read = stat.S_IRGRP | stat.S_IROTH
-            execute = stat.S_IXGRP | stat.S_IXOTH
-            pg_utils.ensure_prefix_permissions(BIN)
-            pg_utils.ensure_folder_permissions(BIN, read | execute)
-            pg_utils.ensure_folder_permissions(BIN.parent / "lib", read)
+            if BIN == PGSERVER_BIN:
+                # What pgserver.get_server does as root: let that user execute the binaries
+                # (a system installation's are executable by everyone already).
+                read = stat.S_IRGRP | stat.S_IROTH
+                execute = stat.S_IXGRP | stat.S_IXOTH
+                pg_utils.ensure_prefix_permissions(BIN)
+                pg_utils.ensure_folder_permissions(BIN, read | execute)
+                pg_utils.ensure_folder_permissions(BIN.parent / "lib", read)
             os.chown(base, self._uid, self._gid)
 
     def run(self, program: str, *args: str, timeout: float = START_TIMEOUT_S) -> str:
@@ -148,6 +154,9 @@ class StandbyPair:
 
     primary_dsn: str
     standby_dsn: str
+    _cluster: _Cluster = field(repr=False)
+    _primary_data: Path = field(repr=False)
+    _primary_log: Path = field(repr=False)
 
     def primary(self, **kwargs: Any) -> psycopg.Connection[Any]:
         return psycopg.connect(self.primary_dsn, autocommit=True, **kwargs)
@@ -188,6 +197,79 @@ class StandbyPair:
                 return reached is not None and reached[0] is True
 
             wait_for(caught_up, deadline_s, f"the standby to replay up to {target}")
+
+    def configure(self, server: str, name: str, value: str) -> None:
+        """`ALTER SYSTEM SET name = value` on "primary" or "standby", reload, and wait until a
+        new session shows it (a reload is only a signal). `value` in the form SHOW prints
+        ('3s', '10min'), since that is what is waited for."""
+        connect = self.primary if server == "primary" else self.standby
+        with connect() as conn:
+            conn.execute(
+                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            )
+            conn.execute("SELECT pg_reload_conf()")
+
+        def applied() -> bool:
+            with connect() as conn:
+                row = conn.execute("SELECT current_setting(%s) = %s", (name, value)).fetchone()
+            return row is not None and row[0] is True
+
+        wait_for(applied, 10, f"{name} = {value} to be loaded on the {server}")
+
+    def stop_primary(self) -> None:
+        """Stop the primary (fast shutdown: its walsender closes the link at once)."""
+        self._cluster.run("pg_ctl", "-D", str(self._primary_data), "-m", "fast", "-w", "stop")
+
+    def start_primary(self) -> None:
+        _start(self._cluster, self._primary_data, self._primary_log)
+
+    def wait_streaming(self, deadline_s: float = 30.0) -> None:
+        """Wait until the standby's WAL receiver streams from the primary again."""
+
+        def streaming() -> bool:
+            with self.standby() as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'"
+                ).fetchone()
+            return row is not None and row[0] == 1
+
+        wait_for(streaming, deadline_s, "the standby to stream from the primary")
+
+    @contextlib.contextmanager
+    def primary_frozen(self) -> Iterator[None]:
+        """SIGSTOP the primary's postmaster and every process it started, then SIGCONT them:
+        the link stays open but nothing comes through it, as when the primary hangs or the
+        network drops packets without closing the connection."""
+        postmaster = int((self._primary_data / "postmaster.pid").read_text().split()[0])
+        # Listed after the postmaster stops, so it starts no child that the list would miss.
+        os.kill(postmaster, signal.SIGSTOP)
+        stopped = [postmaster]
+        try:
+            for pid in _child_pids(postmaster):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+            yield
+        finally:
+            for pid in reversed(stopped):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+
+def _child_pids(parent: int) -> list[int]:
+    """The pids whose parent is `parent`, from /proc (Linux)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat_line = (entry / "stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        # The command name (field 2) is in parentheses and may hold spaces: split after it.
+        if int(stat_line.rsplit(")", 1)[1].split()[1]) == parent:
+            children.append(int(entry.name))
+    return children
 
 
 def _start(cluster: _Cluster, data: Path, log: Path) -> None:
@@ -271,6 +353,9 @@ def running_standby_pair() -> Iterator[StandbyPair]:
             standby_dsn=make_conninfo(
                 host=str(standby_sockets), port=STANDBY_PORT, user=ADMIN, dbname=DATABASE
             ),
+            _cluster=cluster,
+            _primary_data=primary_data,
+            _primary_log=base / "primary.log",
         )
 
         def in_recovery() -> bool:

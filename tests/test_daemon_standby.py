@@ -1,5 +1,6 @@
 """The daemon on a real streaming standby: a lagging replica is not evaluated (`stale`), a
-"replica stale" incident opens once, and it closes when replay catches up."""
+"replica stale" incident opens once, and it closes when replay catches up; a caught-up
+standby of an idle, silent primary is evaluated and never flaps."""
 
 from __future__ import annotations
 
@@ -76,16 +77,14 @@ def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident
         standby_pair.wait_caught_up()
 
         def evaluated_fresh() -> RunResult | None:
-            # The lag is the time since the primary last spoke; a write makes it speak now.
-            with standby_pair.primary() as conn:
-                conn.execute(f"UPDATE {table} SET bad = false WHERE id = 1")
-            standby_pair.wait_caught_up()
+            # Caught up is lag 0 with no further write; the gate may serve its last (stale)
+            # reading for up to a second.
             result = daemon.evaluate("bad")
             return result if result is not None and result.status != "stale" else None
 
         fresh = wait_for(evaluated_fresh, 20, "a fresh run once replay caught up")
         assert (fresh.status, fresh.count) == ("ok", 0)
-        assert fresh.replica_lag is not None and fresh.replica_lag < 3
+        assert fresh.replica_lag == 0.0
         assert [e.kind for e in store.events(REPLICA_SUBJECT)] == [
             "replica_stale",
             "replica_fresh",
@@ -156,3 +155,53 @@ def test_a_stale_target_pauses_only_its_own_invariants(
         store.close()
         with psycopg.connect(database, autocommit=True) as conn:
             conn.execute(f"DROP TABLE {table}")
+
+
+def test_a_caught_up_standby_of_a_silent_primary_is_evaluated_and_never_goes_stale(
+    standby_pair: StandbyPair, tmp_path: Path
+) -> None:
+    """max_replica_lag 2s, no writes: the primary sends nothing for up to 30 s (until the
+    standby's receiver pings it), which the old rule read as a lag of up to 30 s."""
+    table = f"items_{uuid.uuid4().hex[:8]}"
+    with standby_pair.primary() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, bad bool NOT NULL)")
+        conn.execute(f"INSERT INTO {table} VALUES (1, true)")
+    standby_pair.wait_caught_up()
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "bad.sql").write_text(
+        f"-- description: nothing is bad\n-- key: [id]\nSELECT id FROM {table} WHERE bad\n"
+    )
+    store = StateStore.open(path=tmp_path / "state.db")
+    config = Config(
+        invariants=folder,
+        http=HttpConfig(listen=None),
+        daemon=DaemonConfig(max_replica_lag=timedelta(seconds=2)),
+        database=PRIVILEGED,
+    )
+    daemon = Daemon.build(config, standby_pair.standby_dsn, store)
+    try:
+        daemon.reload()
+
+        def silent_for_3s() -> bool:
+            result = daemon.evaluate("bad")
+            assert result is not None
+            assert (result.status, result.count, result.replica_lag) == ("violated", 1, 0.0)
+            with standby_pair.standby() as conn:
+                row = conn.execute(
+                    "SELECT now() - last_msg_receipt_time > interval '3 seconds'"
+                    " FROM pg_stat_wal_receiver WHERE status = 'streaming'"
+                ).fetchone()
+            return row is not None and row[0] is True
+
+        wait_for(silent_for_3s, 40, "the primary to be silent for longer than 3 s")
+        final = daemon.evaluate("bad")
+        assert final is not None
+        assert (final.status, final.replica_lag) == ("violated", 0.0)
+        assert store.events(REPLICA_SUBJECT) == []
+        statuses = {r.status for r in store.runs("bad", limit=1000)}
+        assert statuses == {"violated"}
+        assert [(i.invariant, i.kind) for i in store.open_incidents()] == [("bad", "violation")]
+    finally:
+        daemon.databases.close()
+        store.close()

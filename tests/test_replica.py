@@ -1,6 +1,7 @@
 """Replica awareness against a real primary and streaming standby: in_recovery, lag that is
 zero when nothing is outstanding (even on an idle primary), lag that grows while replay is
-paused, and the staleness rule."""
+paused, and the staleness rule. tests/test_replica_idle.py covers a silent primary, write
+load and a primary that goes away."""
 
 from __future__ import annotations
 
@@ -61,14 +62,9 @@ def test_the_status_is_read_whatever_the_connections_row_factory(
             assert read_replica_status(conn).in_recovery is in_recovery
 
 
-# A caught-up standby's lag is the time since the primary last spoke to it; the primary
-# sends keepalives at least every wal_sender_timeout / 2 (30 s by default).
-KEEPALIVE = timedelta(seconds=60)
-
-
 def caught_up(status: ReplicaStatus) -> bool:
-    lag = status.lag_seconds
-    return status.in_recovery and lag is not None and 0.0 <= lag < KEEPALIVE.total_seconds()
+    """A standby that replayed all it received over a live link has lag exactly 0."""
+    return status == ReplicaStatus(in_recovery=True, lag_seconds=0.0)
 
 
 def test_a_caught_up_standby_is_in_recovery_and_has_almost_no_lag(
@@ -78,7 +74,7 @@ def test_a_caught_up_standby_is_in_recovery_and_has_almost_no_lag(
     standby_pair.wait_caught_up(10)
     status = status_of(standby_pair.standby_dsn)
     assert caught_up(status), status
-    assert is_stale(status, KEEPALIVE) is False
+    assert is_stale(status, timedelta(0)) is False
 
 
 def test_a_standby_of_an_idle_primary_is_fresh_however_old_its_last_commit(
@@ -96,7 +92,7 @@ def test_a_standby_of_an_idle_primary_is_fresh_however_old_its_last_commit(
     )
     status = status_of(standby_pair.standby_dsn)
     assert caught_up(status), status
-    assert is_stale(status, KEEPALIVE) is False
+    assert is_stale(status, timedelta(0)) is False
 
 
 def test_with_replay_paused_lag_grows_until_stale_and_returns_to_zero_after_resuming(
@@ -144,7 +140,7 @@ def test_with_replay_paused_lag_grows_until_stale_and_returns_to_zero_after_resu
     standby_pair.wait_caught_up(10)
     after = status_of(standby_pair.standby_dsn)
     assert caught_up(after), after
-    assert is_stale(after, KEEPALIVE) is False
+    assert is_stale(after, timedelta(0)) is False
 
 
 def test_a_standby_whose_link_to_the_primary_broke_goes_stale(standby_pair: StandbyPair) -> None:
@@ -214,18 +210,26 @@ def test_a_negative_threshold_is_rejected() -> None:
 
 
 @pytest.mark.parametrize(
-    ("in_recovery", "replayed_all_received", "replay_age", "heard", "lag"),
+    ("in_recovery", "replayed_all_received", "replay_age", "heard", "timeout", "lag"),
     [
-        pytest.param(False, None, None, None, 0.0, id="primary"),
-        pytest.param(True, True, 3600.0, 4.0, 4.0, id="caught-up-streaming-idle-primary"),
-        pytest.param(True, True, None, 0.5, 0.5, id="caught-up-streaming-no-commit-yet"),
-        pytest.param(True, True, 3600.0, None, 3600.0, id="caught-up-but-link-broken"),
-        pytest.param(True, True, None, None, None, id="link-broken-no-commit-replayed"),
-        pytest.param(True, False, 2.5, 0.1, 2.5, id="standby-behind"),
-        pytest.param(True, False, -0.25, 0.1, 0.0, id="standby-behind-clock-skew-clamped"),
-        pytest.param(True, False, None, 0.1, None, id="standby-behind-no-commit-replayed-yet"),
-        pytest.param(True, None, 7.0, None, 7.0, id="archive-recovery-dated-by-last-commit"),
-        pytest.param(True, None, None, None, None, id="archive-recovery-no-commit-replayed"),
+        pytest.param(False, None, None, None, 60.0, 0.0, id="primary"),
+        # An idle primary is silent up to wal_receiver_timeout / 2 (30 s): nothing is behind.
+        pytest.param(True, True, 3600.0, 4.0, 60.0, 0.0, id="caught-up-idle-primary"),
+        pytest.param(True, True, 3600.0, 29.9, 60.0, 0.0, id="caught-up-silent-until-the-ping"),
+        pytest.param(True, True, 3600.0, 60.0, 60.0, 0.0, id="caught-up-silent-up-to-timeout"),
+        pytest.param(True, True, 3600.0, 60.5, 60.0, 3600.0, id="silent-past-the-timeout"),
+        pytest.param(True, True, 3600.0, -0.01, 60.0, 0.0, id="heard-during-the-statement"),
+        pytest.param(True, True, None, 0.5, 60.0, 0.0, id="caught-up-no-commit-yet"),
+        pytest.param(True, True, None, 61.0, 60.0, None, id="silent-past-timeout-no-commit"),
+        pytest.param(True, True, 3600.0, 1.0, 0.0, 3600.0, id="receiver-timeout-disabled"),
+        pytest.param(True, True, 3600.0, 1.0, None, 3600.0, id="receiver-timeout-unknown"),
+        pytest.param(True, True, 3600.0, None, 60.0, 3600.0, id="caught-up-but-not-streaming"),
+        pytest.param(True, True, None, None, 60.0, None, id="not-streaming-no-commit-replayed"),
+        pytest.param(True, False, 2.5, 0.1, 60.0, 2.5, id="standby-behind"),
+        pytest.param(True, False, -0.25, 0.1, 60.0, 0.0, id="standby-behind-clock-skew-clamped"),
+        pytest.param(True, False, None, 0.1, 60.0, None, id="standby-behind-no-commit-yet"),
+        pytest.param(True, None, 7.0, None, 60.0, 7.0, id="archive-recovery-dated-by-commit"),
+        pytest.param(True, None, None, None, 60.0, None, id="archive-recovery-no-commit"),
     ],
 )
 def test_the_lag_rule_handles_every_null_combination(
@@ -233,6 +237,7 @@ def test_the_lag_rule_handles_every_null_combination(
     replayed_all_received: bool | None,
     replay_age: float | None,
     heard: float | None,
+    timeout: float | None,
     lag: float | None,
 ) -> None:
-    assert _lag_seconds(in_recovery, replayed_all_received, replay_age, heard) == lag
+    assert _lag_seconds(in_recovery, replayed_all_received, replay_age, heard, timeout) == lag
