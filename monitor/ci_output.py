@@ -27,9 +27,13 @@ class Finding:
     message: str
 
 
+# A hint is advice, not a defect: GitHub shows it as a notice, not a warning.
+LEVELS: dict[str, Level] = {"error": "error", "warning": "warning", "hint": "notice"}
+
+
 def from_problems(problems: Sequence[Problem], title: str = "invmon lint") -> list[Finding]:
     return [
-        Finding(p.path, p.line or None, "error" if p.level == "error" else "warning", title, m)
+        Finding(p.path, p.line or None, LEVELS.get(p.level, "warning"), title, m)
         for p in problems
         for m in [p.message]
     ]

@@ -7,14 +7,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from monitor.ci_output import JunitCase
 from monitor.config import Config
 from monitor.fixtures import SUFFIX, fixture_path, load_fixture
-from monitor.loader import LoadResult, load_directory, name_for
+from monitor.loader import Invariant, LoadResult, load_directory, name_for
+from monitor.pgcatalog import Catalog, builtin_catalog
 from monitor.problems import Problem
 from monitor.schema_dump import DumpParseError, dump_statements
 from monitor.selection import NothingSelected, name_matches
+from monitor.sqltree import node_items, parse
+from monitor.validate import columns_of
 
 
 @dataclasses.dataclass
@@ -129,7 +133,6 @@ def lint_folder(
     invariants instead of `schema_sql`."""
     loading = config.loading(with_database=False)
     if schema_sql is not None:
-        from monitor.pgcatalog import builtin_catalog
         from monitor.schema_functions import SchemaCatalog
 
         # The schema's own functions are judged by the volatility they declare there.
@@ -170,4 +173,127 @@ def lint_folder(
             tables = tables_of.get(by_path.get(fixture.path, ""), fallback)
             if tables is not None:
                 loaded.problems += fixture_problems(fixture, tables)
+    keyless = [inv for inv in loaded.invariants if not inv.header.key]
+    if keyless:
+        builtins = builtin_catalog()  # aggregates are known by name offline, as lint is
+        loaded.problems += [h for inv in keyless if (h := key_hint(inv, builtins)) is not None]
     return LintReport(loaded)
+
+
+# --- hint: a keyless query whose columns are aggregates ----------------------------------------
+
+# Arguments only an aggregate takes: a user-defined aggregate is known by them too.
+_AGGREGATE_FLAGS = ("agg_star", "agg_distinct", "agg_order", "agg_filter", "agg_within_group")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputColumn:
+    name: str | None  # as PostgreSQL names it; None when only a schema could tell (`*`)
+    aggregates: tuple[str, ...]  # the aggregates its value is computed from, e.g. ("sum",)
+    byte: int  # where it is written in the statement
+
+
+def _aggregates_in(value: Any, catalog: Catalog) -> list[str]:
+    """The aggregates computing `value` itself (a window aggregate too), not those of a
+    subquery: a subquery's sum is one value of the outer row's, not the row's own figure."""
+    found = []
+    for kind, body in node_items(value, stop_at=frozenset({"SubLink"})):
+        if kind != "FuncCall":
+            continue
+        name = tuple(str(p["String"]["sval"]) for p in body.get("funcname", []) if "String" in p)
+        routines = catalog.functions([name]).get(name, [])
+        if any(r.kind == "a" for r in routines) or any(body.get(f) for f in _AGGREGATE_FLAGS):
+            found.append(name[-1] + (" … OVER" if "over" in body else ""))
+    return found
+
+
+def output_columns(statement: dict[str, Any], catalog: Catalog) -> list[OutputColumn]:
+    """The top-level SELECT's output columns (the first branch's names in a UNION), each
+    with the aggregates its value is computed from in any branch."""
+    columns: list[OutputColumn] = []
+    for branch in _branches(statement):
+        for position, target in enumerate(branch.get("targetList") or []):
+            result = target.get("ResTarget", {})
+            aggregates = tuple(_aggregates_in(result.get("val"), catalog))
+            if position < len(columns):
+                known = columns[position]
+                merged = known.aggregates + tuple(
+                    a for a in aggregates if a not in known.aggregates
+                )
+                columns[position] = dataclasses.replace(known, aggregates=merged)
+            else:
+                # PostgreSQL's name for the column: columns_of reads one target as well as many.
+                names = columns_of({"targetList": [target]})
+                name = names[0] if names else ("?column?" if "val" in result else None)
+                if _is_star(result.get("val")):
+                    name = None
+                columns.append(OutputColumn(name, aggregates, int(result.get("location", 0))))
+    return columns
+
+
+def _branches(statement: dict[str, Any]) -> list[dict[str, Any]]:
+    """The SELECTs of a UNION / INTERSECT / EXCEPT, first branch (which names the columns)
+    first; a plain SELECT is its own one branch."""
+    found, stack = [], [statement]
+    while stack:
+        current = stack.pop()
+        if current.get("op", "SETOP_NONE") == "SETOP_NONE":
+            found.append(current)
+        else:
+            stack += [current.get("rarg") or {}, current.get("larg") or {}]
+    return found
+
+
+def _is_star(value: Any) -> bool:
+    fields = (value or {}).get("ColumnRef", {}).get("fields", []) if isinstance(value, dict) else []
+    return bool(fields) and "A_Star" in fields[-1]
+
+
+def key_hint_message(statement: dict[str, Any], catalog: Catalog) -> tuple[str, int] | None:
+    """(the hint, the byte of the first aggregate column) when a query without `key:` has
+    aggregate output columns; None otherwise. Pure: the parse tree in, the words out."""
+    columns = output_columns(statement, catalog)
+    moving = [c for c in columns if c.aggregates]
+    if not moving:
+        return None
+    functions = list(dict.fromkeys(a for c in moving for a in c.aggregates))
+    names = ", ".join(repr(c.name) for c in moving)
+    plural = len(moving) > 1
+    said = (
+        f"no `key:`, and column{'s' * plural} {names} {'are' if plural else 'is'} computed "
+        f"by {'an aggregate' if len(functions) == 1 else 'aggregates'} ({', '.join(functions)}):"
+        " without `key:` a row's identity is its whole value, so a row whose"
+        f" {' or '.join(functions)} moves is a new offending row each run (a row gone and a row"
+        " appeared in the incident's thread); "
+    )
+    stable = [c for c in columns if not c.aggregates]
+    grouped = any(b.get("groupClause") for b in _branches(statement))
+    if stable and all(c.name is not None for c in stable):
+        listed = ", ".join(str(c.name) for c in stable)
+        advice = f"write `key: [{listed}]` (the columns that are not aggregates)"
+    elif stable:
+        advice = "write `key:` naming the columns that are not aggregates (list them, not `*`)"
+    elif grouped:
+        advice = "select the GROUP BY columns too and name them in `key:`"
+    elif any(not a.endswith(" OVER") for c in moving for a in c.aggregates):
+        advice = (
+            "the query returns one row: give it a constant label, e.g. `SELECT 'all' AS scope,"
+            " …` with `key: [scope]`"
+        )
+    else:
+        advice = "select the columns that identify a row and name them in `key:`"
+    return said + advice, moving[0].byte
+
+
+def key_hint(inv: Invariant, catalog: Catalog) -> Problem | None:
+    """A hint (never an error) at the first aggregate column of a keyless invariant."""
+    raw = parse(inv.sql)["stmts"][0]["stmt"]
+    statement = raw.get("SelectStmt")
+    if not statement:
+        return None
+    found = key_hint_message(statement, catalog)
+    if found is None:
+        return None
+    message, byte = found
+    line = inv.sql_first_line + inv.sql.encode("utf-8")[:byte].count(b"\n")
+    return Problem(inv.path, line, message, "hint")

@@ -3,6 +3,7 @@ clause; lines as in the file; the summary counts what lint found."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,106 @@ def test_lint_checks_fixture_tables_and_columns_against_the_schema(tmp_path: Pat
         f"{folder}/neg.test.yaml:2: 'fires': table 'ordrs' is not in the schema file; "
         "did you mean 'orders'?",
     ]
+
+
+# --- the hint to write `key:` when a keyless query's columns are aggregates (issue 27 §4b) --
+
+WHY = (
+    " without `key:` a row's identity is its whole value, so a row whose {fn} moves is a new "
+    "offending row each run (a row gone and a row appeared in the incident's thread); "
+)
+
+
+def test_a_keyless_query_of_aggregates_is_hinted_at_its_line_and_still_passes(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "grouped.sql").write_text(
+        "-- description: no customer owes money\n"
+        "SELECT customer_id,\n"
+        "       sum(amount) AS balance\n"
+        "FROM payments GROUP BY customer_id HAVING sum(amount) < 0\n"
+    )
+    (folder / "total.sql").write_text(
+        "-- description: the books balance\n"
+        "SELECT sum(amount) AS total FROM payments HAVING sum(amount) <> 0\n"
+    )
+    (folder / "windowed.sql").write_text(
+        "-- description: no running balance below zero\n"
+        "SELECT id, sum(amount) OVER (ORDER BY id) AS running, count(*) OVER () AS n\n"
+        "FROM payments\n"
+    )
+    (folder / "keyed.sql").write_text(
+        "-- description: keyed\n-- key: [customer_id]\n"
+        "SELECT customer_id, sum(amount) AS balance FROM payments GROUP BY customer_id\n"
+        "HAVING sum(amount) < 0\n"
+    )
+    (folder / "plain.sql").write_text(
+        "-- description: no aggregates\nSELECT id, amount FROM payments WHERE amount < 0\n"
+    )
+    (folder / "inner.sql").write_text(
+        "-- description: aggregates only in a subquery, WHERE and HAVING\n"
+        "SELECT p.order_id, (SELECT max(o.id) FROM orders o) AS newest FROM payments p\n"
+        "WHERE p.amount > (SELECT avg(amount) FROM payments)\n"
+        "GROUP BY p.order_id HAVING count(*) > 1\n"
+    )
+    (folder / "derived.sql").write_text(
+        "-- description: aggregate in a FROM subquery\n"
+        "SELECT x.order_id FROM (SELECT order_id, count(*) AS n FROM payments GROUP BY 1) x\n"
+        "WHERE x.n > 2\n"
+    )
+    done = cli("lint", str(folder))
+    assert done.returncode == 0, done.stdout + done.stderr  # a hint never fails lint
+    assert done.stdout.splitlines() == [
+        f"{folder}/grouped.sql:3: hint: no `key:`, and column 'balance' is computed by an "
+        "aggregate (sum):"
+        + WHY.format(fn="sum")
+        + "write `key: [customer_id]` (the columns that are not aggregates)",
+        f"{folder}/total.sql:2: hint: no `key:`, and column 'total' is computed by an "
+        "aggregate (sum):"
+        + WHY.format(fn="sum")
+        + "the query returns one row: give it a constant label, e.g. "
+        "`SELECT 'all' AS scope, …` with `key: [scope]`",
+        f"{folder}/windowed.sql:2: hint: no `key:`, and columns 'running', 'n' are computed by "
+        "aggregates (sum … OVER, count … OVER):"
+        + WHY.format(fn="sum … OVER or count … OVER")
+        + "write `key: [id]` (the columns that are not aggregates)",
+    ]
+    assert "7 invariants valid, 0 with errors" in done.stderr
+    document = cli("lint", str(folder), "--format", "json")
+    levels = {(Path(p["path"]).name, p["level"]) for p in json.loads(document.stdout)["problems"]}
+    assert levels == {("grouped.sql", "hint"), ("total.sql", "hint"), ("windowed.sql", "hint")}
+
+
+@pytest.mark.parametrize(
+    ("sql", "advice"),
+    [
+        (
+            "SELECT count(*) AS n, max(id) FROM orders GROUP BY status HAVING count(*) > 1",
+            "select the GROUP BY columns too and name them in `key:`",
+        ),
+        (
+            "SELECT *, round(avg(quantity), 2) FROM orders GROUP BY id",
+            "write `key:` naming the columns that are not aggregates (list them, not `*`)",
+        ),
+        (
+            "SELECT status, count(*) FROM orders GROUP BY status\n"
+            "UNION ALL SELECT 'x', 1 FROM payments",
+            "write `key: [status]` (the columns that are not aggregates)",
+        ),
+        (
+            "SELECT sum(quantity) OVER () AS everything FROM orders",
+            "select the columns that identify a row and name them in `key:`",
+        ),
+    ],
+)
+def test_the_key_hint_suggests_what_fits_the_query(sql: str, advice: str) -> None:
+    from monitor.lint import key_hint_message
+    from monitor.pgcatalog import builtin_catalog
+    from monitor.sqltree import parse
+
+    statement = parse(sql)["stmts"][0]["stmt"]["SelectStmt"]
+    found = key_hint_message(statement, builtin_catalog())
+    assert found is not None
+    assert found[0].endswith("; " + advice), found[0]
