@@ -13,11 +13,20 @@ from datetime import datetime, timedelta
 
 from alerts.console import ConsoleTransport
 from alerts.ledger import Ledger
-from alerts.plans import OPENING, Spec, delivery_key, plan_event, reminder_spec, summary_spec
-from alerts.routing import channel_for
+from alerts.plans import (
+    CHURN,
+    OPENING,
+    Spec,
+    delivery_key,
+    plan_event,
+    reminder_spec,
+    summary_spec,
+)
+from alerts.routing import Route, route
 from alerts.slack import SlackTransport
+from alerts.thread_batching import Hold, Merge, decide, first, merged
 from alerts.transport import Transport
-from alerts.worker import DeliveryWorker, Describe, Views, WorkerSettings
+from alerts.worker import DeliveryWorker, Describe, Views, WorkerSettings, context_from
 from monitor.acks import Action, Outcome, is_quiet
 from monitor.clock import utc_now
 from monitor.config import SlackConfig
@@ -31,7 +40,8 @@ DAY = timedelta(days=1)
 
 def summary_group(incident: Incident, now: datetime) -> str:
     if incident.resolved_at is not None:
-        return "resolved"
+        # Retired (its file removed while open) is its own group: never counted resolved.
+        return "retired" if incident.state == "retired" else "resolved"
     if incident.snoozed_until is not None and incident.snoozed_until > now:
         return "snoozed"
     return "acked" if incident.acked_by else "open"
@@ -66,7 +76,10 @@ class Alerter:
         clock: Callable[[], datetime],
         transport: Transport | None = None,
         owner: str | None = None,
+        several_targets: bool = False,
     ) -> None:
+        """`several_targets`: more than one monitored database is configured, so every
+        message names the one it is about."""
         self.store = store
         self.config = config
         self.describe = describe
@@ -81,6 +94,7 @@ class Alerter:
                 describe,
                 clock,
                 buttons=tuple(config.ack_modes) if config.interactive else (),
+                several_targets=several_targets,
             ),
             clock,
             WorkerSettings(
@@ -93,16 +107,19 @@ class Alerter:
             owner,
         )
 
-    def channel(self, incident: Incident | None, invariant: str) -> str:
-        """Where an incident's root goes: routed by its file as it was when the incident
-        opened (kept with it), else by the file as it is now, else the default channel."""
+    def route(self, incident: Incident | None, invariant: str) -> Route:
+        """Where an incident's root goes, and why: routed by its file as it was when the
+        incident opened (kept with it), else by the file as it is now, else the default."""
         context = incident.context if incident is not None else None
-        if context is not None:
-            return channel_for(self.config, context.severity, context.owner, context.channel)
-        header = self.describe(invariant)
-        if header is None:
-            return self.config.channel
-        return channel_for(self.config, header.severity, header.owner, header.channel)
+        if context is None:
+            header = self.describe(invariant)
+            if header is None:
+                return Route(self.config.channel, "slack.channel")
+            context = context_from(header)
+        return route(self.config, context)
+
+    def channel(self, incident: Incident | None, invariant: str) -> str:
+        return self.route(incident, invariant).channel
 
     def channels(self, tx: Tx, event: StoredEvent, incident: Incident | None) -> list[str]:
         """An opening goes where its incident routes; everything after it goes to the
@@ -133,29 +150,23 @@ class Alerter:
             return []
         now = self.clock()
         incidents = {e.incident_id: self.store.incident(e.incident_id) for e in events}
-        openings: dict[str, list[StoredEvent]] = defaultdict(list)
-        for event in events:
-            if event.kind in OPENING:
-                incident = incidents[event.incident_id]
-                openings[self.channel(incident, event.invariant)].append(event)
-        digested = {
-            e.id
-            for group in openings.values()
-            if len(group) >= self.config.digest_threshold
-            for e in group
-        }
         quiet = {
             e.id for e in events if e.kind in ("keys_appeared", "keys_gone") and self._quiet(e, now)
         }
-        planned: list[StoredEvent] = []
         with self.store.storage.transaction() as tx:
+            # Claim first, then group: only the events this call planned are grouped, and a
+            # digest that another daemon planned while these claims waited on it is seen.
+            planned = [e for e in events if self.store.claim_event(tx, e.id, now)]
+            openings: dict[str, list[StoredEvent]] = defaultdict(list)
+            for event in planned:
+                if event.kind in OPENING:
+                    incident = incidents[event.incident_id]
+                    openings[self.channel(incident, event.invariant)].append(event)
+            digested: set[int] = set()
             for channel, group in openings.items():
-                if len(group) >= self.config.digest_threshold:
-                    self._digest(tx, channel, group, now)
-            for event in events:
-                if not self.store.claim_event(tx, event.id, now):
-                    continue  # another daemon planned it
-                planned.append(event)
+                if self._group(tx, channel, group, now):
+                    digested.update(e.id for e in group)
+            for event in planned:
                 for channel in self.channels(tx, event, incidents[event.incident_id]):
                     specs = plan_event(event, channel)
                     if event.id in quiet:
@@ -163,6 +174,12 @@ class Alerter:
                         # the thread gets no notice (a cleared "until new rows" ack is not
                         # quiet).
                         specs = [s for s in specs if s.action != "post_reply"]
+                    elif event.kind in CHURN:
+                        specs = [
+                            s
+                            for s in (self._churn_reply(tx, event, channel, s, now) for s in specs)
+                            if s is not None
+                        ]
                     if event.id in digested:
                         specs = [
                             Spec("post_detail", s.key, True, s.payload)
@@ -175,6 +192,18 @@ class Alerter:
                     )
         return planned
 
+    def _group(self, tx: Tx, channel: str, group: Sequence[StoredEvent], now: datetime) -> bool:
+        """Openings in one channel: they join the channel's recent digest, or become one
+        when there are enough of them. True when their roots are a digest's thread."""
+        recent = self.ledger.recent_digest(tx, channel, now - self.config.digest_group_interval)
+        if recent is not None:
+            self._join(tx, recent, channel, group, now)
+            return True
+        if len(group) >= self.config.digest_threshold:
+            self._digest(tx, channel, group, now)
+            return True
+        return False
+
     def _digest(self, tx: Tx, channel: str, group: Sequence[StoredEvent], now: datetime) -> None:
         incidents = sorted({e.incident_id for e in group})
         key = delivery_key("digest", channel, *sorted(e.id for e in group))
@@ -182,6 +211,41 @@ class Alerter:
         created = self.ledger.enqueue(tx, None, "(digest)", incidents[0], channel, [spec], now)
         for incident_id in incidents if created else []:
             self.ledger.link_root(tx, incident_id, channel, created[0])
+
+    def _join(
+        self, tx: Tx, digest_id: int, channel: str, group: Sequence[StoredEvent], now: datetime
+    ) -> None:
+        """Late openings of a burst join its digest: listed in it (edited in place, or
+        posted listing them if it has not gone out yet), their messages in its thread."""
+        joining = sorted({e.incident_id for e in group})
+        self.ledger.join_digest(tx, digest_id, channel, joining)
+        # An update of the digest, queued on the first joiner's root (now the digest): it
+        # re-renders the digest from its payload at send time. Keyed by the events that
+        # joined, so planning them again (it cannot: they are claimed) adds nothing.
+        key = delivery_key("digest-join", channel, digest_id, *sorted(e.id for e in group))
+        payload = {"kind": "digest_joined", "incidents": joining}
+        spec = Spec("update_root", key, True, payload)
+        self.ledger.enqueue(tx, None, "(digest)", joining[0], channel, [spec], now)
+
+    def _churn_reply(
+        self, tx: Tx, event: StoredEvent, channel: str, spec: Spec, now: datetime
+    ) -> Spec | None:
+        """At most one reply per incident per `thread_update_interval` about rows that
+        appear and go (see alerts/thread_batching.py): a reply now, a reply held until the
+        interval has passed, or nothing when the change was merged into a reply not sent
+        yet. Other deliveries (the root's update: the live count) pass unchanged."""
+        if spec.action != "post_reply":
+            return spec
+        last = self.ledger.last_churn_reply(tx, event.incident_id, channel)
+        decision = decide(last, now, self.config.thread_update_interval)
+        if isinstance(decision, Merge):
+            if self.ledger.merge_pending(tx, decision.delivery_id, lambda p: merged(p, event), now):
+                return None
+            # Taken by a worker meanwhile: it is sent, or as good as; wait an interval.
+            decision = Hold(now + self.config.thread_update_interval)
+        if isinstance(decision, Hold):
+            return Spec(spec.action, spec.key, True, first(event, held=True), decision.until)
+        return Spec(spec.action, spec.key, True, first(event, held=False))
 
     def _quiet(self, event: StoredEvent, now: datetime) -> bool:
         incident = self.store.incident(event.incident_id)
@@ -233,10 +297,11 @@ class Alerter:
 
     def summarise(self, now: datetime) -> int:
         """Queue each channel's daily summary: what is open, acknowledged, snoozed, and
-        what resolved in the last day. Once per channel and day, whoever calls it."""
-        incidents = self.store.open_incidents() + self.store.resolved_since(now - DAY)
+        what resolved or was retired in the last day. Once per channel and day, whoever
+        calls it."""
+        incidents = self.store.open_incidents() + self.store.closed_since(now - DAY)
         by_channel: dict[str, dict[str, list[int]]] = defaultdict(
-            lambda: {"open": [], "acked": [], "snoozed": [], "resolved": []}
+            lambda: {"open": [], "acked": [], "snoozed": [], "resolved": [], "retired": []}
         )
         queued = 0
         with self.store.storage.transaction() as tx:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from alerts.plans import Action, Spec, delivery_key
+from alerts.thread_batching import LastReply, is_churn
 from monitor.clock import parse_stamp, stamp
 from monitor.records import StoredEvent
 from monitor.storage import Storage, Tx
@@ -107,6 +108,7 @@ def _delivery(row: Sequence[Any]) -> Delivery:
 _TOP_LEVEL = "('post_root', 'post_digest', 'post_summary')"
 _POSTS = "('post_root', 'post_digest', 'post_summary', 'post_reply', 'post_detail')"
 POST_ACTIONS = frozenset({"post_root", "post_digest", "post_summary", "post_reply", "post_detail"})
+_THREADED = frozenset({"post_reply", "post_detail", "upload_csv"})  # kept in order per thread
 
 _READY = (
     "(d.state = 'UNKNOWN' OR (d.state = 'PENDING' AND ("
@@ -156,6 +158,8 @@ class Ledger:
                 )
                 self.enqueue(tx, None, invariant, incident_id, channel, [opening], now)
                 root_id = self._root_id(tx, incident_id, channel)
+            if root_id is not None and spec.not_before is None and spec.action in _THREADED:
+                self._release_held(tx, root_id, now)
             # A thread whose root failed for good can never take this; say so now rather
             # than leave a row waiting forever.
             root_failed = root_id is not None and tx.rows(
@@ -177,7 +181,7 @@ class Ledger:
                     root_id,
                     "FAILED" if root_failed else "PENDING",
                     "its root message failed" if root_failed else None,
-                    stamp(now),
+                    stamp(spec.not_before or now),
                     json.dumps(spec.payload),
                     stamp(now),
                     stamp(now),
@@ -195,6 +199,88 @@ class Ledger:
                     (incident_id, channel, delivery_id),
                 )
         return created
+
+    def _release_held(self, tx: Tx, root_id: int, now: datetime) -> None:
+        """A held (batched) reply goes before the next message of its thread, which the
+        thread's ordering would otherwise keep waiting behind it for up to an interval."""
+        found = tx.rows(
+            "SELECT id, payload_json FROM deliveries WHERE root_id = ? AND state = 'PENDING'"
+            " AND action = 'post_reply' AND attempts = 0 AND next_attempt_at > ?",
+            (root_id, stamp(now)),
+        )
+        for delivery_id, payload in found:
+            # Only holds: a row waiting out a backoff or Retry-After keeps waiting.
+            if json.loads(payload).get("held"):
+                tx.run(
+                    "UPDATE deliveries SET next_attempt_at = ? WHERE id = ? AND state = 'PENDING'",
+                    (stamp(now), delivery_id),
+                )
+
+    def last_churn_reply(self, tx: Tx, incident_id: int, channel: str) -> LastReply | None:
+        """The latest reply about rows appearing and going in the incident's thread here.
+        Looked for among its last replies only: past those, it is long enough ago."""
+        found = tx.rows(
+            "SELECT id, state, updated_at, payload_json FROM deliveries"
+            " WHERE incident_id = ? AND channel = ? AND action = 'post_reply'"
+            " ORDER BY id DESC LIMIT 20",
+            (incident_id, channel),
+        )
+        for delivery_id, state, updated_at, payload in found:
+            if is_churn(json.loads(payload)):
+                return LastReply(int(delivery_id), str(state), parse_stamp(str(updated_at)))
+        return None
+
+    def merge_pending(
+        self,
+        tx: Tx,
+        delivery_id: int,
+        merge: Callable[[dict[str, Any]], dict[str, Any]],
+        now: datetime,
+    ) -> bool:
+        """Rewrite a row's payload while it is certainly unsent (PENDING); False when a
+        worker took it meanwhile. The conditional UPDATE takes the row's lock first, so the
+        payload merged is the latest committed one, whoever else merges or claims."""
+        locked = tx.rows(
+            "UPDATE deliveries SET updated_at = ? WHERE id = ? AND state = 'PENDING'"
+            " RETURNING payload_json",
+            (stamp(now), delivery_id),
+        )
+        if not locked:
+            return False
+        tx.run(
+            "UPDATE deliveries SET payload_json = ? WHERE id = ?",
+            (json.dumps(merge(json.loads(locked[0][0]))), delivery_id),
+        )
+        return True
+
+    def recent_digest(self, tx: Tx, channel: str, since: datetime) -> int | None:
+        """The channel's latest digest planned at or after `since`, unless it failed."""
+        found = tx.rows(
+            "SELECT id FROM deliveries WHERE channel = ? AND action = 'post_digest'"
+            " AND state <> 'FAILED' AND created_at >= ? ORDER BY id DESC LIMIT 1",
+            (channel, stamp(since)),
+        )
+        return int(found[0][0]) if found else None
+
+    def join_digest(
+        self, tx: Tx, digest_id: int, channel: str, incident_ids: Sequence[int]
+    ) -> list[int]:
+        """Add incidents to a digest: listed in its payload (which every rendering of it
+        reads), their roots linked to it (their messages go in its thread). Returns the
+        incidents it lists now. Under the row's lock: two planners joining at once both
+        land."""
+        [(payload,)] = tx.rows(
+            f"SELECT payload_json FROM deliveries WHERE id = ?{tx.for_update}", (digest_id,)
+        )
+        document = json.loads(payload)
+        listed = sorted({*(int(i) for i in document.get("incidents", [])), *incident_ids})
+        document["incidents"] = listed
+        tx.run(
+            "UPDATE deliveries SET payload_json = ? WHERE id = ?", (json.dumps(document), digest_id)
+        )
+        for incident_id in incident_ids:
+            self.link_root(tx, incident_id, channel, digest_id)
+        return listed
 
     def link_root(self, tx: Tx, incident_id: int, channel: str, delivery_id: int) -> None:
         tx.run(
@@ -334,6 +420,23 @@ class Ledger:
                     "UPDATE deliveries SET lease_until = ? WHERE id = ? AND lease_owner = ?"
                     " RETURNING id",
                     (stamp(until), delivery.id, delivery.lease_owner),
+                )
+            )
+
+    def still_held(self, delivery: Delivery, at_least_until: datetime, extend_to: datetime) -> bool:
+        """Asked immediately before a Slack call that creates something: does the claimer
+        still hold the row's lease, running at least until `at_least_until`? If so the
+        lease is extended to `extend_to` in the same statement (one round trip), so the
+        call starts with a whole lease ahead of it. False when the row was taken over,
+        finished by another worker, or its lease is about to run out: then the caller must
+        not send (Slack has no idempotency key; whoever holds the row now decides)."""
+        with self.storage.transaction() as tx:
+            return bool(
+                tx.rows(
+                    "UPDATE deliveries SET lease_until = ?"
+                    " WHERE id = ? AND lease_owner = ? AND state = 'UNKNOWN'"
+                    " AND lease_until >= ? RETURNING id",
+                    (stamp(extend_to), delivery.id, delivery.lease_owner, stamp(at_least_until)),
                 )
             )
 

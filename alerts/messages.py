@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from monitor.clock import shown
+from monitor.incidents import retired_reason, while_open
 from monitor.results import DEFAULT_TARGET
 from monitor.text import counted
 
@@ -40,7 +41,8 @@ class IncidentView:
     owner: str | None = None
     runbook: str | None = None
     opened_at: datetime | None = None
-    resolved_at: datetime | None = None
+    resolved_at: datetime | None = None  # when it closed, resolved or retired
+    ended_as: str | None = None  # "retired" when its file was removed while it was open
     count: int | None = None
     detail: str | None = None
     columns: list[str] = field(default_factory=list)
@@ -48,7 +50,8 @@ class IncidentView:
     acknowledged: str | None = None  # "Acknowledged by @x at …", when set
     acked: bool = False
     buttons: tuple[str, ...] = ()  # ack modes offered; empty: no buttons (no interactivity)
-    target: str = "default"  # the monitored database; named once there is more than one
+    target: str = "default"  # the monitored database
+    several_targets: bool = False  # more than one is configured: every message names its own
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,17 @@ def _owner(owner: str | None) -> str:
     return escape_keeping_mentions(owner) if owner else "nobody named"
 
 
+def retired(view: IncidentView) -> bool:
+    """Closed because its invariant was removed: not resolved, and never shown as such."""
+    return view.resolved_at is not None and view.ended_as == "retired"
+
+
 def status_title(view: IncidentView, now: datetime) -> str:
     name = view.invariant
+    if retired(view):
+        assert view.resolved_at is not None
+        after = human_duration(view.resolved_at - view.opened_at) if view.opened_at else "?"
+        return f"🗄️ RETIRED · {name} (after {after}): closed {while_open(view.kind, view.count)}"
     if view.resolved_at is not None:
         lasted = human_duration(view.resolved_at - view.opened_at) if view.opened_at else "?"
         closed = {
@@ -184,16 +196,29 @@ def _subject(name: str) -> str:
     return f"{inner[1]}: " if len(inner) == 2 else ""
 
 
-def _database_field(target: str) -> list[dict[str, str]]:
-    """Which database a finding came from, once it is not the only, unnamed one."""
-    if target == DEFAULT_TARGET:
+def _names_database(view: IncidentView) -> bool:
+    """A reader must be able to tell which database a finding came from whenever there is
+    more than one, the `default` one included; with one, unnamed, there is nothing to say."""
+    return view.several_targets or view.target != DEFAULT_TARGET
+
+
+def _database_field(view: IncidentView) -> list[dict[str, str]]:
+    if not _names_database(view):
         return []
-    return [{"type": "mrkdwn", "text": f"*Database*\n{escape(target)}"}]
+    return [{"type": "mrkdwn", "text": f"*Database*\n{escape(view.target)}"}]
 
 
 def root_message(view: IncidentView, now: datetime) -> Message:
     title = status_title(view, now)
     blocks: list[dict[str, Any]] = [_header(title)]
+    if retired(view):
+        # Said in full here too: the header is cut at 150 characters, a long name first.
+        blocks.append(
+            _section(
+                f"🗄️ *Retired:* {escape(retired_reason(view.kind, view.count))}. It is no "
+                "longer evaluated, so nothing says whether it holds now."
+            )
+        )
     if view.kind == "violation":
         blocks.append(_section(f"*What must hold:* {escape(view.description or '')}"))
         count = "-" if view.count is None else f"{view.count:,}"
@@ -206,7 +231,7 @@ def root_message(view: IncidentView, now: datetime) -> Message:
                     {"type": "mrkdwn", "text": f"*First seen*\n{first}"},
                     {"type": "mrkdwn", "text": f"*Owner*\n{_owner(view.owner)}"},
                     {"type": "mrkdwn", "text": f"*Severity*\n{escape(view.severity)}"},
-                    *_database_field(view.target),
+                    *_database_field(view),
                 ],
             }
         )
@@ -238,13 +263,15 @@ def root_message(view: IncidentView, now: datetime) -> Message:
     if view.resolved_at is None and (view.buttons or view.runbook):
         blocks.append(_actions(view))
     footer = [f"incident #{view.incident_id}"]
-    if view.target != DEFAULT_TARGET:
+    if _names_database(view):
         footer.append(f"database {escape(view.target)}")
     if view.runbook:
         footer.append(f"<{view.runbook}|Runbook>")
     blocks.append(_context(" · ".join(footer)))
     blocks = [b for b in blocks if b.get("type") != "context" or b["elements"]]
-    count_text = f": {counted(view.count, 'offending row')}" if view.count else ""
+    # A retired title already says what still offended.
+    shows_count = view.count and not retired(view)
+    count_text = f": {counted(view.count or 0, 'offending row')}" if shows_count else ""
     return Message(cut(f"{title}{count_text}", TEXT_LIMIT), blocks[:50])
 
 
@@ -319,6 +346,9 @@ def reply_message(kind: str, payload: dict[str, Any], view: IncidentView) -> Mes
         "replica_fresh": f"✅ The replica caught up after {took}; evaluation resumed.",
         "file_fixed": f"✅ The file validates again after {took}.",
         "target_reachable": f"✅ The database answers again after {took}; evaluation resumed.",
+        "retired": f"🗄️ Closed after {took}: "
+        f"{escape(str(payload.get('reason') or retired_reason(view.kind, count)))}; "
+        "it is no longer evaluated.",
     }.get(kind, f"{escape(kind)}")
     return Message(cut(text, TEXT_LIMIT), [_section(text)])
 
@@ -341,6 +371,7 @@ SUMMARY_GROUPS = (
     ("acked", "👀 Acknowledged"),
     ("snoozed", "💤 Snoozed"),
     ("resolved", "✅ Resolved in the last day"),
+    ("retired", "🗄️ Retired in the last day"),
 )
 
 
@@ -359,19 +390,25 @@ def summary_message(
             continue
         lines = [f"*{label}* ({len(views)})"]
         for view in views[:40]:
-            count = "" if view.count is None else f" — {counted(view.count, 'row')}"
+            quiet = view.count is None or retired(view)  # a retired title says its count
+            count = "" if quiet else f" — {counted(view.count or 0, 'row')}"
             lines.append(f"• {escape(status_title(view, now))}{count}")
         if len(views) > 40:
             lines.append(f"… and {len(views) - 40:,} more")
         blocks.append(_section(cut("\n".join(lines), SECTION_LIMIT)))
     if total == 0:
-        blocks.append(_section("Nothing open, acknowledged, snoozed or resolved."))
+        blocks.append(_section("Nothing open, acknowledged, snoozed, resolved or retired."))
     return Message(cut(f"{title}: " + ", ".join(counts), TEXT_LIMIT), blocks[:50])
 
 
 def digest_message(views: Sequence[IncidentView], now: datetime) -> Message:
-    """One message for a burst of incidents; each incident's details go in its thread."""
-    title = f"🚨 {len(views)} incidents opened at once"
+    """One message for a burst of incidents; each incident's details go in its thread.
+    Openings that join it later (slack.digest_group_interval) are listed as it is edited,
+    and the title then says over how long they opened rather than "at once"."""
+    opened = [v.opened_at for v in views if v.opened_at is not None]
+    spread = max(opened) - min(opened) if opened else timedelta(0)
+    when = "at once" if spread < timedelta(minutes=1) else f"within {human_duration(spread)}"
+    title = f"🚨 {len(views)} incidents opened {when}"
     lines = []
     for view in views:
         count = "" if view.count is None else f" — {counted(view.count, 'row')}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from monitor.records import StoredEvent
@@ -41,7 +42,11 @@ CLOSING = {
     "file_fixed",
     "target_reachable",
     "unquarantined",
+    "retired",
 }
+
+# Rows that appeared and went: their thread replies are batched (alerts/thread_batching.py).
+CHURN = {"keys_appeared", "keys_gone"}
 
 
 def delivery_key(*parts: object) -> str:
@@ -56,6 +61,7 @@ class Spec:
     key: str
     needs_root: bool
     payload: dict[str, Any]
+    not_before: datetime | None = None  # held until then (a batched reply); None: due now
 
 
 def plan_event(event: StoredEvent, channel: str) -> list[Spec]:

@@ -49,6 +49,9 @@ class DeliveryPump:
         finally:
             self._planning.release()
         for event in planned:
+            # Where its root goes and which rule chose it, so a misrouted alert can be
+            # explained from the log alone (alerts/routing.py).
+            route = self.alerter.route(self.store.incident(event.incident_id), event.invariant)
             log.warning(
                 "event %s: %s",
                 event.kind,
@@ -59,6 +62,8 @@ class DeliveryPump:
                         "incident_id": event.incident_id,
                         "event": event.kind,
                         "invariant": event.invariant,
+                        "channel": route.channel,
+                        "route": route.why,
                         **event.payload,
                         # Keys are stored as JSON text; logged as the values they are.
                         **(

@@ -30,6 +30,7 @@ from alerts.messages import (
     with_subject,
 )
 from alerts.plans import POSTS
+from alerts.thread_batching import CHANGED, changes_message
 from alerts.transport import Transport, TransportError
 from monitor.acks import ack_line
 from monitor.clock import Clock
@@ -53,6 +54,13 @@ def unexpected(error: BaseException) -> TransportError:
 def backoff(attempts: int, ceiling: timedelta) -> timedelta:
     """2s, 4s, 8s, ... up to `ceiling`."""
     return min(ceiling, timedelta(seconds=2 ** min(attempts, 16)))
+
+
+def send_margin(lease: timedelta) -> timedelta:
+    """How much lease must be left for a call that creates something to go out: a quarter
+    of the lease, at least 5 s, but at most half of it, since the renewing thread (every
+    third of the lease) leaves two thirds at worst and a healthy worker must never refuse."""
+    return min(max(timedelta(seconds=5), lease / 4), lease / 2)
 
 
 @dataclass(frozen=True)
@@ -87,12 +95,14 @@ class Views:
         clock: Clock,
         sample: int = 20,
         buttons: tuple[str, ...] = (),
+        several_targets: bool = False,
     ) -> None:
         self.store = store
         self.describe = describe
         self.sample = sample
         self.buttons = buttons
         self.clock = clock
+        self.several_targets = several_targets
 
     def incident(self, incident_id: int) -> IncidentView:
         incident = self.store.incident(incident_id)
@@ -112,6 +122,7 @@ class Views:
             runbook=context.runbook,
             opened_at=incident.opened_at,
             resolved_at=incident.resolved_at,
+            ended_as=None if incident.state == "open" else incident.state,
             count=incident.last_count,
             detail=incident.detail,
             columns=columns,
@@ -120,6 +131,7 @@ class Views:
             acked=bool(incident.acked_by),
             buttons=self.buttons,
             target=incident.target,
+            several_targets=self.several_targets,
         )
 
     def csv_file(self, incident_id: int, max_rows: int, max_bytes: int) -> tuple[bytes, str]:
@@ -225,6 +237,8 @@ class DeliveryWorker:
         action = delivery.action
         if action in ("post_root", "post_digest", "post_summary"):
             message = self._root_content(delivery, now)
+            if not self._may_send(delivery, "chat.postMessage"):
+                return
             posted = self.transport.post(
                 delivery.channel, message.text, message.blocks, delivery.idem_key
             )
@@ -244,6 +258,8 @@ class DeliveryWorker:
             self.ledger.sent(delivery, self.clock())
         elif action in ("post_reply", "post_detail"):
             message = self._reply_content(delivery, now, in_digest=root.action == "post_digest")
+            if not self._may_send(delivery, "chat.postMessage"):
+                return
             posted = self.transport.post(
                 root.channel,
                 message.text,
@@ -255,6 +271,33 @@ class DeliveryWorker:
         elif action == "upload_csv":
             self._upload(delivery, root)
 
+    def _may_send(self, delivery: Delivery, call: str) -> bool:
+        """Re-check the lease in the store immediately before a call that creates something.
+
+        Slack has no idempotency key: a worker frozen (a GC pause, SIGSTOP, a stalled VM)
+        between its claim and the call, for longer than the lease, would post after another
+        worker took the row over, reconciled and posted. So the call goes out only while the
+        row is still this worker's with at least `send_margin` of lease left (which also
+        covers the clocks of two hosts disagreeing a little); otherwise whoever holds the row
+        now decides, and this worker leaves it untouched."""
+        now = self.clock()
+        lease = self.settings.lease
+        if self.ledger.still_held(delivery, now + send_margin(lease), now + lease):
+            return True
+        log.warning(
+            "not sending: the lease on this delivery was lost or is about to run out;"
+            " the worker that holds it now decides",
+            extra={
+                "fields": {
+                    "delivery": delivery.id,
+                    "action": delivery.action,
+                    "call": call,
+                    "invariant": delivery.invariant,
+                }
+            },
+        )
+        return False
+
     def _upload(self, delivery: Delivery, root: Delivery) -> None:
         assert delivery.incident_id is not None
         data, title = self._csv(delivery)
@@ -262,6 +305,9 @@ class DeliveryWorker:
         # the upload is completed (shared), and looked up with files.info when in doubt.
         file_id = self.transport.start_upload(f"{delivery.invariant.replace('/', '_')}.csv", data)
         self.ledger.record_file(delivery, file_id)
+        # An upload not completed is invisible to users: only the completion must be fenced.
+        if not self._may_send(delivery, "files.completeUploadExternal"):
+            return
         self.transport.complete_upload(file_id, title, root.channel, str(root.slack_ts))
         self.ledger.sent(delivery, self.clock())
 
@@ -384,6 +430,8 @@ class DeliveryWorker:
             return
         # Uploaded but not shared once the settle window passed: the completion never
         # landed, and a file id can be completed only once, so completing it now is safe.
+        if not self._may_send(delivery, "files.completeUploadExternal"):
+            return
         try:
             self.transport.complete_upload(
                 delivery.slack_file_id, self._csv(delivery)[1], root.channel, str(root.slack_ts)
@@ -426,11 +474,12 @@ class DeliveryWorker:
         kind = str(delivery.payload.get("kind"))
         if delivery.action == "post_detail":
             return root_message(view, now)
-        message = (
-            reminder_message(view, now)
-            if kind == "reminder"
-            else reply_message(kind, delivery.payload, view)
-        )
+        if kind == "reminder":
+            message = reminder_message(view, now)
+        elif kind == CHANGED:
+            message = changes_message(delivery.payload, view)
+        else:
+            message = reply_message(kind, delivery.payload, view)
         if not in_digest:
             return message
         # A digest thread holds several incidents: say which one this is about.

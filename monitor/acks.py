@@ -52,7 +52,9 @@ def who(actor: str, name: str | None) -> str:
 def decide_action(incident: Incident, action: Action, now: datetime) -> Outcome:
     number = f"incident #{incident.id}"
     if incident.resolved_at is not None:
-        return Outcome(False, f"{number} is already resolved; there is nothing to do.", {})
+        # Retired: its file was removed while it was open; nothing is left to acknowledge.
+        ended = "retired" if incident.state == "retired" else "resolved"
+        return Outcome(False, f"{number} is already {ended}; there is nothing to do.", {})
     if action.kind == "ack":
         if incident.acked_by:
             by = who(incident.acked_by, incident.acked_by_name)

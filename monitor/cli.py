@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -20,8 +21,9 @@ import psycopg
 
 from monitor import __version__
 from monitor.acks import AckMode, Action
-from monitor.check import run_check
+from monitor.check import CheckOutcome, run_check
 from monitor.ci_output import Finding, JunitCase, from_problems, github_annotations, junit_xml
+from monitor.clock import utc_now
 from monitor.config import Config, ConfigError, Target, check_dsn, load_config
 from monitor.durations import parse_duration
 from monitor.loader import Invariant, load_directory
@@ -382,7 +384,9 @@ def check(
     if counts_only:
         outcome = outcome.counts_only()
     if fmt == "json":
-        document = results_document(outcome.results, outcome.invariants, outcome.problems)
+        document = results_document(
+            outcome.results, outcome.invariants, outcome.problems, routes_of(config, outcome)
+        )
         click.echo(to_json(document))
     elif fmt == "markdown":
         click.echo(results_markdown(outcome.results, outcome.problems))
@@ -391,6 +395,20 @@ def check(
             click.echo(problems_text(outcome.problems), err=True)
         click.echo(results_table(outcome.results))
     sys.exit(exit_code(outcome.results))
+
+
+def routes_of(config: Config, outcome: CheckOutcome) -> dict[str, tuple[str, str]]:
+    """Each checked invariant's Slack channel and the rule that chose it, as the daemon
+    would route an incident it opened."""
+    from alerts.routing import route
+    from monitor.evaluation import context_of
+
+    targets = config.resolved_targets()
+    routes = {}
+    for inv in outcome.invariants:
+        chosen = route(config.slack, context_of(inv, targets.get(inv.target)))
+        routes[inv.name] = (chosen.channel, chosen.why)
+    return routes
 
 
 @main.command()
@@ -478,18 +496,25 @@ def status(config_path: Path | None, targets: tuple[str, ...], fmt: str) -> None
     """Open incidents and each invariant's last run, from the state store."""
     config = resolve_config(config_path)
     known_targets(config, targets)
-    incidents, runs = read_store(config, lambda s: (s.open_incidents(), s.latest_runs()))
+    since = utc_now() - timedelta(days=1)
+    incidents, runs, closed = read_store(
+        config, lambda s: (s.open_incidents(), s.latest_runs(), s.closed_since(since))
+    )
     if targets:
         incidents = [i for i in incidents if i.target in targets]
         runs = [r for r in runs if r.target in targets]
+        closed = [i for i in closed if i.target in targets]
     if fmt == "json":
         document = {
             "open_incidents": [as_document(i) for i in incidents],
+            # Closed in the last day, each with its `state`: resolved, or retired (its
+            # file removed while it was open).
+            "closed_incidents": [as_document(i) for i in closed],
             "last_runs": [as_document(r) for r in runs],
         }
         click.echo(to_json(document))
         return
-    click.echo(status_text(incidents, runs))
+    click.echo(status_text(incidents, runs, closed))
 
 
 @main.command()
@@ -657,6 +682,7 @@ def explain(
                 config.fence.allowances(),
                 target.database.lock_timeout,
                 None if empty_sources else list_source,
+                redaction=config.redact.redaction(),
             )
         except Exception as exc:  # a refused connection: one sentence, not a traceback
             fail(f"cannot explain on target {name!r}: {redact(str(exc))}")

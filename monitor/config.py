@@ -289,6 +289,14 @@ class SlackConfig(_Model):
     daily_summary: str | None = None
     digest_threshold: int = Field(default=5, ge=2)  # this many openings at once: one digest
     digest_window: timedelta = timedelta(seconds=2)  # quiet time that ends a burst
+    # An opening this soon after its channel's digest was planned joins it (the digest is
+    # edited to list it, its own message goes in the digest's thread), like Alertmanager's
+    # group_interval: a burst whose last incidents open a round late is still one digest.
+    digest_group_interval: timedelta = timedelta(minutes=5)
+    # At most one thread reply per incident this often for rows that appear and go: later
+    # changes wait and go out as one reply saying the net change (the root shows the live
+    # count at every run). A reply not sent yet takes in the changes planned meanwhile.
+    thread_update_interval: timedelta = timedelta(minutes=5)
     timeout: timedelta = timedelta(seconds=10)  # per Slack call
     settle: timedelta = timedelta(seconds=10)  # wait before looking for an ambiguous post
     lease: timedelta = timedelta(seconds=60)
@@ -343,6 +351,8 @@ class SlackConfig(_Model):
         "settle",
         "lease",
         "digest_window",
+        "digest_group_interval",
+        "thread_update_interval",
         "max_backoff",
         mode="before",
     )(_duration)
@@ -387,8 +397,11 @@ class FenceConfig(_Model):
 class RedactConfig(_Model):
     """Personal data in offending rows (monitor/redaction.py): masked on every path out."""
 
-    # Column-name patterns, matched against each word of a name (`customer_email`).
+    # Column-name patterns, matched against each word of a name and each run of its words
+    # joined by `_` (`customer_email`, `first_name`). Setting it replaces the defaults;
+    # `add_columns` adds to them (`add_columns: [name]`) without repeating them.
     columns: list[str] = Field(default_factory=lambda: list(DEFAULT_COLUMNS))
+    add_columns: list[str] = Field(default_factory=list)
     values: list[Detector] = Field(default_factory=lambda: list(DETECTORS))
     # The key of the masking hash; use ${file:…} or ${VAR}. Unset: the daemon keeps a random
     # one in its state store (so masks are stable across restarts), `check` makes one a run.
@@ -401,7 +414,7 @@ class RedactConfig(_Model):
 
     def redaction(self, stored_key: bytes | None = None) -> Redaction:
         key = self.key.encode() if self.key else stored_key or secrets.token_bytes(32)
-        return Redaction(key, tuple(self.columns), tuple(self.values))
+        return Redaction(key, (*self.columns, *self.add_columns), tuple(self.values))
 
 
 class TargetConfig(_Model):
@@ -549,8 +562,12 @@ class Config(_Model):
     _source: str = PrivateAttr(default="invmon.yaml")
 
     def require(self, *fields: str) -> None:
-        """Fail for each field (or field under these, or any when none given) whose
-        reference is not set."""
+        """Fail for each field (or field under these) whose reference is not set. With none
+        given (a daemon starting: it watches every target), for every reference not set
+        and every target without a DSN, in one message (`require_startable`)."""
+        if not fields:
+            self.require_startable()
+            return
         missing = [
             (field, name)
             for field, name in sorted(self._unresolved.items())
@@ -561,19 +578,51 @@ class Config(_Model):
                 "\n".join(f"{self._source}: {unset_message(f, n)}" for f, n in missing)
             )
 
-    def no_dsn_reason(self, target: str) -> str:
-        """Why a target has no DSN, in the words that fix it."""
-        field = (
+    def require_startable(self) -> None:
+        """Everything that stops a daemon from starting, all of it in one ConfigError, so
+        one start names every mistake rather than one per attempt: each configured target
+        without a DSN (no `dsn:` written, or its ${VAR} not set), on one line, then every
+        other reference that is not set. Values are never shown, only fields and variables."""
+        targets = self.resolved_targets()
+        # The one default target's database may still come from --dsn or INVMON_DSN: the
+        # command says so itself (require_database), in those words.
+        named = (
+            []
+            if list(targets) == [DEFAULT_TARGET]
+            else sorted(name for name, target in targets.items() if not target.dsn)
+        )
+        covered = {self._dsn_field(name) for name in named}
+        lines = (
+            ["cannot start: " + "; ".join(self.no_dsn_reason(n) for n in named)] if named else []
+        )
+        lines += [
+            f"{self._source}: {unset_message(field, variable)}"
+            for field, variable in sorted(self._unresolved.items())
+            if field not in covered
+        ]
+        if lines:
+            raise ConfigError("\n".join(lines))
+
+    def _dsn_field(self, target: str) -> str:
+        """Where a target's DSN is written in the config file."""
+        return (
             "dsn"
             if target == DEFAULT_TARGET and target not in self.targets
-            else (f"targets.{target}.dsn")
+            else f"targets.{target}.dsn"
         )
+
+    def no_dsn_reason(self, target: str) -> str:
+        """Why a target has no DSN, in the words that fix it: the field, in which file."""
+        field = self._dsn_field(target)
         variable = self._unresolved.get(field)
         if variable is not None:
-            return f"target {target!r} has no DSN: {unset_message(field, variable)}"
+            return (
+                f"target {target!r} has no DSN: {field} in {self._source} refers to "
+                f"${{{variable}}}, which is not set (export it, or write ${{{variable}:-default}})"
+            )
         if field == "dsn":
             return "no database: pass --dsn, set INVMON_DSN, or set dsn in invmon.yaml"
-        return f"target {target!r} has no DSN: set {field} in invmon.yaml"
+        return f"target {target!r} has no DSN: set {field} in {self._source}"
 
     def without_unresolved(self, field: str) -> Config:
         """After a command-line value replaced `field`: its reference no longer matters."""

@@ -182,7 +182,14 @@ class Daemon:
         )
         databases = Databases.build(config, store, health, redaction, dsn or None)
         definitions = Definitions()
-        alerter = Alerter(store, config.slack, definitions.describe, clock, transport)
+        alerter = Alerter(
+            store,
+            config.slack,
+            definitions.describe,
+            clock,
+            transport,
+            several_targets=len(databases.by_name) > 1,
+        )
         return cls(config, store, databases, alerter, definitions, clock, health, signals)
 
     @property
@@ -532,7 +539,8 @@ class Daemon:
         return "; ".join(found) or None
 
     def readiness_note(self) -> str | None:
-        """Said under /readyz's "ok": the targets down, an alert path not yet verified."""
+        """Said under /readyz's "ok": the targets that cannot be evaluated (unreachable,
+        refused or stale, each saying which), an alert path not yet verified."""
         found = [n for n in (self.databases.partly(), self.delivery.note()) if n]
         return "\n".join(found) or None
 

@@ -116,8 +116,9 @@ class Databases:
                 f"invmon evaluates the invariants of target {name}",
                 target.owner,
                 None,
-                target.channel,
+                None,
                 name,
+                target.channel,
             )
             gate = ReplicaGate(runner, store, target.max_replica_lag, health, name, context)
             built[name] = Database(target, runner, gate)
@@ -197,7 +198,9 @@ class Databases:
         return notes
 
     def not_ready(self) -> dict[str, str]:
-        """Each target that cannot be evaluated now, with why."""
+        """Each target that cannot be evaluated now, with why, saying which it is: refused
+        for its role, `unreachable` (it does not answer), or `stale` (its replica was past
+        max_replica_lag at its last run, so every run of it is `stale`, not evaluated)."""
         problems = {}
         for name, database in self.by_name.items():
             if database.role is not None and database.role.refused:
@@ -205,20 +208,25 @@ class Databases:
                 continue
             reason = database.runner.probe()
             if reason is not None:
-                problems[name] = reason
+                problems[name] = f"unreachable: {reason}"
+                continue
+            stale = database.gate.stale()
+            if stale is not None:
+                problems[name] = f"stale: {stale}"
         return problems
 
     def readiness(self) -> str | None:
         """None when at least one target can be evaluated (`partly` names the others),
-        else why none can."""
+        else why none can. A stale target counts as one that cannot: like an unreachable
+        one, none of its invariants is evaluated."""
         self._down = down = self.not_ready()
         if self.by_name and len(down) == len(self.by_name):
             return "no target can be evaluated: " + _listed(down)
         return None
 
     def partly(self) -> str | None:
-        """The targets the last readiness check found down, while others work; and those
-        running as a privileged role because their config allows it."""
+        """The targets the last readiness check found down or stale, while others work;
+        and those running as a privileged role because their config allows it."""
         notes = [f"not evaluating: {_listed(self._down)}"] if self._down else []
         notes += [
             note

@@ -27,15 +27,16 @@ log = logging.getLogger("invmon.daemon")
 
 def context_of(inv: Invariant, target: Target | None = None) -> IncidentContext:
     """What an incident opened by this invariant keeps of its file (and of its target: the
-    default owner and channel when the file names none)."""
+    default owner when the file names none, and its channel, which routes outrank)."""
     header = inv.header
     return IncidentContext(
         inv.severity,
         header.description,
         header.owner or (target.owner if target else None),
         header.runbook,
-        header.channel or (target.channel if target else None),
+        header.channel,
         inv.target,
+        target.channel if target else None,
     )
 
 

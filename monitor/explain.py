@@ -7,6 +7,7 @@ or config) turns an excess into a failure. Reading a plan is pure; running EXPLA
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -23,6 +24,7 @@ from monitor.execute import (
 )
 from monitor.fence import TRUST_NOTHING, Allowances
 from monitor.loader import Invariant
+from monitor.redaction import Redaction
 from monitor.runner import describe_error
 from monitor.sources.binding import NOTHING_BOUND, Bound, bind, standalone
 from monitor.sources.listing import Lister, ListingError, list_source, listed_and_bound
@@ -99,10 +101,16 @@ def explain_all(
     allow: Allowances = TRUST_NOTHING,
     lock_timeout: timedelta = timedelta(seconds=5),
     lister: Lister | None = list_source,
+    redaction: Redaction | None = None,
 ) -> list[Explained]:
     """EXPLAIN each invariant, judged by the fence first: ANALYZE runs the query. Sources
     are listed with `lister` and planned with what it found, as a run would send them;
-    with None, as empty listings."""
+    with None, as empty listings.
+
+    Errors are masked as a run's are (redaction.py): under ANALYZE the database's message
+    can quote a value of a row (`invalid input syntax for type integer: "…"`). Without
+    `redaction`, the default detectors under a key of this call's own."""
+    redaction = redaction or Redaction(secrets.token_bytes(32))
     out = []
     options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
     live_fence = LiveFence(allow)
@@ -110,10 +118,12 @@ def explain_all(
         conn.read_only = True
         for inv in invariants:
             limit = inv.header.max_cost if inv.header.max_cost is not None else default_max_cost
+            masker = redaction.masker(inv.header.redact, inv.header.show)
             try:
                 bound, sources = _listed(inv, lister)
             except ListingError as exc:
-                out.append(Explained(inv.name, None, limit, str(exc)))
+                # An object's key is data of the store's: masked like a value of a row.
+                out.append(Explained(inv.name, None, limit, masker.text(str(exc))))
                 continue
             try:
                 with conn.transaction():
@@ -128,7 +138,8 @@ def explain_all(
                 out.append(Explained(inv.name, None, limit, refused, sources))
                 continue
             except psycopg.Error as exc:
-                out.append(Explained(inv.name, None, limit, describe_error(exc), sources))
+                error = masker.text(describe_error(exc))
+                out.append(Explained(inv.name, None, limit, error, sources))
                 continue
             assert row is not None
             sizes: dict[str, float] = dict(

@@ -8,7 +8,9 @@ Rules:
 - an `error` or `stale` run neither opens nor resolves a violation incident, and does not
   break a run of violations;
 - after `error_threshold` consecutive errors a separate cannot-evaluate incident opens; the
-  next successful run (ok or violated) resolves it.
+  next successful run (ok or violated) resolves it;
+- an incident open when its invariant's file is removed is retired, not resolved: it
+  closed because nothing evaluates it any more, not because it held.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from monitor.results import Status
+from monitor.text import counted
 
 IncidentKind = Literal[
     "violation",
@@ -43,7 +46,13 @@ EventKind = Literal[
     "target_reachable",
     "quarantined",
     "unquarantined",
+    "retired",
 ]
+# How an incident stands: open, or closed one of two ways. `resolved` is the condition
+# ending (the query held again, the replica caught up, ...); `retired` is the invariant's
+# file being removed while the incident was open, which says nothing about the rows.
+IncidentState = Literal["open", "resolved", "retired"]
+EndState = Literal["resolved", "retired"]
 
 # Shown in logs and (later) in alerts; the kinds of incident that are not violations have
 # their own opening and closing event names so nobody mistakes an error for a violation.
@@ -63,6 +72,29 @@ CLOSE_EVENT: dict[IncidentKind, EventKind] = {
     "target_unreachable": "target_reachable",
     "quarantined": "unquarantined",
 }
+# Closes any kind of incident whose invariant was removed (StateStore.retire).
+RETIRED_EVENT: EventKind = "retired"
+
+
+def closes(event: EventKind | str, incident: IncidentKind) -> bool:
+    """Whether an event of this kind closes an incident of that kind."""
+    return event == CLOSE_EVENT[incident] or event == RETIRED_EVENT
+
+
+def while_open(kind: str, count: int | None) -> str:
+    """What still stood when an incident was closed without being resolved: the words after
+    "closed" in a retired incident's title, and after "removed" in its reply."""
+    if kind == "violation":
+        return f"while {counted(count, 'row')} still offended" if count else "while it was violated"
+    return {
+        "cannot_evaluate": "while it could not be evaluated",
+        "quarantined": "while it was quarantined",
+    }.get(kind, "while it was open")
+
+
+def retired_reason(kind: str, count: int | None) -> str:
+    """Why a retired incident closed, as its `retired` event says it."""
+    return f"the invariant was removed {while_open(kind, count)}"
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,16 @@ class Metrics:
         )
         open_incidents.set_function(lambda: _count(counts, "open_incidents"))
         pending.set_function(lambda: _count(counts, "events_pending"))
+        closed = Gauge(
+            "invmon_closed_incidents",
+            "Incidents in the state store that are closed, by how they ended: resolved (the "
+            "condition ended) or retired (the invariant was removed while it was open, so "
+            "nothing says it was fixed).",
+            ["ended_as"],
+            registry=self.registry,
+        )
+        for ended in ("resolved", "retired"):
+            closed.labels(ended).set_function(_reading(counts, f"{ended}_incidents"))
         Gauge(
             "invmon_state_store_ok",
             "1 when the state store's last use succeeded; 0 when it fails (damaged, locked, "
@@ -178,9 +188,14 @@ class Metrics:
         return bytes(generate_latest(self.registry))
 
 
+def _reading(counts: Callable[[], dict[str, int]], name: str) -> Callable[[], float]:
+    return lambda: _count(counts, name)
+
+
 def _count(counts: Callable[[], dict[str, int]], name: str) -> float:
     """A figure read from the state store at scrape time; NaN when the store fails."""
     try:
-        return float(counts()[name])
+        value = counts().get(name)
     except STORE_ERRORS:
         return float("nan")
+    return float("nan") if value is None else float(value)

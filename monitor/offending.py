@@ -13,14 +13,13 @@ amount whatever the invariant returns:
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.query import Column
-from monitor.redaction import NO_REDACTION, Masker
+from monitor.redaction import NO_REDACTION, CutValue, Masker
 from monitor.rows import JsonValue, json_safe, offending_key
 
 MIN_CELL = 64  # never cut shorter: the text of any fixed-size type fits
@@ -59,17 +58,27 @@ class Evaluation:
 _BYTEA = 17
 
 
-def cut_value(oid: int, line: str) -> str:
-    """The text shown for a value the database cut: the start of it, and what it was. The
-    size and md5 are of the value's text form, as the server would send it."""
+def cut_value(oid: int, line: str) -> CutValue:
+    """A value the database cut: the start of it, and what it was. The size and md5 are of
+    the value's text form, as the server would send it. Shown (and masked) by the Masker,
+    which sees the start as the database sent it, not as a text already cut."""
     size, digest, prefix = line.split(" ", 2)  # the prefix may itself hold spaces
     if oid == _BYTEA and prefix.startswith("\\x"):
         # bytea is shown as base64 everywhere (rows.json_safe); its text form is \x + hex
         hexdigits = prefix[2:]
-        shown = base64.b64encode(bytes.fromhex(hexdigits[: len(hexdigits) // 2 * 2])).decode()
-        blob = (int(size) - 2) // 2
-        return f"{shown}… [cut: {blob:,} bytes in all, md5 of its \\x text {digest}]"
-    return f"{prefix}… [cut: {int(size):,} bytes in all, md5 {digest}]"
+        blob = bytes.fromhex(hexdigits[: len(hexdigits) // 2 * 2])
+        return CutValue(int(size), digest, "", blob)
+    return CutValue(int(size), digest, prefix)
+
+
+def _loaded(value: Any) -> Any:
+    """A loaded value JSON-safe, except bytes: the Masker reads what a bytea holds before it
+    becomes base64 (redaction.plain)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, list | tuple):
+        return [_loaded(v) for v in value]
+    return json_safe(value)
 
 
 Load = Callable[[bytes], Any]  # a column type's text loader (the shell picks it by type)
@@ -107,13 +116,14 @@ class Gathering:
         self._cut = 0
         self._withheld = 0
 
-    def _value(self, position: int, cell: str | None) -> tuple[JsonValue, bool]:
-        """(the JSON-safe value, whether the database cut it)."""
+    def _value(self, position: int, cell: str | None) -> tuple[Any, bool]:
+        """(the value for the Masker, whether the database cut it): JSON-safe, except bytes
+        and a CutValue, which the Masker makes JSON-safe."""
         if cell is None:
             return None, False
         if cell.startswith("c"):
             return cut_value(self._columns[position].oid, cell[1:]), True
-        return json_safe(self._loads[position](cell[1:].encode())), False
+        return _loaded(self._loads[position](cell[1:].encode())), False
 
     def add(self, raw: Sequence[Any]) -> None:
         cells: list[str | None] = list(raw[0] or [])
@@ -121,7 +131,7 @@ class Gathering:
         whole = int(raw[2]) <= self._full
         kept: dict[str, JsonValue] | None = None
         if whole:
-            row: dict[str, JsonValue] = {}
+            row: dict[str, Any] = {}
             cut_here = 0
             for position, (name, cell) in enumerate(zip(self._names, cells, strict=True)):
                 row[name], was_cut = self._value(position, cell)

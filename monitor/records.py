@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from monitor.clock import stamp
-from monitor.incidents import IncidentKind
+from monitor.incidents import IncidentKind, IncidentState
 from monitor.results import DEFAULT_TARGET, Status
 
 
@@ -42,6 +42,9 @@ class IncidentContext:
     runbook: str | None = None
     channel: str | None = None  # the file's own `channel:`, if it had one
     target: str = DEFAULT_TARGET  # the monitored database it is about
+    # The target's `channel:`: a default that the owner and severity routes outrank
+    # (alerts/routing.py). Contexts stored before it was kept have it folded into `channel`.
+    target_channel: str | None = None
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -52,7 +55,10 @@ class IncidentContext:
             return None
         data = json.loads(text)
         return cls(
-            **{k: data.get(k) for k in ("description", "owner", "runbook", "channel")},
+            **{
+                k: data.get(k)
+                for k in ("description", "owner", "runbook", "channel", "target_channel")
+            },
             severity=str(data.get("severity") or "warning"),
             target=str(data.get("target") or DEFAULT_TARGET),
         )
@@ -61,13 +67,13 @@ class IncidentContext:
 @dataclass(frozen=True)
 class Incident:
     """A violation, a cannot-evaluate spell, a stale replica or an invalid file, while it
-    lasts and after; with who acknowledged or snoozed it."""
+    lasts and after; with who acknowledged or snoozed it, and how it ended."""
 
     id: int
     invariant: str
     kind: IncidentKind
     opened_at: datetime
-    resolved_at: datetime | None
+    resolved_at: datetime | None  # when it closed, resolved or retired (see `state`)
     first_count: int | None
     last_count: int | None
     last_seen_at: datetime
@@ -80,6 +86,15 @@ class Incident:
     snoozed_by: str | None = None
     context: IncidentContext | None = None  # None for incidents stored before it was kept
     target: str = DEFAULT_TARGET  # the monitored database it is about
+    # open, resolved, or retired (its file was removed while it was open): a retired
+    # incident is closed but never counted or shown as resolved.
+    state: IncidentState = "open"
+
+    def __post_init__(self) -> None:
+        # A closed record that does not say how it ended was resolved: only a removal
+        # retires, and the store says so.
+        if self.resolved_at is not None and self.state == "open":
+            object.__setattr__(self, "state", "resolved")
 
 
 @dataclass(frozen=True)

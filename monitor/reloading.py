@@ -1,7 +1,8 @@
 """Loading the invariants folder into a running daemon: what a (re)load changes, and what
 it tells people. A file that fails validation, or that the monitored database's catalog
 refuses, is reported (a log line and an `invalid_file` incident) and, if an earlier version
-of it was loaded, that version keeps running; a removed file's incidents are closed.
+of it was loaded, that version keeps running; a removed file's open incidents are closed
+as retired (never resolved: nothing says what they found was fixed).
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from monitor.clock import Clock
 from monitor.config import Config
 from monitor.databases import Databases
 from monitor.definitions import Definitions, Reload, diff
-from monitor.loader import Invariant, LoadMemo, LoadResult, load_directory, name_for
+from monitor.loader import (
+    RESERVED_PREFIX,
+    Invariant,
+    LoadMemo,
+    LoadResult,
+    load_directory,
+    name_for,
+)
 from monitor.metrics import Metrics
 from monitor.problems import Problem
 from monitor.slots import latest_slot, period
@@ -99,7 +107,34 @@ class Reloader:
             if incident.kind == "invalid_file" and incident.invariant not in invalid:
                 self.store.record_condition("invalid_file", incident.invariant, False, now)
         for name in removed:
-            self.store.retire(name, now)
+            # Retired, not resolved: the file went while its incident was open, so what
+            # it found is not known to be fixed. Logged so the removal is seen as such.
+            for event in self.store.retire(name, now):
+                log.warning(
+                    "invariant removed while an incident was open: incident retired (%s)",
+                    event.payload.get("reason"),
+                    extra={
+                        "fields": {
+                            "invariant": name,
+                            "incident": event.incident_id,
+                            "event": event.kind,
+                        }
+                    },
+                )
+
+    def _orphans(self, valid: dict[str, Invariant], invalid: dict[str, list[Problem]]) -> list[str]:
+        """Invariants with an incident open that no file in the folder names any more."""
+        kinds = ("violation", "cannot_evaluate", "quarantined")
+        return sorted(
+            {
+                i.invariant
+                for i in self.store.open_incidents()
+                if i.kind in kinds
+                and i.invariant not in valid
+                and i.invariant not in invalid
+                and not i.invariant.startswith(RESERVED_PREFIX)  # invmon's own: no file
+            }
+        )
 
     def _problems_by_name(self, loaded: LoadResult) -> dict[str, list[Problem]]:
         by_name: dict[str, list[Problem]] = {}
@@ -113,6 +148,7 @@ class Reloader:
 
     def _apply(self, valid: dict[str, Invariant], invalid: dict[str, list[Problem]]) -> Reload:
         now = self.clock()
+        first = not self.definitions.current
         running, change = diff(self.definitions.current, valid, invalid)
         self.install(running)
         for name, problems in invalid.items():
@@ -131,7 +167,12 @@ class Reloader:
         for name in change.removed:
             self.metrics.forget(name)
         with self.health.guard("recording what the reload changed"):
-            self._record(invalid, change.removed, now)
+            removed = change.removed
+            if first and valid:
+                # A file removed while no daemon ran (a restart is how many deploys
+                # reload) is retired at the first load too; an empty folder retires nothing.
+                removed = removed + self._orphans(valid, invalid)
+            self._record(invalid, removed, now)
         if change.added or change.updated or change.removed:
             log.info(
                 "invariants loaded",

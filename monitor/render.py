@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,16 +22,24 @@ STATUS_LABEL = {
     "error": "⚠️  error",
     "stale": "⏸️  stale",
 }
+# An incident's state in words; retired (its file removed while it was open) is never
+# shown as resolved: nothing was fixed.
+STATE_LABEL = {"open": "open", "resolved": "✅ resolved", "retired": "🗄️ retired"}
 _CELL_WIDTH = 28
 
 
 def results_document(
-    results: Sequence[RunResult], invariants: Sequence[Invariant], problems: Sequence[Problem]
+    results: Sequence[RunResult],
+    invariants: Sequence[Invariant],
+    problems: Sequence[Problem],
+    routes: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
+    """`routes`: each invariant's Slack channel and the rule that chose it."""
     by_name = {i.name: i for i in invariants}
     out = []
     for result in results:
         inv = by_name.get(result.invariant)
+        channel, route = (routes or {}).get(result.invariant, (None, None))
         out.append(
             {
                 "invariant": result.invariant,
@@ -48,6 +56,8 @@ def results_document(
                 "error": result.error,
                 "severity": inv.severity if inv else None,
                 "description": inv.description if inv else None,
+                "channel": channel,
+                "route": route,
             }
         )
     return {
@@ -100,7 +110,8 @@ def bounds_notes(result: RunResult) -> list[str]:
     if result.cut_values:
         notes.append(
             f"{result.cut_values:,} value{'s' * (result.cut_values != 1)} longer than "
-            f"{result.cell_bytes:,} bytes cut by the database; each says its size and md5"
+            f"{result.cell_bytes:,} bytes cut by the database; each says its size (and md5, "
+            "unless masking left it out)"
         )
     if result.rows_withheld:
         notes.append(
@@ -200,8 +211,12 @@ def names_targets(targets: Iterable[str]) -> bool:
     return len(seen) > 1 or seen - {DEFAULT_TARGET} != set()
 
 
-def status_text(incidents: Sequence[Incident], runs: Sequence[Run]) -> str:
-    several = names_targets([i.target for i in incidents] + [r.target for r in runs])
+def status_text(
+    incidents: Sequence[Incident], runs: Sequence[Run], closed: Sequence[Incident] = ()
+) -> str:
+    """Open incidents, then those `closed` lately (resolved or retired, each saying which),
+    then each invariant's last run."""
+    several = names_targets([i.target for i in [*incidents, *closed]] + [r.target for r in runs])
     if incidents:
         open_table = text_table(
             [
@@ -231,6 +246,22 @@ def status_text(incidents: Sequence[Incident], runs: Sequence[Run]) -> str:
         top = f"Open incidents ({len(incidents)}):\n{open_table}"
     else:
         top = "No open incidents."
+    if closed:
+        closed_table = text_table(
+            ["incident", "invariant", *(["target"] if several else []), "kind", "state", "closed"],
+            [
+                [
+                    f"#{i.id}",
+                    i.invariant,
+                    *([i.target] if several else []),
+                    i.kind,
+                    STATE_LABEL[i.state],
+                    _when(i.resolved_at),
+                ]
+                for i in closed
+            ],
+        )
+        top += f"\n\nClosed in the last day ({len(closed)}):\n{closed_table}"
     if not runs:
         return top + "\n\nNo runs recorded yet; start `invmon run`."
     run_table = text_table(
@@ -280,13 +311,14 @@ def history_text(title: str, runs: Sequence[Run], incidents: Sequence[Incident])
         ],
     )
     incident_table = text_table(
-        ["incident", *who, "kind", "opened", "resolved", "first count", "last count"],
+        ["incident", *who, "kind", "state", "opened", "closed", "first count", "last count"],
         [
             [
                 f"#{i.id}",
                 *([i.invariant] if many else []),
                 *([i.target] if several else []),
                 i.kind,
+                STATE_LABEL[i.state],
                 _when(i.opened_at),
                 _when(i.resolved_at),
                 i.first_count,

@@ -71,6 +71,13 @@ class ReplicaGate:
             )
         return gate
 
+    def stale(self) -> str | None:
+        """Why the target's data was too old to evaluate at its last reading (the last run's
+        gate), or None: for /readyz, which must not read the lag itself (a probe answers
+        in moments; a reading is the gate's job, once a second at most)."""
+        with self._lock:
+            return self._read[1].stale if self._read is not None else None
+
     def _read_and_record(self, now: datetime) -> Gate:
         # One thread at a time (the single flight), so `_recorded` and `_down` have one
         # writer; the store is written with no lock held.

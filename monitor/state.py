@@ -21,14 +21,17 @@ from monitor.acks import Action, Outcome, decide_action
 from monitor.claims import Claim, LostClaim, finish
 from monitor.clock import parse_stamp, stamp
 from monitor.incidents import (
-    CLOSE_EVENT,
+    RETIRED_EVENT,
     Decision,
+    EndState,
     EventDraft,
     IncidentKind,
     InvariantState,
     Observation,
     OpenIncident,
+    closes,
     decide,
+    retired_reason,
     toggle,
 )
 from monitor.records import Incident, IncidentContext, Quarantine, StoredEvent
@@ -257,8 +260,10 @@ class StateStore(StateQueries):
             return outcome
 
     def retire(self, invariant: str, at: datetime) -> list[StoredEvent]:
-        """The invariant's file was removed: close what it had open, with a reason, so no
-        incident stays open forever for a check that no longer runs."""
+        """The invariant's file was removed: close what it had open so no incident stays
+        open forever for a check that no longer runs. Closed as `retired`, never resolved:
+        nothing was fixed, it stopped being looked at, and its messages say what still stood
+        (the rows still offending, or that it could not be evaluated)."""
         now = stamp(at)
         events = []
         with self._db.transaction() as tx:
@@ -269,10 +274,14 @@ class StateStore(StateQueries):
                 current = self._open_incident(tx, invariant, kind)
                 if current is None:
                     continue
-                self._resolve(tx, current.id, now, None)
-                draft = EventDraft(
-                    CLOSE_EVENT[current.kind], current.kind, {"reason": "the invariant was removed"}
-                )
+                [(count,)] = tx.rows("SELECT last_count FROM incidents WHERE id = ?", (current.id,))
+                self._resolve(tx, current.id, now, None, ended_as="retired")
+                payload = {
+                    "reason": retired_reason(kind, count),
+                    "incident_kind": kind,
+                    "count": count,
+                }
+                draft = EventDraft(RETIRED_EVENT, kind, payload)
                 events.append(self._insert_event(tx, current.id, invariant, draft, now, None))
         return events
 
@@ -420,11 +429,27 @@ class StateStore(StateQueries):
         )
         return int(incident_id)
 
-    def _resolve(self, tx: Tx, incident_id: int, now: str, count: int | None) -> None:
+    def _resolve(
+        self,
+        tx: Tx,
+        incident_id: int,
+        now: str,
+        count: int | None,
+        ended_as: EndState = "resolved",
+    ) -> None:
+        """Close the incident: resolved_at is when it closed, `ended_as` how. A retired
+        incident keeps when it was last seen and its keys stay not gone: nothing saw them
+        go, the invariant stopped being evaluated while they offended."""
+        if ended_as == "retired":
+            tx.run(
+                "UPDATE incidents SET resolved_at = ?, ended_as = ? WHERE id = ?",
+                (now, ended_as, incident_id),
+            )
+            return
         tx.run(
-            "UPDATE incidents SET resolved_at = ?, last_seen_at = ?,"
+            "UPDATE incidents SET resolved_at = ?, ended_as = ?, last_seen_at = ?,"
             " last_count = COALESCE(?, last_count) WHERE id = ?",
-            (now, now, count, incident_id),
+            (now, ended_as, now, count, incident_id),
         )
         tx.run(
             "UPDATE incident_keys SET gone_at = ? WHERE incident_id = ? AND gone_at IS NULL",
@@ -504,7 +529,7 @@ class StateStore(StateQueries):
         run_id: int | None,
     ) -> StoredEvent:
         payload = dict(draft.payload)
-        if draft.kind == CLOSE_EVENT[draft.incident]:
+        if closes(draft.kind, draft.incident):
             [(opened_at,)] = tx.rows("SELECT opened_at FROM incidents WHERE id = ?", (incident_id,))
             payload.update(_lasted(parse_stamp(opened_at), parse_stamp(now)))
         [(event_id,)] = tx.rows(

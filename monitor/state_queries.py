@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from monitor.clock import maybe_parse, parse_stamp, stamp
+from monitor.incidents import IncidentState
 from monitor.records import Incident, IncidentContext, IncidentKey, Run, StoredEvent
 from monitor.storage import Storage, Tx
 
@@ -32,6 +33,7 @@ _INCIDENT_COLUMNS = (
     "snoozed_by",
     "context_json",
     "target",
+    "ended_as",
 )
 _RUN_COLUMNS = (
     "id",
@@ -86,8 +88,11 @@ class StateQueries:
         opening = json.loads(found[0][0])
         return list(opening["columns"]), list(opening["rows"])
 
-    def resolved_since(self, since: datetime) -> list[Incident]:
+    def closed_since(self, since: datetime) -> list[Incident]:
+        """Incidents closed since then, resolved or retired: each says which in `state`."""
         return self._incidents("WHERE resolved_at >= ? ORDER BY id", (stamp(since),))
+
+    resolved_since = closed_since  # the older name; it never meant "resolved" only
 
     def open_incidents(self) -> list[Incident]:
         return self._incidents("WHERE resolved_at IS NULL ORDER BY opened_at, id", ())
@@ -140,7 +145,19 @@ class StateQueries:
         with self._db.transaction() as tx:
             [(pending,)] = tx.rows("SELECT count(*) FROM events WHERE dispatched_at IS NULL")
             [(open_,)] = tx.rows("SELECT count(*) FROM incidents WHERE resolved_at IS NULL")
-        return {"events_pending": int(pending), "open_incidents": int(open_)}
+            # Closed before end states were kept and not migrated: resolved (records.py).
+            ended = dict(
+                tx.rows(
+                    "SELECT COALESCE(ended_as, 'resolved'), count(*) FROM incidents"
+                    " WHERE resolved_at IS NOT NULL GROUP BY COALESCE(ended_as, 'resolved')"
+                )
+            )
+        return {
+            "events_pending": int(pending),
+            "open_incidents": int(open_),
+            "resolved_incidents": int(ended.get("resolved", 0)),
+            "retired_incidents": int(ended.get("retired", 0)),
+        }
 
     def prune_runs(self, before: datetime) -> int:
         """Drop old runs, keeping each invariant's latest; incidents and events stay."""
@@ -198,6 +215,7 @@ class StateQueries:
                     snoozed_by=r["snoozed_by"],
                     context=IncidentContext.from_json(r["context_json"]),
                     target=r["target"],
+                    state=_state(r["resolved_at"], r["ended_as"]),
                 )
             )
         return out
@@ -228,6 +246,12 @@ class StateQueries:
                 )
             )
         return out
+
+
+def _state(resolved_at: str | None, ended_as: str | None) -> IncidentState:
+    if resolved_at is None:
+        return "open"
+    return "retired" if ended_as == "retired" else "resolved"
 
 
 def _narrowed(

@@ -237,7 +237,7 @@ def test_an_ack_until_new_rows_ends_when_a_new_row_appears(setup: Setup) -> None
     assert setup.incident(incident).acked_by is None
     [root] = setup.fake.roots()
     replies = [m.text.split(" ")[0] for m in setup.fake.thread(root) if not m.files]
-    assert replies == ["➕", "➖"]
+    assert replies == ["🔁"]
     assert '"action_id": "invmon_ack_until_new_rows"' in setup.root_text()
 
 

@@ -153,7 +153,12 @@ def test_every_event_is_planned_once_after_a_quiet_window(
     assert [e.kind for e in daemon.dispatch()] == ["opened"]
     assert daemon.dispatch() == []
     assert daemon.store.pending_events() == []
-    assert daemon.store.counts() == {"events_pending": 0, "open_incidents": 1}
+    assert daemon.store.counts() == {
+        "events_pending": 0,
+        "open_incidents": 1,
+        "resolved_incidents": 0,
+        "retired_incidents": 0,
+    }
 
 
 def test_a_broken_file_keeps_the_previous_version_running_until_fixed(
@@ -326,7 +331,10 @@ def test_removing_a_file_closes_its_open_incident_with_a_reason(
     change = daemon.reload()
     assert (change.removed, change.added) == (["bad_rows"], ["renamed"])
     resolved = store.events("bad_rows")[-1]
-    assert (resolved.kind, resolved.payload["reason"]) == ("resolved", "the invariant was removed")
+    assert (resolved.kind, resolved.payload["reason"]) == (
+        "retired",
+        "the invariant was removed while 1 row still offended",
+    )
     assert store.open_incidents() == []
 
 

@@ -44,12 +44,13 @@ def test_a_removed_file_closes_its_incident_in_its_own_thread(world: World) -> N
     [root] = fake.roots()  # no second root in the default channel
     assert root.channel == "C0PAYMENTS"
     header = root.blocks[0]["text"]["text"]
-    assert header == "✅ RESOLVED · bad_items (lasted 2s)"
+    assert header == "🗄️ RETIRED · bad_items (after 2s): closed while 2 rows still offended"
     text = str(root.blocks)
     assert "No item is marked bad." in text and "critical" in text.lower()
     assert [m.channel for m in fake.thread(root)] == ["C0PAYMENTS", "C0PAYMENTS"]
     assert fake.thread(root)[-1].text == (
-        "✅ Closed after 2s: the invariant was removed; it is no longer evaluated."
+        "🗄️ Closed after 2s: the invariant was removed while 2 rows still offended; it is no "
+        "longer evaluated."
     )
 
 

@@ -9,11 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from alerts.routing import channel_for
+from alerts.routing import Route, route
 from alerts.slack import classify_api_error, classify_exception
 from alerts.worker import backoff
 from monitor.config import RoutesConfig, SlackConfig
 from monitor.durations import parse_schedule
+from monitor.records import IncidentContext
 from monitor.slots import Timetable, latest_slot, next_slot, spread
 
 T0 = datetime(2026, 11, 30, 12, 7, 30, tzinfo=UTC)
@@ -112,20 +113,34 @@ ROUTED = SlackConfig(
 )
 
 
+# The five routing rules, most specific first, each as the context fields that turn it on
+# and the channel it then picks (slack.channel, last, is always on).
+RULES: list[tuple[str, dict[str, str], str, str]] = [
+    ("file", {"channel": "#own"}, "#own", "the file's channel:"),
+    ("owner", {"owner": "@payments"}, "#payments", "slack.routes.owner @payments"),
+    ("severity", {"severity": "critical"}, "#pager", "slack.routes.severity critical"),
+    ("target", {"target_channel": "#shop", "target": "shop"}, "#shop", "targets.shop.channel"),
+]
+
+
 @pytest.mark.parametrize(
-    ("severity", "owner", "header_channel", "expected"),
-    [
-        ("critical", "@payments", "#own", "#own"),  # the file's own channel first
-        ("critical", "@payments", None, "#payments"),  # then its owner's route
-        ("critical", "@nobody", None, "#pager"),  # then its severity's
-        ("warning", "@nobody", None, "#default"),  # then the default
-        (None, None, None, "#default"),
-    ],
+    ("higher", "lower"),
+    [(h, lo) for h in range(len(RULES)) for lo in range(h + 1, len(RULES) + 1)],
+    ids=lambda i: RULES[i][0] if i < len(RULES) else "slack.channel",
 )
-def test_routing_precedence(
-    severity: str | None, owner: str | None, header_channel: str | None, expected: str
-) -> None:
-    assert channel_for(ROUTED, severity, owner, header_channel) == expected
+def test_each_routing_rule_outranks_every_later_one(higher: int, lower: int) -> None:
+    """Every pair of rules: with both on (and nothing above them), the higher one picks the
+    channel, and the route says which rule did."""
+    fields: dict[str, str] = {"severity": "warning"}
+    for index in (higher, lower):
+        if index < len(RULES):
+            fields.update(RULES[index][1])
+    _, _, channel, why = RULES[higher]
+    assert route(ROUTED, IncidentContext(**fields)) == Route(channel, why)  # type: ignore[arg-type]
+
+
+def test_with_no_rule_on_the_default_channel_is_taken() -> None:
+    assert route(ROUTED, IncidentContext(owner="@nobody")) == Route("#default", "slack.channel")
 
 
 @pytest.mark.parametrize(

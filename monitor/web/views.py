@@ -18,6 +18,7 @@ from urllib.parse import quote
 from alerts.messages import human_duration
 from monitor.acks import MODE_WORDS
 from monitor.clock import shown
+from monitor.incidents import while_open
 from monitor.loader import RESERVED_PREFIX, Invariant
 from monitor.records import Incident, Run, StoredEvent
 from monitor.text import counted
@@ -168,6 +169,13 @@ def ack_of(incident: Incident, now: datetime) -> Ack | None:
     return Ack(by, meaning, when(incident.acked_at) if incident.acked_by else "", snooze)
 
 
+# How an incident stands, as a word and an icon (and the CSS class of its badge): retired
+# (its file removed while it was open) has its own, never the resolved one, not green.
+STATE_WORD = {"open": "Open", "resolved": "Resolved", "retired": "Retired"}
+STATE_ICON = {"open": "✖", "resolved": "✔", "retired": "⊘"}
+STATE_CLASS = {"open": "violated", "resolved": "ok", "retired": "stale"}
+
+
 @dataclass(frozen=True)
 class IncidentSummary:
     id: int
@@ -178,10 +186,16 @@ class IncidentSummary:
     age: str
     open: bool
     ack: Ack | None
+    state: str = "open"  # open | resolved | retired
+    state_word: str = "Open"
+    state_icon: str = "✖"
+    state_class: str = "violated"
+    retired_note: str = ""  # what still stood when it was retired
 
 
 def summary_of(incident: Incident, now: datetime) -> IncidentSummary:
     end = incident.resolved_at or now
+    state = incident.state
     return IncidentSummary(
         incident.id,
         incident_href(incident.id),
@@ -191,6 +205,14 @@ def summary_of(incident: Incident, now: datetime) -> IncidentSummary:
         age(incident.opened_at, end),
         incident.resolved_at is None,
         ack_of(incident, now),
+        state,
+        STATE_WORD[state],
+        STATE_ICON[state],
+        STATE_CLASS[state],
+        f"the invariant was removed {while_open(incident.kind, incident.last_count)}; it is no "
+        "longer evaluated"
+        if state == "retired"
+        else "",
     )
 
 
@@ -467,6 +489,11 @@ def event_line(event: StoredEvent) -> EventLine:
         "target_reachable": ("✔", f"Target answers again after {took}"),
         "quarantined": ("⛔", f"Quarantined: {cut(str(p.get('detail') or ''), 300)}"),
         "unquarantined": ("✔", f"Out of quarantine after {took}: {p.get('reason') or ''}"),
+        "retired": (
+            "⊘",
+            f"Retired after {took}: {p.get('reason') or 'the invariant was removed'}; "
+            "it is no longer evaluated",
+        ),
     }.get(event.kind, ("•", event.kind))
     if keys and event.kind in ("opened", "keys_appeared", "keys_gone"):
         text += f": {_keys_text(keys)}"

@@ -1,0 +1,112 @@
+"""/readyz names every target that cannot be evaluated and says why for each: unreachable,
+or stale (a real streaming standby with replay paused, so every run of it is `stale`),
+beside a target that works (issue 27, §3). One evaluable target keeps /readyz 200; none
+makes it 503, a stale one counting as one that cannot be evaluated, as an unreachable one."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+from helpers import PRIVILEGED, wait_for
+
+from monitor.config import Config, HttpConfig
+from monitor.daemon import Daemon
+from monitor.results import RunResult
+from monitor.state import StateStore
+
+if TYPE_CHECKING:
+    from standby import StandbyPair
+
+STALE = re.compile(r"replica lag \d+s exceeds max_replica_lag 3s")
+
+
+def stale_run(daemon: Daemon, name: str) -> RunResult:
+    return wait_for(
+        lambda: r if (r := daemon.evaluate(name)) and r.status == "stale" else None,
+        20,
+        f"a stale run of {name}",
+    )
+
+
+def test_readyz_names_the_stale_target_and_the_unreachable_one_saying_which(
+    standby_pair: StandbyPair, tmp_path: Path, database: str
+) -> None:
+    table = f"items_{uuid.uuid4().hex[:8]}"
+    for dsn in (standby_pair.primary_dsn, database):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, bad bool NOT NULL)")
+            conn.execute(f"INSERT INTO {table} VALUES (1, true)")
+    standby_pair.wait_caught_up()
+    folder = tmp_path / "invariants"
+    for target in ("payments", "billing", "jobs"):
+        (folder / target).mkdir(parents=True)
+        (folder / target / "bad.sql").write_text(
+            f"-- description: nothing is bad\n-- key: [id]\nSELECT id FROM {table} WHERE bad\n"
+        )
+
+    def daemon_for(targets: dict[str, object], state: str) -> Daemon:
+        config = Config.model_validate(
+            {
+                "invariants": folder,
+                "http": HttpConfig(listen=None),
+                "database": PRIVILEGED,
+                "targets": targets,
+            }
+        )
+        daemon = Daemon.build(config, None, StateStore.open(path=tmp_path / state))
+        daemon.reload()
+        return daemon
+
+    payments = {"dsn": standby_pair.standby_dsn, "max_replica_lag": "3s"}
+    daemon = daemon_for(
+        {
+            "payments": payments,
+            "billing": {"dsn": database, "max_replica_lag": "3s"},
+            "jobs": {"dsn": "host=127.0.0.1 port=1 dbname=x", "connect_timeout": "1s"},
+        },
+        "three.db",
+    )
+    alone: Daemon | None = None
+    try:
+        routes = daemon.routes()
+        down = daemon.databases["jobs"].runner.probe()
+        assert down is not None
+        assert routes.readyz.check() is None
+        before = str(routes.readyz.note()).splitlines()
+        assert before[0] == f"not evaluating: jobs (unreachable: {down})"  # payments is fresh
+
+        standby_pair.pause_replay()
+        with standby_pair.primary() as conn:
+            conn.execute(f"UPDATE {table} SET bad = false")
+        stale_run(daemon, "payments/bad")
+        billing = daemon.evaluate("billing/bad")
+        assert billing is not None and (billing.status, billing.count) == ("violated", 1)
+
+        ready, note = routes.readyz.check(), str(routes.readyz.note())
+        stale = daemon.databases["payments"].gate.stale()
+        assert stale is not None and STALE.fullmatch(stale), stale
+        assert ready is None  # billing is evaluated
+        lines = note.splitlines()
+        assert lines[0] == f"not evaluating: jobs (unreachable: {down}); payments (stale: {stale})"
+        allowed = "runs as role postgres, which is a superuser (allowed: allow_privileged_role)"
+        assert lines[1:] == before[1:] == [f"target {t} {allowed}" for t in ("payments", "billing")]
+
+        # The stale target alone: nothing can be evaluated, so /readyz is not ready.
+        alone = daemon_for({"payments": payments}, "alone.db")
+        stale_run(alone, "payments/bad")
+        lone = alone.routes().readyz
+        problem = lone.check()
+        assert problem is not None and problem.startswith("no target can be evaluated: payments (")
+        [why] = re.findall(r"payments \(stale: (.*)\)$", problem)
+        assert STALE.fullmatch(why), problem
+        assert problem == f"no target can be evaluated: payments (stale: {why})"
+    finally:
+        standby_pair.resume_replay()
+        for opened in (daemon, alone):
+            if opened is not None:
+                opened.databases.close()
+                opened.store.close()
