@@ -27,12 +27,12 @@ from alerts.slack import SlackTransport
 from alerts.thread_batching import Hold, Merge, decide, first, merged
 from alerts.transport import Transport
 from alerts.worker import DeliveryWorker, Describe, Views, WorkerSettings, context_from
-from monitor.acks import Action, Outcome, is_quiet
 from monitor.clock import utc_now
 from monitor.config import SlackConfig
-from monitor.records import Incident, StoredEvent
-from monitor.state import StateStore
-from monitor.storage import Tx
+from monitor.store.acks import Action, Outcome, is_quiet
+from monitor.store.records import Incident, StoredEvent
+from monitor.store.state import StateStore
+from monitor.store.storage import Tx
 
 log = logging.getLogger("invmon.alerts")
 DAY = timedelta(days=1)

@@ -34,10 +34,10 @@ from alerts.console import ConsoleTransport
 from alerts.messages import IncidentView, escape, root_message
 from alerts.transport import Checkable, TransportError
 from monitor.config import Config
-from monitor.metrics import Metrics
-from monitor.records import IncidentContext
-from monitor.self_checks import PREFIX, as_result
-from monitor.store_health import StoreHealth
+from monitor.daemon.metrics import Metrics
+from monitor.daemon.self_checks import PREFIX, as_result
+from monitor.store.records import IncidentContext
+from monitor.store.store_health import StoreHealth
 
 log = logging.getLogger("invmon.alerts")
 

@@ -25,8 +25,8 @@ from typing import Any
 from alerts.plans import Action, Spec, delivery_key
 from alerts.thread_batching import LastReply, is_churn
 from monitor.clock import parse_stamp, stamp
-from monitor.records import StoredEvent
-from monitor.storage import Storage, Tx
+from monitor.store.records import StoredEvent
+from monitor.store.storage import Storage, Tx
 
 log = logging.getLogger("invmon.alerts")
 

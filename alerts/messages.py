@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from monitor.clock import shown
-from monitor.incidents import retired_reason, while_open
-from monitor.results import DEFAULT_TARGET
+from monitor.execution.results import DEFAULT_TARGET
+from monitor.store.incidents import retired_reason, while_open
 from monitor.text import counted
 
 SECTION_LIMIT = 3000

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from monitor.records import StoredEvent
+from monitor.store.records import StoredEvent
 
 Action = Literal[
     "post_root",

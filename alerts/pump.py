@@ -11,11 +11,11 @@ from datetime import timedelta
 
 from alerts.alerter import Alerter
 from monitor.clock import Clock
-from monitor.metrics import Metrics
-from monitor.records import StoredEvent
-from monitor.rows import key_values
-from monitor.state import StateStore
-from monitor.store_health import StoreHealth
+from monitor.daemon.metrics import Metrics
+from monitor.execution.rows import key_values
+from monitor.store.records import StoredEvent
+from monitor.store.state import StateStore
+from monitor.store.store_health import StoreHealth
 
 log = logging.getLogger("invmon.daemon")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from monitor.clock import stamp
-from monitor.storage import Storage
+from monitor.store.storage import Storage
 
 
 class SeenRequests:

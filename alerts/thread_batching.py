@@ -28,7 +28,7 @@ from alerts.messages import (
 )
 from alerts.plans import CHURN
 from monitor.clock import parse_stamp, stamp
-from monitor.records import StoredEvent
+from monitor.store.records import StoredEvent
 from monitor.text import counted
 
 CHANGED = "keys_changed"  # a reply that merges several changes

@@ -32,12 +32,12 @@ from alerts.messages import (
 from alerts.plans import POSTS
 from alerts.thread_batching import CHANGED, changes_message
 from alerts.transport import Transport, TransportError
-from monitor.acks import ack_line
 from monitor.clock import Clock
-from monitor.header import InvariantHeader
-from monitor.records import IncidentContext
-from monitor.state import StateStore
-from monitor.store_health import STORE_ERRORS
+from monitor.invariants.header import InvariantHeader
+from monitor.store.acks import ack_line
+from monitor.store.records import IncidentContext
+from monitor.store.state import StateStore
+from monitor.store.store_health import STORE_ERRORS
 
 log = logging.getLogger("invmon.alerts")
 

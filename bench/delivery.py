@@ -48,11 +48,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from fake_slack import TOKEN, FakeSlack  # noqa: E402
 
+from monitor.authoring.pgtemp import scratch_database  # noqa: E402
 from monitor.clock import parse_stamp  # noqa: E402
 from monitor.config import Config, HttpConfig, SlackConfig  # noqa: E402
-from monitor.daemon import Daemon  # noqa: E402
-from monitor.pgtemp import scratch_database  # noqa: E402
-from monitor.state import StateStore  # noqa: E402
+from monitor.daemon.daemon import Daemon  # noqa: E402
+from monitor.store.state import StateStore  # noqa: E402
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 CHANNEL = "#invariants"

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fake_slack import TOKEN, FakeSlack  # noqa: E402
 
-from monitor.pgtemp import scratch_database  # noqa: E402
+from monitor.authoring.pgtemp import scratch_database  # noqa: E402
 
 TARGET_MB = 150
 HEADER = "-- description: Bench only, hostile rows\n-- timeout: 5m\n-- schedule: every 30s\n"

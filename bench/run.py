@@ -255,7 +255,7 @@ import json, sys, time
 started = time.perf_counter()
 from pathlib import Path
 from monitor.config import Config
-from monitor.check import run_check
+from monitor.execution.check import run_check
 imported = time.perf_counter()
 config = Config.model_validate({"dsn": sys.argv[1], "concurrency": 1})
 outcome = run_check(config, Path(sys.argv[2]), allow_privileged_role=True)
@@ -295,8 +295,8 @@ def tick_profile(dsn: str) -> dict[str, Any]:
 SCALE_SCRIPT = """
 import json, sys, time
 from pathlib import Path
-from monitor.loader import LoadMemo, load_directory
-from monitor.runner import Runner
+from monitor.invariants.loader import LoadMemo, load_directory
+from monitor.execution.runner import Runner
 folder = Path(sys.argv[2])
 started = time.perf_counter()
 memo = LoadMemo()

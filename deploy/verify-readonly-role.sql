@@ -70,7 +70,7 @@ BEGIN
     IF current_setting('temp_file_limit') = '-1' THEN
         done := array_append(done, 'write temporary files without limit (temp_file_limit is -1)');
     END IF;
-    -- What invmon's own check refuses at start (monitor/role_check.py): writing every table,
+    -- What invmon's own check refuses at start (monitor/fence/role_check.py): writing every table,
     -- and owning anything here (directly or through a role it is a member of).
     FOR fn IN
         SELECT r.rolname FROM pg_roles r

@@ -29,15 +29,15 @@ from pydantic import (
 )
 
 from monitor import yamlsafe
-from monitor.acks import ACK_MODES, AckMode
 from monitor.durations import parse_duration
-from monitor.execute import DEFAULT_TEMP_FILE_LIMIT, temp_file_kb
-from monitor.fence import Allowances, FencePolicy
-from monitor.header import Severity
-from monitor.loader import MAX_FILE_BYTES, Defaults, Loading
-from monitor.offending import DEFAULT_ROW_LIMITS, MIN_CELL, RowLimits
-from monitor.redaction import DEFAULT_COLUMNS, DETECTORS, Detector, Redaction
-from monitor.results import DEFAULT_TARGET
+from monitor.execution.execute import DEFAULT_TEMP_FILE_LIMIT, temp_file_kb
+from monitor.execution.offending import DEFAULT_ROW_LIMITS, MIN_CELL, RowLimits
+from monitor.execution.redaction import DEFAULT_COLUMNS, DETECTORS, Detector, Redaction
+from monitor.execution.results import DEFAULT_TARGET
+from monitor.fence.fence import Allowances, FencePolicy
+from monitor.invariants.header import Severity
+from monitor.invariants.loader import MAX_FILE_BYTES, Defaults, Loading
+from monitor.store.acks import ACK_MODES, AckMode
 from monitor.text import printable, shorten
 from monitor.yamlsafe import YamlProblem
 
@@ -121,7 +121,7 @@ class DatabaseConfig(_Model):
     # session's own setting, whatever it is.
     temp_file_limit: str | None = DEFAULT_TEMP_FILE_LIMIT
     # Run even as a role that can change the database (a superuser, an owner of its
-    # objects, …; monitor/role_check.py), which is refused otherwise. A deliberate exception.
+    # objects, …; monitor/fence/role_check.py), which is refused otherwise. A deliberate exception.
     allow_privileged_role: bool = False
 
     _t = field_validator("connect_timeout", "lock_timeout", "retry_backoff", mode="before")(
@@ -174,7 +174,7 @@ class DaemonConfig(_Model):
 
 
 class WatchdogConfig(_Model):
-    """invmon watching itself (monitor/watchdog.py)."""
+    """invmon watching itself (monitor/daemon/watchdog.py)."""
 
     interval: timedelta = timedelta(minutes=1)  # how often the self-checks run
     slo: timedelta = timedelta(minutes=10)  # an alert still undelivered after this is one
@@ -395,7 +395,7 @@ class FenceConfig(_Model):
 
 
 class RedactConfig(_Model):
-    """Personal data in offending rows (monitor/redaction.py): masked on every path out."""
+    """Personal data in offending rows (execution/redaction.py): masked on every path out."""
 
     # Column-name patterns, matched against each word of a name and each run of its words
     # joined by `_` (`customer_email`, `first_name`). Setting it replaces the defaults;

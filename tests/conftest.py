@@ -16,8 +16,8 @@ from fake_switch import pings  # noqa: F401  (a fixture: the dead man's switch)
 from helpers import FakeClock, items_table
 from scenario import INVARIANT, World
 
-from monitor.pgtemp import apply_sql, scratch_database, temporary_server
-from monitor.state import StateStore
+from monitor.authoring.pgtemp import apply_sql, scratch_database, temporary_server
+from monitor.store.state import StateStore
 
 # The `standby_pair` fixture (tests/standby.py): a real streaming standby. Registered as a
 # plugin rather than imported, so pytest rewrites its asserts too.

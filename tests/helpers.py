@@ -16,12 +16,12 @@ from typing import TypeVar
 import psycopg
 
 from monitor.config import DatabaseConfig
-from monitor.header import InvariantHeader
-from monitor.loader import Invariant, parse_schedule
+from monitor.invariants.header import InvariantHeader
+from monitor.invariants.loader import Invariant, parse_schedule
 
 T = TypeVar("T")
 # The suite connects as the test server's superuser, which `invmon check` and the daemon
-# refuse unless told (monitor/role_check.py; tests/test_role_check.py tests the refusal):
+# refuse unless told (monitor/fence/role_check.py; tests/test_role_check.py tests the refusal):
 # `check` as the suite runs it, and the allowance of a daemon's config, in Python and YAML.
 CHECK = ("check", "--allow-privileged-role")
 PRIVILEGED = DatabaseConfig(allow_privileged_role=True)
@@ -97,7 +97,7 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
     INVMON_* variables; `invmon()` runs the real executable for end-to-end tests."""
     from click.testing import CliRunner
 
-    from monitor.cli import main
+    from monitor.cli.commands import main
 
     cleared: dict[str, str | None] = {k: None for k in os.environ if k.startswith("INVMON_")}
     cleared.update(env or {})

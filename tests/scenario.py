@@ -16,8 +16,8 @@ from helpers import PRIVILEGED, FakeClock, sql
 from alerts.slack import SlackTransport
 from alerts.transport import TransportError
 from monitor.config import Config, DaemonConfig, HttpConfig, SlackConfig, TargetConfig
-from monitor.daemon import Daemon
-from monitor.state import StateStore
+from monitor.daemon.daemon import Daemon
+from monitor.store.state import StateStore
 
 INVARIANT = """\
 -- description: No item is marked bad.

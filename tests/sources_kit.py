@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psycopg
 
-from monitor.loader import Invariant, load_file
+from monitor.invariants.loader import Invariant, load_file
 
 ROOT = Path(__file__).resolve().parent.parent
 LIVE = ROOT / "examples" / "live" / "orphaned_receipts_live.sql"

@@ -22,10 +22,10 @@ from helpers import invmon, wait_for
 from scenario import World, script, settle
 
 from alerts.interactions import Interactions, parse_clicks
-from monitor.acks import Action, decide_action
-from monitor.daemon import Daemon
-from monitor.http import Listener
-from monitor.records import Incident
+from monitor.daemon.daemon import Daemon
+from monitor.daemon.http import Listener
+from monitor.store.acks import Action, decide_action
+from monitor.store.records import Incident
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 

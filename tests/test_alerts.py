@@ -18,10 +18,10 @@ from scenario import INVARIANT, World, assert_one_clean_incident, crash, script,
 
 from alerts.slack import SlackTransport
 from alerts.transport import TransportError
-from monitor.acks import Action
 from monitor.config import Config, HttpConfig
-from monitor.daemon import Daemon
-from monitor.state import StateStore
+from monitor.daemon.daemon import Daemon
+from monitor.store.acks import Action
+from monitor.store.state import StateStore
 
 
 def test_an_incident_is_announced_updated_and_resolved_in_one_thread(world: World) -> None:
@@ -141,7 +141,7 @@ def test_slack_sdk_never_retries_a_post_on_its_own() -> None:
 def test_two_workers_sharing_a_postgres_store_never_send_the_same_row(
     database: str, admin_dsn: str, tmp_path: Path
 ) -> None:
-    from monitor.pgtemp import scratch_database
+    from monitor.authoring.pgtemp import scratch_database
 
     items_table(database, rows=3, bad=(1, 2))
     folder = tmp_path / "invariants"

@@ -15,7 +15,7 @@ from fake_slack import TOKEN, FakeSlack
 from helpers import PRIVILEGED_YAML, items_table, sql, start_daemon, wait_for
 from scenario import CHANGES, EVENTS_AFTER_STEP, INVARIANT, assert_one_clean_incident
 
-from monitor.state import StateStore
+from monitor.store.state import StateStore
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monitor import yamlsafe
+from monitor.authoring.fixtures import load_fixture
 from monitor.config import ConfigError, load_config, parse_config
-from monitor.fixtures import load_fixture
-from monitor.header import HeaderError, parse_header, split_file
-from monitor.loader import Loading, load_directory, load_file
+from monitor.invariants.header import HeaderError, parse_header, split_file
+from monitor.invariants.loader import Loading, load_directory, load_file
 from monitor.logs import redact
 
 GOOD = "-- description: nothing is bad\nSELECT 1 AS one WHERE false\n"

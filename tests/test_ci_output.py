@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import cli
 
-from monitor.ci_output import Finding, JunitCase, github_annotations, junit_xml
+from monitor.authoring.ci_output import Finding, JunitCase, github_annotations, junit_xml
 
 
 @pytest.fixture

@@ -277,7 +277,7 @@ def test_explain_reports_cost_and_the_cost_gate_trips_on_an_expensive_query(
 
 
 def test_lint_with_a_schema_accepts_valid_postgres_it_cannot_fully_resolve(tmp_path: Path) -> None:
-    from monitor.schema_check import check_against_schema, load_schema
+    from monitor.authoring.schema_check import check_against_schema, load_schema
 
     tables = load_schema(
         SCHEMA.read_text()

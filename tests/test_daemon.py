@@ -14,8 +14,8 @@ import pytest
 from helpers import PRIVILEGED, FakeClock, items_table, sql, wait_for
 
 from monitor.config import Config, DaemonConfig, HttpConfig
-from monitor.daemon import Daemon
-from monitor.state import REPLICA_SUBJECT, StateStore
+from monitor.daemon.daemon import Daemon
+from monitor.store.state import REPLICA_SUBJECT, StateStore
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 BAD_ROWS = """\

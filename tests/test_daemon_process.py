@@ -19,7 +19,7 @@ from helpers import PRIVILEGED_YAML, items_table, sql, wait_for
 from helpers import http_get as get
 from psycopg.conninfo import make_conninfo
 
-from monitor.state import StateStore
+from monitor.store.state import StateStore
 
 PASSWORD = "s3cret-pw-never-logged"
 BAD_ROWS = """\
@@ -223,8 +223,8 @@ SIGNAL_ON_ANOTHER_THREAD = """
 import signal, sys, threading, time
 from pathlib import Path
 from monitor.config import Config, DatabaseConfig, HttpConfig, StateConfig
-from monitor.daemon import Daemon
-from monitor.state import StateStore
+from monitor.daemon.daemon import Daemon
+from monitor.store.state import StateStore
 
 folder, state, dsn, which = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 config = Config(

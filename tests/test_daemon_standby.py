@@ -13,9 +13,9 @@ import psycopg
 from helpers import PRIVILEGED, wait_for
 
 from monitor.config import Config, DaemonConfig, HttpConfig
-from monitor.daemon import Daemon
-from monitor.results import RunResult
-from monitor.state import REPLICA_SUBJECT, StateStore
+from monitor.daemon.daemon import Daemon
+from monitor.execution.results import RunResult
+from monitor.store.state import REPLICA_SUBJECT, StateStore
 
 if TYPE_CHECKING:
     from standby import StandbyPair

@@ -8,7 +8,7 @@ from datetime import timedelta
 from fake_slack import FakeSlack
 from scenario import World, script, settle
 
-from monitor.acks import Action
+from monitor.store.acks import Action
 
 
 def summaries(fake: FakeSlack) -> list[str]:

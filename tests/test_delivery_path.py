@@ -4,7 +4,7 @@ boundary (no traceback from the alerts job), and the check of the token and the 
 (alerts/delivery_health.py) against the fake Slack server.
 
 The last two tests drive a whole daemon, so they need DeliveryHealth wired into
-monitor/daemon.py (its scheduler job, /readyz, the dead man's switch)."""
+monitor/daemon/daemon.py (its scheduler job, /readyz, the dead man's switch)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ from monitor.config import (
     WatchdogConfig,
     parse_config,
 )
-from monitor.daemon import Daemon
-from monitor.state import StateStore
+from monitor.daemon.daemon import Daemon
+from monitor.store.state import StateStore
 
 WRONG_TOKEN = "xoxb-not-the-fake-token"
 NO_SCHEME = "127.0.0.1:19902/api/"
@@ -469,7 +469,7 @@ def test_the_console_has_nothing_to_check(world: World) -> None:
     assert metric(daemon, "invmon_delivery_path_ok") == "1.0"
 
 
-# --- the whole daemon (needs the wiring in monitor/daemon.py) --------------------------------
+# --- the whole daemon (needs the wiring in monitor/daemon/daemon.py) ---------------------------
 
 
 def test_the_daemon_says_a_wrong_token_at_start_in_readyz_and_to_the_switch(

@@ -27,7 +27,7 @@ OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}  # CRDs: no schema in Kube
 
 def served(path: str) -> bool:
     """Whether invmon's HTTP application answers GET `path` (anything but 404)."""
-    from monitor.http import Application, Probe, Routes
+    from monitor.daemon.http import Application, Probe, Routes
 
     app = Application(Routes(Probe(lambda: None), Probe(lambda: None), lambda: b""))
     status, _body, _type = app.answer("GET", path, {})

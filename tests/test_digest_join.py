@@ -17,9 +17,9 @@ from fake_slack import Message as Posted
 from helpers import FakeClock, items_table
 from scenario import World, settle
 
-from monitor.daemon import Daemon
-from monitor.pgtemp import scratch_database
-from monitor.state import StateStore
+from monitor.authoring.pgtemp import scratch_database
+from monitor.daemon.daemon import Daemon
+from monitor.store.state import StateStore
 
 BURST = 7
 

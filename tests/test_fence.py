@@ -21,17 +21,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pglast import keywords
 
-from monitor.fence import (
+from monitor.authoring.pgtemp import apply_sql, scratch_database
+from monitor.fence.fence import (
     HARMLESS_EXTENSION_FUNCTIONS,
     HARMLESS_VOLATILE,
     RUNS_SQL_TEXT,
     STATE_FREE_PARALLEL_UNSAFE,
     fence,
 )
-from monitor.pgcatalog import LiveCatalog
-from monitor.pgtemp import apply_sql, scratch_database
-from monitor.sqltree import called_functions
-from monitor.validate import validate_sql
+from monitor.fence.pgcatalog import LiveCatalog
+from monitor.fence.sqltree import called_functions
+from monitor.invariants.validate import validate_sql
 
 CORPUS = Path(__file__).parent / "fence"
 ROOT = Path(__file__).resolve().parent.parent
@@ -280,7 +280,7 @@ def test_several_problems_in_one_query_are_all_reported_in_line_order() -> None:
 def test_a_trusted_function_is_accepted_with_a_warning_that_names_the_remaining_fences(
     fence_database: str,
 ) -> None:
-    from monitor.fence import Allowances
+    from monitor.fence.fence import Allowances
 
     with psycopg.connect(fence_database) as conn:
         conn.execute(
@@ -299,7 +299,7 @@ def test_a_trusted_function_is_accepted_with_a_warning_that_names_the_remaining_
 
 def test_what_the_config_trusts_passes_the_fence_offline_and_live(fence_database: str) -> None:
     from monitor.config import FenceConfig
-    from monitor.fence import FencePolicy
+    from monitor.fence.fence import FencePolicy
 
     trusting = FenceConfig(
         allow_functions=["xml", "xmlparse"],
@@ -354,8 +354,8 @@ def test_the_shipped_table_knows_every_builtin_of_this_server_at_least_as_strict
 ) -> None:
     """pg_builtins.json is generated from the supported versions; the server the tests run
     on is one of them, and nothing it has may look safer in the table than it is."""
-    from monitor.builtins_table import read_builtins
-    from monitor.pgcatalog import VOLATILITY_ORDER, builtin_catalog
+    from monitor.fence.builtins_table import read_builtins
+    from monitor.fence.pgcatalog import VOLATILITY_ORDER, builtin_catalog
 
     with psycopg.connect(admin_dsn) as conn:
         live = read_builtins(conn)

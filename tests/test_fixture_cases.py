@@ -97,7 +97,7 @@ def test_a_malformed_fixture_is_reported_at_its_line(folder: Path, admin_dsn: st
 
 
 def test_fixture_files_that_would_make_a_case_vacuous_are_refused(tmp_path: Path) -> None:
-    from monitor.fixtures import load_fixture
+    from monitor.authoring.fixtures import load_fixture
 
     cases = {
         "twice.yaml": (
@@ -130,7 +130,7 @@ def test_fixture_files_that_would_make_a_case_vacuous_are_refused(tmp_path: Path
 
 
 def test_a_key_returned_twice_must_be_expected_twice() -> None:
-    from monitor.fixtures import Case, compare
+    from monitor.authoring.fixtures import Case, compare
 
     case = Case("one offender", 1, {}, keys=['["10"]'])
     result = compare(case, ['["10"]', '["10"]'], 2)
@@ -173,9 +173,9 @@ def test_invmon_test_and_the_daemon_read_the_same_rows_the_same_way(
 ) -> None:
     """A lease of 'infinity' is a row like any other: counted by the daemon's runner and by
     invmon test alike, because both go through one executor."""
-    from monitor.loader import load_directory
-    from monitor.pgtemp import apply_sql
-    from monitor.runner import Runner
+    from monitor.authoring.pgtemp import apply_sql
+    from monitor.execution.runner import Runner
+    from monitor.invariants.loader import load_directory
 
     (folder / "duplicate_settled_refunds.sql").unlink()
     (folder / "duplicate_settled_refunds.test.yaml").unlink()

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from helpers import PRIVILEGED, cli
 
-from monitor.claims import Claim, Claims, LostClaim
-from monitor.fleet import Queue, preferred
-from monitor.results import RunResult
-from monitor.slots import Due
-from monitor.state import StateStore
-from monitor.storage import StoreInUse, StoreTooNew, hold_single_daemon
+from monitor.daemon.fleet import Queue, preferred
+from monitor.daemon.slots import Due
+from monitor.execution.results import RunResult
+from monitor.store.claims import Claim, Claims, LostClaim
+from monitor.store.state import StateStore
+from monitor.store.storage import StoreInUse, StoreTooNew, hold_single_daemon
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -154,7 +154,7 @@ def test_a_second_daemon_on_one_sqlite_store_is_refused_and_a_dead_ones_lock_is_
         [
             sys.executable,
             "-c",
-            "import sys, pathlib; from monitor.storage import hold_single_daemon;"
+            "import sys, pathlib; from monitor.store.storage import hold_single_daemon;"
             f"h = hold_single_daemon(pathlib.Path({str(path)!r})); print('held', flush=True);"
             "sys.stdin.read()",
         ],
@@ -203,7 +203,7 @@ def test_the_daemon_refuses_a_store_migrated_by_a_newer_release(tmp_path: Path) 
 def test_daemons_starting_together_on_a_new_postgres_store_migrate_it_once(
     admin_dsn: str,
 ) -> None:
-    from monitor.pgtemp import scratch_database
+    from monitor.authoring.pgtemp import scratch_database
 
     with scratch_database(admin_dsn, prefix="invmon_state") as dsn:
         start = threading.Barrier(4)
@@ -240,9 +240,9 @@ def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
     heartbeat, no run) is run by the other once the lease has passed."""
     from helpers import FakeClock, items_table
 
+    from monitor.authoring.pgtemp import scratch_database
     from monitor.config import Config, DaemonConfig, HttpConfig
-    from monitor.daemon import Daemon
-    from monitor.pgtemp import scratch_database
+    from monitor.daemon.daemon import Daemon
 
     items_table(database, bad=(1,))
     folder = tmp_path / "invariants"

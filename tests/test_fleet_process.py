@@ -19,8 +19,8 @@ import pytest
 from fake_slack import TOKEN, FakeSlack
 from helpers import PRIVILEGED_YAML, items_table, start_daemon, wait_for
 
+from monitor.authoring.pgtemp import scratch_database
 from monitor.clock import parse_stamp
-from monitor.pgtemp import scratch_database
 
 PERIOD = timedelta(seconds=8)
 LEASE = timedelta(seconds=3)

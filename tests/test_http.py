@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 import pytest
 from helpers import wait_for
 
-from monitor.http import MAX_BODY, Listener, Probe, Routes
+from monitor.daemon.http import MAX_BODY, Listener, Probe, Routes
 
 SECRET = "signing-secret-for-tests"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from monitor.incidents import InvariantState, Observation, OpenIncident, decide, toggle
+from monitor.store.incidents import InvariantState, Observation, OpenIncident, decide, toggle
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

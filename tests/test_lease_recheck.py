@@ -25,8 +25,8 @@ from alerts.ledger import Ledger
 from alerts.messages import IncidentView
 from alerts.slack import SlackTransport
 from alerts.worker import DeliveryWorker, Views, WorkerSettings, send_margin
-from monitor.pgtemp import scratch_database
-from monitor.state import StateStore
+from monitor.authoring.pgtemp import scratch_database
+from monitor.store.state import StateStore
 
 # A 60 s lease: A's renewing thread waits a third of it in real time (20 s) before it
 # renews, far longer than a test takes, so while A is frozen nothing renews its lease (as in

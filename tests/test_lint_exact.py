@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import cli
 
-from monitor.schema_check import check_against_schema, load_schema
+from monitor.authoring.schema_check import check_against_schema, load_schema
 
 SCHEMA = """
 CREATE TABLE orders (id bigint PRIMARY KEY, status text NOT NULL, quantity int);
@@ -233,9 +233,9 @@ def test_a_keyless_query_of_aggregates_is_hinted_at_its_line_and_still_passes(
     ],
 )
 def test_the_key_hint_suggests_what_fits_the_query(sql: str, advice: str) -> None:
-    from monitor.lint import key_hint_message
-    from monitor.pgcatalog import builtin_catalog
-    from monitor.sqltree import parse
+    from monitor.authoring.lint import key_hint_message
+    from monitor.fence.pgcatalog import builtin_catalog
+    from monitor.fence.sqltree import parse
 
     statement = parse(sql)["stmts"][0]["stmt"]["SelectStmt"]
     found = key_hint_message(statement, builtin_catalog())

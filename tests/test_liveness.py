@@ -20,12 +20,12 @@ import pytest
 from helpers import PRIVILEGED, PRIVILEGED_YAML, FakeClock, active_runs, start_daemon, wait_for
 from helpers import http_get as get
 
-from monitor.claims import Claim
 from monitor.config import Config, DaemonConfig, FenceConfig, HttpConfig
-from monitor.daemon import Daemon
-from monitor.liveness import Liveness, Stall
-from monitor.state import StateStore
-from monitor.supervision import EXIT_WEDGED, Notifier, Supervisor
+from monitor.daemon.daemon import Daemon
+from monitor.daemon.liveness import Liveness, Stall
+from monitor.daemon.supervision import EXIT_WEDGED, Notifier, Supervisor
+from monitor.store.claims import Claim
+from monitor.store.state import StateStore
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SLEEPER = "-- description: sleeps {seconds}s\n-- schedule: {schedule}\n" + (
@@ -320,9 +320,9 @@ FROZEN_TICK = """
 import os, sys, threading, time, urllib.request
 from pathlib import Path
 from monitor.config import Config, DatabaseConfig, HttpConfig, StateConfig
-from monitor.daemon import Daemon
+from monitor.daemon.daemon import Daemon
 from monitor.logs import setup_logging
-from monitor.state import StateStore
+from monitor.store.state import StateStore
 
 folder, state, dsn = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 setup_logging("text", "INFO")
@@ -564,7 +564,7 @@ def test_the_systemd_unit_asks_for_the_notifications_the_daemon_sends() -> None:
     import configparser
 
     from monitor.config import DaemonConfig
-    from monitor.daemon import STOP_MARGIN
+    from monitor.daemon.daemon import STOP_MARGIN
 
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str  # type: ignore[assignment,method-assign]

@@ -9,8 +9,15 @@ import pytest
 from helpers import cli
 
 from monitor.durations import CronSchedule, IntervalSchedule, parse_duration, parse_schedule
-from monitor.loader import NUL_MESSAGE, Defaults, Invariant, Loading, LoadMemo, load_directory
-from monitor.sqltree import analyze
+from monitor.fence.sqltree import analyze
+from monitor.invariants.loader import (
+    NUL_MESSAGE,
+    Defaults,
+    Invariant,
+    Loading,
+    LoadMemo,
+    load_directory,
+)
 
 GOOD = """\
 -- description: >-

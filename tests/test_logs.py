@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from monitor.execution.rows import key_values, offending_key
 from monitor.logs import JsonFormatter, TextFormatter, redact, setup_logging
-from monitor.rows import key_values, offending_key
 
 SECRET = "hunter2pass"
 LEAKS = [

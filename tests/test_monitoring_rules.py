@@ -33,10 +33,10 @@ def dashboard_exprs() -> list[str]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, admin_dsn: str) -> set[str]:
     """The sample names on /metrics of a daemon that has run, beaten and delivered once."""
+    from monitor.authoring.pgtemp import scratch_database
     from monitor.config import Config, HttpConfig
-    from monitor.daemon import Daemon
-    from monitor.pgtemp import scratch_database
-    from monitor.state import StateStore
+    from monitor.daemon.daemon import Daemon
+    from monitor.store.state import StateStore
 
     tmp = tmp_path_factory.mktemp("served")
     with scratch_database(admin_dsn, prefix="invmon_test") as dsn:

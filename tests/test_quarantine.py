@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from helpers import PRIVILEGED, FakeClock, cli, invariant
 
+from monitor.authoring.pgtemp import scratch_database
 from monitor.config import Config, DaemonConfig, FenceConfig, HttpConfig, StateConfig
-from monitor.daemon import Daemon
-from monitor.pgtemp import scratch_database
-from monitor.quarantine import overrun, still_running, version_of
-from monitor.state import StateStore
+from monitor.daemon.daemon import Daemon
+from monitor.execution.quarantine import overrun, still_running, version_of
+from monitor.store.state import StateStore
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 # Quadratic XPath over 14,000 elements: about 4-7 s in libxml2 on this kind of machine,

@@ -13,7 +13,7 @@ from fake_slack import FakeSlack
 from helpers import CHECK, cli
 from scenario import World, settle
 
-from monitor.redaction import Redaction, iban_valid, luhn_valid, words
+from monitor.execution.redaction import Redaction, iban_valid, luhn_valid, words
 
 PERSONAL = """\
 -- description: No customer is flagged.

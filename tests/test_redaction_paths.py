@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from scenario import settle
 
 from alerts.slack import SlackTransport
+from monitor.authoring.pgtemp import scratch_database
 from monitor.config import (
     Config,
     DaemonConfig,
@@ -39,10 +40,9 @@ from monitor.config import (
     SlackConfig,
     StateConfig,
 )
-from monitor.daemon import Daemon
-from monitor.pgtemp import scratch_database
-from monitor.redaction import CutValue, Redaction, iban_valid
-from monitor.state import StateStore
+from monitor.daemon.daemon import Daemon
+from monitor.execution.redaction import CutValue, Redaction, iban_valid
+from monitor.store.state import StateStore
 
 MASKER = Redaction(b"k").masker()
 MASK = re.compile(r"\[masked:[0-9a-f]{12}\]")

@@ -14,7 +14,7 @@ from helpers import wait_for
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from monitor.replica import ReplicaStatus, _lag_seconds, is_stale, read_replica_status
+from monitor.execution.replica import ReplicaStatus, _lag_seconds, is_stale, read_replica_status
 
 if TYPE_CHECKING:
     from standby import StandbyPair

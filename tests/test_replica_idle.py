@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from helpers import wait_for
 
-from monitor.replica import ReplicaStatus, is_stale, read_replica_status
+from monitor.execution.replica import ReplicaStatus, is_stale, read_replica_status
 
 if TYPE_CHECKING:
     from standby import StandbyPair

@@ -25,15 +25,15 @@ from alerts.messages import (
     status_title,
     summary_message,
 )
-from monitor.incidents import retired_reason, while_open
-from monitor.metrics import Metrics
-from monitor.migrations import migrations
-from monitor.pgtemp import scratch_database
-from monitor.records import Incident, as_document
-from monitor.render import history_text, status_text
-from monitor.results import RunResult
-from monitor.state import StateStore
-from monitor.storage import PostgresStorage, SqliteStorage, Storage, migrate
+from monitor.authoring.pgtemp import scratch_database
+from monitor.cli.render import history_text, status_text
+from monitor.daemon.metrics import Metrics
+from monitor.execution.results import RunResult
+from monitor.store.incidents import retired_reason, while_open
+from monitor.store.migrations import migrations
+from monitor.store.records import Incident, as_document
+from monitor.store.state import StateStore
+from monitor.store.storage import PostgresStorage, SqliteStorage, Storage, migrate
 from monitor.web.views import event_line, summary_of
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -318,7 +318,7 @@ def test_the_page_shows_retired_with_its_own_word_and_icon() -> None:
         "✔",
         "",
     )
-    from monitor.records import StoredEvent
+    from monitor.store.records import StoredEvent
 
     payload = {"reason": retired_reason("violation", 1), "lasted_seconds": 35}
     line = event_line(StoredEvent(9, 4, "shop/paid_twice", "retired", NOW, payload))

@@ -15,12 +15,12 @@ from helpers import FakeClock, cli, invariant, items_table
 from psycopg import sql as pgsql
 from test_readonly_role import _as, _create_role, _drop_roles
 
+from monitor.authoring.pgtemp import scratch_database
 from monitor.config import Config, DatabaseConfig, HttpConfig, StateConfig
-from monitor.daemon import Daemon
-from monitor.pgtemp import scratch_database
-from monitor.role_check import Found, RoleFacts, abilities, read_role, verdict
-from monitor.runner import Runner
-from monitor.state import StateStore
+from monitor.daemon.daemon import Daemon
+from monitor.execution.runner import Runner
+from monitor.fence.role_check import Found, RoleFacts, abilities, read_role, verdict
+from monitor.store.state import StateStore
 
 FIX = "set database.allow_privileged_role: true"
 SUPERUSER_REFUSAL = (

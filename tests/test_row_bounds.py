@@ -15,10 +15,10 @@ import psycopg
 import pytest
 from helpers import invariant
 
-from monitor.execute import LiveFence, Unrunnable, execute, register_loaders
-from monitor.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
-from monitor.rows import json_safe
-from monitor.runner import Runner
+from monitor.execution.execute import LiveFence, Unrunnable, execute, register_loaders
+from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
+from monitor.execution.rows import json_safe
+from monitor.execution.runner import Runner
 
 
 @pytest.fixture

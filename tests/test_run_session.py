@@ -15,9 +15,9 @@ from helpers import invariant, sql
 from pydantic import ValidationError
 
 from monitor.config import DatabaseConfig
-from monitor.query import Column, bounded_query, describing_query
-from monitor.runner import Runner
-from monitor.sqltree import analyze
+from monitor.execution.query import Column, bounded_query, describing_query
+from monitor.execution.runner import Runner
+from monitor.fence.sqltree import analyze
 
 # Look-alikes of everything invmon's wrapper uses, each VOLATILE, in the search_path. A name
 # looked up there finds them: `'c' || octet_length(…)` (unknown || integer) would even pick

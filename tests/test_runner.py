@@ -12,8 +12,8 @@ from helpers import invariant, sql
 from psycopg.conninfo import conninfo_to_dict
 
 from monitor.config import DatabaseConfig
-from monitor.fence import Allowances
-from monitor.runner import Runner
+from monitor.execution.runner import Runner
+from monitor.fence.fence import Allowances
 
 
 def _trusting(*functions: str) -> Allowances:
@@ -263,7 +263,7 @@ def test_one_invariant_cannot_change_the_session_another_one_gets(database: str)
 def test_a_text_with_two_statements_is_never_run_as_two(database: str) -> None:
     """Even if the fence's parser and the server's ever disagreed, the executor sends one
     statement through the extended protocol, where a second one is an error."""
-    from monitor.execute import send_one_statement
+    from monitor.execution.execute import send_one_statement
 
     sql(database, "CREATE TABLE t (id int)")
     with psycopg.connect(database, autocommit=True) as conn, conn.cursor() as cur:
@@ -290,7 +290,7 @@ def test_backslashes_are_read_as_the_fence_reads_them_whatever_the_database_defa
 
 
 def test_a_connection_in_another_encoding_is_refused_before_sending(database: str) -> None:
-    from monitor.execute import LiveFence, Refused, execute
+    from monitor.execution.execute import LiveFence, Refused, execute
 
     with (
         psycopg.connect(database, autocommit=True, client_encoding="SJIS") as conn,

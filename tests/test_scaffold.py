@@ -9,7 +9,7 @@ from pathlib import Path
 
 from helpers import cli
 
-from monitor.fixtures import load_fixture
+from monitor.authoring.fixtures import load_fixture
 
 
 def test_init_makes_a_repository_whose_checks_pass_as_written(

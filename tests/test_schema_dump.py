@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import cli
 
-from monitor.fillers import Needed, NoFiller, filler
-from monitor.schema_dump import dump_statements
+from monitor.authoring.fillers import Needed, NoFiller, filler
+from monitor.authoring.schema_dump import dump_statements
 
 DUMP = Path(__file__).parent / "dumps" / "pg_dump_15_20.sql"  # real pg_dump 15.20 output
 

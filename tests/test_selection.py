@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from helpers import CHECK, cli
 
-from monitor.loader import load_directory
-from monitor.selection import NothingSelected, select
+from monitor.invariants.loader import load_directory
+from monitor.invariants.selection import NothingSelected, select
 
 QUERY = "SELECT 1 AS a WHERE false\n"
 FILES = {

@@ -15,12 +15,12 @@ import psycopg
 import pytest
 import yaml
 
-from monitor.execute import CLIENT_ENCODING, LiveFence, execute, register_loaders
-from monitor.fixtures import Case, canonical_key, compare, fixture_path, load_fixture
-from monitor.loader import Invariant, load_directory
-from monitor.pgtemp import apply_sql, scratch_database
-from monitor.rows import offending_key
-from monitor.tester import FIXTURE_LIMITS, KEY_LIMIT, LOCK_TIMEOUT, run_case
+from monitor.authoring.fixtures import Case, canonical_key, compare, fixture_path, load_fixture
+from monitor.authoring.pgtemp import apply_sql, scratch_database
+from monitor.authoring.tester import FIXTURE_LIMITS, KEY_LIMIT, LOCK_TIMEOUT, run_case
+from monitor.execution.execute import CLIENT_ENCODING, LiveFence, execute, register_loaders
+from monitor.execution.rows import offending_key
+from monitor.invariants.loader import Invariant, load_directory
 
 ROOT = Path(__file__).resolve().parent.parent
 INVARIANTS = ROOT / "invariants"

@@ -17,15 +17,15 @@ import pytest
 from helpers import cli, invariant
 from sources_kit import add_invoices, found, live_invariant
 
-from monitor.header import HeaderError, InvariantHeader, parse_header, split_file
-from monitor.loader import load_directory
-from monitor.metrics import Metrics
-from monitor.runner import Runner
+from monitor.authoring.tester import run_fixtures
+from monitor.daemon.metrics import Metrics
+from monitor.execution.runner import Runner
+from monitor.invariants.header import HeaderError, InvariantHeader, parse_header, split_file
+from monitor.invariants.loader import load_directory
 from monitor.sources.binding import ObjectRow, bind, emptied
 from monitor.sources.header import SourceSpec
 from monitor.sources.listing import ListingError, list_source, scrubbed, settled
-from monitor.state import StateStore
-from monitor.tester import run_fixtures
+from monitor.store.state import StateStore
 
 # --- the header --------------------------------------------------------------------------
 
@@ -524,7 +524,7 @@ def test_a_runs_listing_time_is_stored_with_it_and_shown_beside_its_duration(
 def test_a_run_still_listing_its_sources_is_not_called_stuck_before_listing_and_query_could_end(
     tmp_path: Path,
 ) -> None:
-    from monitor.self_checks import Loaded, stuck
+    from monitor.daemon.self_checks import Loaded, stuck
 
     inv = live_invariant(tmp_path, folder="/srv/receipts", timeout="2m")  # the query: 2m too
     assert (inv.timeout, inv.longest_run) == (timedelta(minutes=2), timedelta(minutes=4))

@@ -24,11 +24,11 @@ from helpers import CHECK, cli
 from moto.server import ThreadedMotoServer
 from sources_kit import ROOT, add_invoices, found, live_invariant
 
-from monitor.pgtemp import apply_sql
-from monitor.runner import Runner
+from monitor.authoring.pgtemp import apply_sql
+from monitor.execution.runner import Runner
 from monitor.sources.header import SourceSpec
 from monitor.sources.listing import ListingError, list_source
-from monitor.state import StateStore
+from monitor.store.state import StateStore
 
 if TYPE_CHECKING:
     from standby import StandbyPair

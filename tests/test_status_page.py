@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 import pytest
 
 from monitor.config import ConfigError, HttpConfig, parse_config
-from monitor.records import Incident, IncidentContext, Run, StoredEvent
+from monitor.store.records import Incident, IncidentContext, Run, StoredEvent
 from monitor.web.access import Access, presented
 from monitor.web.filters import MAX_QUERY, Filters, QueryTooLong, parse_filters
 from monitor.web.reads import (

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from helpers import PRIVILEGED_YAML, cli, start_daemon, wait_for
 
-from monitor.pgtemp import apply_sql
+from monitor.authoring.pgtemp import apply_sql
 
 playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="Playwright is not installed: pip install -e '.[dev]'"

@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 from helpers import invariant
 
-from monitor.acks import Action
 from monitor.clock import stamp
 from monitor.config import HttpConfig
-from monitor.http import Listener, Probe, Routes
-from monitor.loader import Invariant
-from monitor.records import IncidentContext
-from monitor.results import RunResult
-from monitor.rows import offending_key
-from monitor.state import StateStore
+from monitor.daemon.http import Listener, Probe, Routes
+from monitor.execution.results import RunResult
+from monitor.execution.rows import offending_key
+from monitor.invariants.loader import Invariant
+from monitor.store.acks import Action
+from monitor.store.records import IncidentContext
+from monitor.store.state import StateStore
 from monitor.web.page import CACHE_SECONDS, StatusPage
 
 START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)

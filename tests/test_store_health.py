@@ -13,8 +13,8 @@ import pytest
 from helpers import PRIVILEGED, cli, items_table
 
 from monitor.config import Config, HttpConfig, StateConfig
-from monitor.daemon import Daemon
-from monitor.state import StateStore
+from monitor.daemon.daemon import Daemon
+from monitor.store.state import StateStore
 
 INVARIANT = "-- description: no item is bad\n-- key: [id]\nSELECT id FROM items WHERE bad\n"
 

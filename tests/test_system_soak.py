@@ -37,7 +37,7 @@ from fake_slack import FakeSlack, Message
 from helpers import sql
 from scenario import World, crash, settle
 
-from monitor.daemon import Daemon
+from monitor.daemon.daemon import Daemon
 
 IDS = range(1, 7)
 SEEDS = [0, 1, 2, 3, 5175]  # 5175: a root posted after the next incident's

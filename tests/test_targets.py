@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import CHECK, PRIVILEGED, cli, sql
 
+from monitor.authoring.pgtemp import scratch_database
 from monitor.config import parse_config
-from monitor.loader import Loading, load_directory
-from monitor.pgtemp import scratch_database
+from monitor.invariants.loader import Loading, load_directory
 
 QUERY = "SELECT id FROM items WHERE bad\n"
 
@@ -167,8 +167,8 @@ def test_the_daemon_keeps_targets_apart_and_a_dead_one_is_one_incident(
     from helpers import FakeClock
 
     from monitor.config import Config, HttpConfig
-    from monitor.daemon import Daemon
-    from monitor.state import StateStore
+    from monitor.daemon.daemon import Daemon
+    from monitor.store.state import StateStore
 
     items(database, bad=2)
     items(second, bad=3)
@@ -237,9 +237,9 @@ def test_a_state_store_from_before_targets_moves_to_default(
 ) -> None:
     from datetime import UTC, datetime
 
-    from monitor.results import RunResult
-    from monitor.state import StateStore
-    from monitor.storage import PostgresStorage, SqliteStorage, migrate
+    from monitor.execution.results import RunResult
+    from monitor.store.state import StateStore
+    from monitor.store.storage import PostgresStorage, SqliteStorage, migrate
 
     with contextlib.ExitStack() as stack:
         if kind == "sqlite":
@@ -281,8 +281,8 @@ def test_a_refused_port_is_found_down_at_once_not_after_the_pool_timeout(
     """The connect timeout is two minutes; a refused port must not cost it, at load (the
     fence's vetting) or at the run (the replica gate): the test's deadline is half that."""
     from monitor.config import Config, HttpConfig
-    from monitor.daemon import Daemon
-    from monitor.state import StateStore
+    from monitor.daemon.daemon import Daemon
+    from monitor.store.state import StateStore
 
     items(database, bad=1)
     root = tmp_path / "invariants"
@@ -322,8 +322,8 @@ def two_target_store(tmp_path: Path) -> Path:
     config that names them; returns the config's folder."""
     from datetime import UTC, datetime
 
-    from monitor.results import RunResult
-    from monitor.state import StateStore
+    from monitor.execution.results import RunResult
+    from monitor.store.state import StateStore
 
     (tmp_path / "invariants").mkdir()
     (tmp_path / "invmon.yaml").write_text(

@@ -18,9 +18,9 @@ from fake_slack import Message as Posted
 from helpers import FakeClock, sql
 from scenario import World, settle
 
-from monitor.daemon import Daemon
-from monitor.pgtemp import scratch_database
-from monitor.state import StateStore
+from monitor.authoring.pgtemp import scratch_database
+from monitor.daemon.daemon import Daemon
+from monitor.store.state import StateStore
 
 INTERVAL = timedelta(minutes=5)
 # No `key:`: each row's key is the whole row, so a moving sum is a new key at every run.

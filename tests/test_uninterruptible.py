@@ -16,10 +16,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.fence import UNINTERRUPTIBLE, XML_PARSING, fence
-from monitor.pgcatalog import FIRST_USER_OID, LIBXML_PARSERS, LiveCatalog
-from monitor.sqltree import MAX_EXPONENT, MAX_NUMBER_DIGITS, MAX_NUMERIC_WORK, MAX_STRING_CHARS
-from monitor.validate import validate_sql
+from monitor.fence.fence import UNINTERRUPTIBLE, XML_PARSING, fence
+from monitor.fence.pgcatalog import FIRST_USER_OID, LIBXML_PARSERS, LiveCatalog
+from monitor.fence.sqltree import (
+    MAX_EXPONENT,
+    MAX_NUMBER_DIGITS,
+    MAX_NUMERIC_WORK,
+    MAX_STRING_CHARS,
+)
+from monitor.invariants.validate import validate_sql
 
 TIMEOUT_MS = 100
 # An internal entity referenced this many times: about 1 s of libxml2 on PostgreSQL 15

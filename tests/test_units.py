@@ -13,9 +13,9 @@ from alerts.routing import Route, route
 from alerts.slack import classify_api_error, classify_exception
 from alerts.worker import backoff
 from monitor.config import RoutesConfig, SlackConfig
+from monitor.daemon.slots import Timetable, latest_slot, next_slot, spread
 from monitor.durations import parse_schedule
-from monitor.records import IncidentContext
-from monitor.slots import Timetable, latest_slot, next_slot, spread
+from monitor.store.records import IncidentContext
 
 T0 = datetime(2026, 11, 30, 12, 7, 30, tzinfo=UTC)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from helpers import cli
 
-from monitor.fixtures import Case, compare
-from monitor.schema_check import check_against_schema, load_schema
+from monitor.authoring.fixtures import Case, compare
+from monitor.authoring.schema_check import check_against_schema, load_schema
 
 SCHEMA = """
 CREATE SCHEMA billing;

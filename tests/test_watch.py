@@ -10,7 +10,7 @@ from pathlib import Path
 
 from helpers import wait_for
 
-from monitor.watching import affected, changed
+from monitor.authoring.watching import affected, changed
 
 CASES = "cases:\n  - name: {name}\n    expect: {{count: {count}}}\n"
 

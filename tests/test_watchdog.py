@@ -13,10 +13,10 @@ from scenario import World
 
 from alerts.slack import SlackTransport
 from monitor.config import Config, HttpConfig, SlackConfig, WatchdogConfig
-from monitor.daemon import Daemon
+from monitor.daemon.daemon import Daemon
+from monitor.daemon.self_checks import Loaded, stalled, stuck
 from monitor.durations import parse_schedule
-from monitor.self_checks import Loaded, stalled, stuck
-from monitor.state import StateStore
+from monitor.store.state import StateStore
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 EVERY_15M = {"refunds": Loaded(parse_schedule("every 15m"), timedelta(seconds=30))}

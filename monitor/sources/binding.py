@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from monitor.query import quote_identifier
+from monitor.execution.query import quote_identifier
 from monitor.sources.header import COLUMN_TYPES, SourceSpec
 
 

@@ -26,10 +26,10 @@ from importlib import resources
 
 from monitor.clock import Clock
 from monitor.config import HttpConfig
-from monitor.http import Reply
-from monitor.loader import Invariant
+from monitor.daemon.http import Reply
+from monitor.invariants.loader import Invariant
 from monitor.singleflight import SingleFlight
-from monitor.state import StateStore
+from monitor.store.state import StateStore
 from monitor.web.access import REFUSED, Access
 from monitor.web.filters import Filters, QueryTooLong, parse_filters
 from monitor.web.reads import Overview, read_incident, read_invariant, read_overview

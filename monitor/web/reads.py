@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import Any
 
 from monitor.clock import maybe_parse, parse_stamp
-from monitor.records import Incident, Run, StoredEvent
-from monitor.state import StateStore
-from monitor.storage import Tx
+from monitor.store.records import Incident, Run, StoredEvent
+from monitor.store.state import StateStore
+from monitor.store.storage import Tx
 
 SPARK_RUNS = 30  # runs drawn in each sparkline
 DETAIL_RUNS = 50  # runs listed on an invariant's page

@@ -16,11 +16,11 @@ from typing import Any
 from urllib.parse import quote
 
 from alerts.messages import human_duration
-from monitor.acks import MODE_WORDS
 from monitor.clock import shown
-from monitor.incidents import while_open
-from monitor.loader import RESERVED_PREFIX, Invariant
-from monitor.records import Incident, Run, StoredEvent
+from monitor.invariants.loader import RESERVED_PREFIX, Invariant
+from monitor.store.acks import MODE_WORDS
+from monitor.store.incidents import while_open
+from monitor.store.records import Incident, Run, StoredEvent
 from monitor.text import counted
 from monitor.web.filters import Filters
 from monitor.web.reads import (

@@ -1,0 +1,681 @@
+"""`invmon run`: the long-lived process, composed of small parts, each in its own module:
+
+    the process and its signals     process.SignalLoop
+    what runs when                  slots.Timetable (pure)
+    one evaluation                  evaluation.Evaluator  (replica_gate.ReplicaGate before it)
+    alerts                          alerts.pump.DeliveryPump
+    the listener                    http.Listener
+
+This module only wires them together and owns the threads: an APScheduler background
+scheduler ticks the timetable every second (`tick`), pumps deliveries every second, and
+runs reminders and pruning; evaluations run on a pool of `concurrency` workers. Tests drive
+the same path without threads through `run_due(now)`, as Celery beat's `Scheduler.tick()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from alerts.alerter import Alerter
+from alerts.delivery_health import DeliveryHealth
+from alerts.interactions import Interactions
+from alerts.pump import DeliveryPump
+from alerts.socket_mode import SocketModeReceiver
+from alerts.transport import Transport
+from monitor.clock import Clock, utc_now
+from monitor.config import Config
+from monitor.daemon.databases import Databases
+from monitor.daemon.evaluation import Evaluator
+from monitor.daemon.fleet import Queue
+from monitor.daemon.http import Listener, Probe, Routes
+from monitor.daemon.liveness import Liveness
+from monitor.daemon.metrics import Metrics
+from monitor.daemon.process import SignalLoop
+from monitor.daemon.reloading import Reloader
+from monitor.daemon.self_checks import Loaded
+from monitor.daemon.slots import Timetable
+from monitor.daemon.supervision import Notifier, Supervisor
+from monitor.daemon.watchdog import Watchdog
+from monitor.execution.quarantine import still_running, version_of
+from monitor.execution.results import RunResult
+from monitor.invariants.definitions import Definitions, Reload
+from monitor.invariants.loader import Invariant
+from monitor.store.claims import Claim, Claims
+from monitor.store.records import Quarantine
+from monitor.store.state import StateStore
+from monitor.store.store_health import StoreHealth
+from monitor.web.page import StatusPage
+
+log = logging.getLogger("invmon.daemon")
+
+TICK = timedelta(seconds=1)
+# Liveness bounds (liveness.py): /healthz fails, and systemd's watchdog pings stop, when a
+# part has not moved for longer than its bound.
+HEARTBEAT_LIMIT = timedelta(seconds=15)  # the timetable's tick, due every second
+# One alerts turn plans what is pending and performs up to 50 deliveries, each a few Slack
+# calls bounded by the transport's timeout.
+ALERTS_LIMIT = timedelta(minutes=5)
+RUN_MARGIN = timedelta(minutes=1)  # past a run's own longest (listings + query timeout)
+RELOAD_LIMIT = timedelta(minutes=5)  # loading and vetting the folder against each target
+# A stop takes at most daemon.shutdown_grace for the runs in flight, then this for the rest
+# (cancelling, the last deliveries, closing connections); past it the process exits 70.
+STOP_MARGIN = timedelta(seconds=10)
+
+__all__ = ["Daemon", "Reload", "utc_now"]
+
+
+def stored_key(store: StateStore, name: str) -> bytes:
+    """A random key made once and kept in the state store, so every daemon sharing it, and
+    every restart, masks a value the same way."""
+    return bytes.fromhex(store.kept_value(name, lambda: secrets.token_hex(32)))
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config,
+        store: StateStore,
+        databases: Databases,
+        alerter: Alerter,
+        definitions: Definitions,
+        clock: Clock,
+        store_health: StoreHealth,
+        signals: SignalLoop | None = None,
+    ) -> None:
+        """Wire the parts; nothing runs until `start` (or `run_due`, `run_once`).
+        `signals`: the loop the process installed before anything slow, if it did."""
+        self.definitions = definitions
+        self.config = config
+        self.store = store
+        self.databases = databases
+        self.alerter = alerter
+        self.clock = clock
+        self.store_health = store_health
+        self.metrics = Metrics(store.counts, lambda: self.store_health.problem is None)
+        self.evaluator = Evaluator(
+            databases, store, self.metrics, config.daemon, clock, self.store_health
+        )
+        self.pump = DeliveryPump(alerter, store, self.metrics, clock, self.store_health)
+        # Can alerts reach anyone? Checked at start and after a delivery fails for good.
+        self.delivery = DeliveryHealth(config, alerter, self.metrics, self.store_health)
+        self.interactions = Interactions(alerter, config.slack)
+        self.socket_mode = (
+            SocketModeReceiver(self.interactions, config.slack) if config.slack.app_token else None
+        )
+        self.timetable = Timetable(config.daemon.jitter)
+        # One daemon among any number on the store: slots are claimed (claims.py), the
+        # preferred daemon first (fleet.py), so each runs once across the fleet.
+        self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.claims = Claims(store.storage, self.me, config.daemon.lease)
+        self.queue = Queue(self.me, config.daemon.handoff)
+        self._members: set[str] = {self.me}
+        self.reloader = Reloader(
+            config,
+            databases,
+            store,
+            self.metrics,
+            definitions,
+            self._install,
+            clock,
+            self.store_health,
+        )
+        self.signals = signals or SignalLoop()
+        self.liveness = Liveness()
+        self.supervisor = Supervisor(self.liveness, Notifier())
+        self.watchdog = Watchdog(
+            config.watchdog,
+            store,
+            self.store_health,
+            self.pump,
+            clock,
+            self._loaded,
+            self._running,
+            self.switch_problem,
+            clock(),
+            config.daemon.jitter,
+        )
+        self.listener: Listener | None = None
+        self.scheduler: BackgroundScheduler | None = None
+        self._started = False
+        # Lock discipline: `_lock` guards the loop's own state (the running set of
+        # invariants, the timetable, the queue, `_in_flight` and `_holding`) and nothing
+        # else. It is held only to read or change that state: never across a call to the
+        # store, a database, Slack or a callback, and never taken twice (a plain Lock: a
+        # second acquire on one thread is a wedge, which the tests would show). `_idle`
+        # waits on the same lock for the runs in flight to end.
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight: dict[str, datetime] = {}  # name -> when its run started
+        self._holding: dict[str, Claim] = {}  # name -> its claim, queued or running
+        self._overdue: set[str] = set()  # runs in flight already quarantined for it
+        self._stopping = False
+        self._stop_step = "nothing yet"  # what the stop waits for now, for its deadline
+
+    @classmethod
+    def build(
+        cls,
+        config: Config,
+        dsn: str | None,
+        store: StateStore,
+        clock: Clock = utc_now,
+        transport: Transport | None = None,
+        signals: SignalLoop | None = None,
+    ) -> Daemon:
+        """The parts a real daemon needs, from its config; `dsn` is the default target's
+        (from --dsn or INVMON_DSN), the other targets' come from `targets:`."""
+        where = "state.dsn" if config.state.dsn else f"state.path {str(config.state.path)!r}"
+        health = StoreHealth(where)
+        redaction = config.redact.redaction(
+            None if config.redact.key else stored_key(store, "redaction_key")
+        )
+        databases = Databases.build(config, store, health, redaction, dsn or None)
+        definitions = Definitions()
+        alerter = Alerter(
+            store,
+            config.slack,
+            definitions.describe,
+            clock,
+            transport,
+            several_targets=len(databases.by_name) > 1,
+        )
+        return cls(config, store, databases, alerter, definitions, clock, health, signals)
+
+    @property
+    def invariants(self) -> dict[str, Invariant]:
+        return self.definitions.current
+
+    # --- loading -------------------------------------------------------------------------
+
+    def reload(self) -> Reload:
+        """Load the invariants folder and bring the timetable in line with it; a quarantine
+        whose file has changed since is lifted."""
+        with self.liveness.busy("a reload of the invariants", RELOAD_LIMIT.total_seconds()):
+            change = self.reloader.reload()
+            self._lift_changed_quarantines()
+            return change
+
+    # --- quarantine (quarantine.py) --------------------------------------------------------
+
+    def _held_out(self) -> set[str]:
+        """The invariants no daemon may run now: quarantined at the version loaded here."""
+        found: dict[str, Quarantine] = {}
+        with self.store_health.guard("reading the quarantined invariants"):
+            found = self.store.quarantined()
+        self.metrics.quarantined.set(len(found))
+        loaded = self.invariants
+        return {
+            name
+            for name, q in found.items()
+            if name in loaded and version_of(loaded[name]) == q.version
+        }
+
+    def _lift_changed_quarantines(self) -> None:
+        with self.store_health.guard("reading the quarantined invariants"):
+            for name, q in self.store.quarantined().items():
+                inv = self.invariants.get(name)
+                if inv is not None and version_of(inv) != q.version:
+                    self.store.lift_quarantine(name, "its file changed", self.clock())
+                    log.info("quarantine lifted: %s changed", name)
+
+    def _quarantine_overdue(self) -> None:
+        """A run still in flight well past its timeout quarantines its invariant now, not
+        when (if ever) it returns: a daemon restarted meanwhile must not run it again."""
+        now = self.clock()
+        with self._lock:
+            running = [
+                (self.invariants[n], since)
+                for n, since in self._in_flight.items()
+                if n in self.invariants and n not in self._overdue
+            ]
+        for inv, since in running:
+            reason = still_running(now - since, inv, self.config.daemon.overrun_margin)
+            if reason is not None:
+                with self._lock:
+                    self._overdue.add(inv.name)
+                self.evaluator.quarantine(inv, reason)
+
+    def _install(self, running: dict[str, Invariant]) -> None:
+        with self._lock:
+            self.definitions.current = running
+            self.timetable.sync({n: i.schedule for n, i in running.items()}, utc_now())
+
+    # --- evaluating ----------------------------------------------------------------------
+
+    def evaluate(self, name: str, claim: Claim | None = None) -> RunResult | None:
+        """Evaluate one invariant now, in this thread; None when it is not loaded (or the
+        daemon is stopping, or it is already running), its claim then handed back."""
+        started = self.clock()
+        with self._lock:
+            inv = self.invariants.get(name)
+            refused = (
+                inv is None or self._stopping or self.signals.stopping or name in self._in_flight
+            )
+            if not refused:
+                self._in_flight[name] = started
+        if inv is None or refused:
+            # Decided under the lock, handed back after leaving it: `_release` takes the
+            # lock itself and then writes to the store.
+            if claim is not None:
+                self._release(claim)
+            return None
+        bound = (inv.longest_run + RUN_MARGIN).total_seconds()
+        try:
+            with self.liveness.busy(f"the run of {name}", bound):
+                return self.evaluator.evaluate(inv, claim)
+        finally:
+            with self._idle:
+                if claim is not None:
+                    self._forget(claim)
+                self._in_flight.pop(name, None)
+                self._overdue.discard(name)
+                self._idle.notify_all()
+
+    def _forget(self, claim: Claim) -> None:
+        """Stop renewing `claim` (the caller holds `_lock`). Only that claim: a refused
+        later slot must not stop the renewal of the run of its invariant still in flight."""
+        if self._holding.get(claim.invariant) == claim:
+            del self._holding[claim.invariant]
+
+    def _release(self, claim: Claim) -> None:
+        """Hand back a claim that will not run. Takes `_lock`: never call it holding it."""
+        with self._lock:
+            self._forget(claim)
+        with self.store_health.guard("releasing a slot"):
+            self.claims.release(claim, self.clock())
+
+    def _loaded(self) -> dict[str, Loaded]:
+        with self._lock:
+            return {n: Loaded(i.schedule, i.longest_run) for n, i in self.invariants.items()}
+
+    def _running(self) -> dict[str, datetime]:
+        with self._lock:
+            return dict(self._in_flight)
+
+    def _claimed(self, now: datetime) -> list[Claim]:
+        """The slots this daemon runs now: those due whose claim it won. A slot that an
+        earlier run of its invariant still holds, anywhere in the fleet, waits."""
+        with self._lock:
+            due = self.timetable.due(now, busy=self._in_flight)
+            self.queue.keep_only(self.invariants)
+            self.queue.add(due, self._members, now)
+            ready = [d for d in self.queue.ready(now) if d.name not in self._in_flight]
+        held_out = self._held_out() if ready else set()
+        won = []
+        for item in ready:
+            if item.name in held_out:
+                with self._lock:
+                    self.queue.settle(item)  # quarantined: this slot is not run anywhere
+                continue
+            with self.store_health.guard("claiming a slot"):
+                outcome = self.claims.claim(item, now)
+                with self._lock:
+                    if outcome != "busy":
+                        self.queue.settle(item)
+                if outcome == "claimed":
+                    claim = Claim(item.name, item.slot, self.me)
+                    with self._lock:
+                        # Renewed from now on, while it waits for a worker as well as while
+                        # it runs: a queued claim is not an abandoned one.
+                        self._holding[item.name] = claim
+                    won.append(claim)
+        return won
+
+    def heartbeat(self, now: datetime) -> list[Claim]:
+        """Say this daemon is alive, renew the leases of its runs in flight, learn who else
+        is, and take over the slots of daemons that stopped renewing theirs."""
+        with self._lock:
+            holding = list(self._holding.values())
+            loaded = set(self.invariants) - set(self._in_flight) - set(self._holding)
+        loaded -= self._held_out()
+        with self.store_health.guard("renewing this daemon's claims"):
+            self.claims.heartbeat(now, holding, socket.gethostname(), os.getpid())
+            self._members = self.claims.members(now, 3 * self._beat) | {self.me}
+            self.metrics.fleet_daemons.set(len(self._members))
+            taken = self.claims.take_over(loaded, now)
+            self.metrics.slots_taken_over.inc(len(taken))
+            with self._lock:
+                self._holding.update({t.name: Claim(t.name, t.slot, self.me) for t in taken})
+            for item in taken:
+                log.warning(
+                    "took over a slot whose daemon stopped renewing it",
+                    extra={"fields": {"invariant": item.name, "slot": item.slot.isoformat()}},
+                )
+            return [Claim(t.name, t.slot, self.me) for t in taken]
+        return []
+
+    @property
+    def _beat(self) -> timedelta:
+        return self.config.daemon.lease / 3
+
+    def run_due(self, now: datetime) -> list[RunResult]:
+        """One turn of the timetable in this thread: evaluate what is due at `now`."""
+        return [r for c in self._claimed(now) if (r := self.evaluate(c.invariant, c)) is not None]
+
+    def tick(self) -> list[Future[RunResult | None]]:
+        """The scheduler's turn: start what is due, each on its target's own workers (a
+        target that hangs fills only its own); also the heartbeat."""
+        self.liveness.beat("the scheduler's tick")
+        if not self._started or self._stopping or self.signals.stopping:
+            return []  # a stopping daemon claims nothing it would then hand back
+        self._quarantine_overdue()
+        return self._start(self._claimed(utc_now()))
+
+    def beat(self) -> list[Future[RunResult | None]]:
+        """The fleet's turn (every third of a lease): heartbeat, then run what was taken over."""
+        self.liveness.beat("the fleet's heartbeat")
+        if not self._started or self._stopping:
+            return []
+        return self._start(self.heartbeat(utc_now()))
+
+    def _start(self, claims: list[Claim]) -> list[Future[RunResult | None]]:
+        futures = []
+        for claim in claims:
+            inv = self.invariants.get(claim.invariant)
+            started = (
+                self.databases.submit(inv, self.evaluate, claim.invariant, claim) if inv else None
+            )  # None too when the workers are shut down (a stop under way)
+            if started is not None:
+                futures.append(started)
+            else:
+                self._release(claim)
+        return futures
+
+    def run_once(self) -> tuple[Reload, list[RunResult]]:
+        """Burst mode: load, evaluate every invariant once through the full path, return."""
+        change = self.reload()
+        names = sorted(self.invariants)
+        with ThreadPoolExecutor(self.config.concurrency, "invmon-burst") as pool:
+            results = [r for r in pool.map(self.evaluate, names) if r is not None]
+        self.pump.deliver_until_idle(30)
+        return change, results
+
+    # --- delivering (kept here for the tests and the CLI that call them) -----------------
+
+    def dispatch(self, force: bool = False) -> list[object]:
+        return list(self.pump.dispatch(force))
+
+    def deliver(self, force: bool = False) -> int:
+        """The alerts job's turn."""
+        self.liveness.beat("the alerts turn")
+        with self.liveness.busy("the alerts turn", ALERTS_LIMIT.total_seconds()):
+            handled = self.pump.deliver(force)
+        self.liveness.beat("the alerts turn")
+        return handled
+
+    def deliver_until_idle(self, seconds: float) -> None:
+        self.pump.deliver_until_idle(seconds)
+
+    def prune(self) -> None:
+        with self.store_health.guard("pruning old runs"):
+            before = self.clock() - self.config.state.retention
+            removed = self.store.prune_runs(before)
+            self.claims.prune(before)
+            if removed:
+                log.info("pruned old runs", extra={"fields": {"runs": removed}})
+
+    def summarise(self) -> None:
+        with self.store_health.guard("planning the daily summary"):
+            self.alerter.summarise(self.clock())
+
+    def remind(self) -> None:
+        with self.store_health.guard("planning reminders"):
+            self.alerter.remind()
+
+    # --- the long-running part -----------------------------------------------------------
+
+    def start(self) -> None:
+        if self.config.http.listen:
+            # Bound first: a port in use stops start-up before anything runs.
+            self.listener = Listener(self.config.http.listen, self.routes())
+        self.databases.start_workers()
+        self._started = True
+        self.reload()  # every loaded invariant is due at once: the first run is at start-up
+        scheduler = BackgroundScheduler(
+            timezone=UTC,
+            # Ticking, delivering and housekeeping each have a thread, so a slow Slack never
+            # delays an evaluation and the heartbeat ticks even when every worker is busy.
+            executors={
+                "ticks": JobExecutor(1),
+                "fleet": JobExecutor(1),
+                "alerts": JobExecutor(1),
+                "housekeeping": JobExecutor(1),
+            },
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+        )
+        now = datetime.now(UTC)
+        every_second = IntervalTrigger(seconds=TICK.total_seconds())
+        scheduler.add_job(self.tick, every_second, id="tick", next_run_time=now, executor="ticks")
+        scheduler.add_job(
+            self.beat,
+            IntervalTrigger(seconds=self._beat.total_seconds()),
+            id="beat",
+            next_run_time=now,
+            executor="fleet",
+        )
+        scheduler.add_job(
+            self.deliver, every_second, id="deliver", next_run_time=now, executor="alerts"
+        )
+        scheduler.add_job(
+            self.delivery.tick,
+            every_second,
+            id="delivery_path",
+            next_run_time=now,
+            executor="alerts",
+        )
+        scheduler.add_job(self.remind, IntervalTrigger(minutes=1), id="remind", executor="alerts")
+        if self.config.slack.daily_summary:
+            hour, minute = self.config.slack.daily_summary.split(":")
+            scheduler.add_job(
+                self.summarise,
+                CronTrigger(hour=int(hour), minute=int(minute), timezone=UTC),
+                id="summary",
+                executor="alerts",
+            )
+        scheduler.add_job(
+            self.prune,
+            IntervalTrigger(hours=6),
+            id="prune",
+            next_run_time=now,
+            executor="housekeeping",
+        )
+        self.liveness.expect("the scheduler's tick", HEARTBEAT_LIMIT.total_seconds())
+        self.liveness.expect("the fleet's heartbeat", 3 * self._beat.total_seconds() + 15)
+        self.liveness.expect("the alerts turn", ALERTS_LIMIT.total_seconds())
+        scheduler.start()
+        self.scheduler = scheduler
+        self.watchdog.started_at = self.clock()
+        self.watchdog.start(self.liveness, ALERTS_LIMIT)
+        if self.listener:
+            self.listener.start()
+            log.info("listening on http://%s", self.listener.address)
+        if self.socket_mode:
+            self.socket_mode.start()
+        log.info(
+            "invmon running",
+            extra={
+                "fields": {
+                    "invariants": len(self.invariants),
+                    "concurrency": self.config.concurrency,
+                }
+            },
+        )
+
+    def routes(self) -> Routes:
+        http = self.config.http
+        if http.listen is not None and not http.page_is_local and not http.page_token:
+            log.warning(
+                "the status page is not served: http.listen is not a loopback address and "
+                "http.page_token is not set"
+            )
+        return Routes(
+            healthz=Probe(self.health_problem),
+            readyz=Probe(self.readiness, self.readiness_note),
+            metrics=self.metrics.render,
+            slack_actions=self.interactions.http if self.config.slack.signing_secret else None,
+            page=StatusPage(
+                self.store,
+                lambda: self.definitions.current,
+                http,
+                self.clock,
+                roles=self.databases.role_notes,
+            ),
+        )
+
+    def readiness(self) -> str | None:
+        """/readyz: a target to evaluate, and a path for the alerts (DeliveryHealth)."""
+        found = [p for p in (self.databases.readiness(), self.delivery.problem()) if p]
+        return "; ".join(found) or None
+
+    def readiness_note(self) -> str | None:
+        """Said under /readyz's "ok": the targets that cannot be evaluated (unreachable,
+        refused or stale, each saying which), an alert path not yet verified."""
+        found = [n for n in (self.databases.partly(), self.delivery.note()) if n]
+        return "\n".join(found) or None
+
+    def switch_problem(self) -> str | None:
+        """What the dead man's switch reports as a failure: /healthz's reason, or alerts
+        that cannot reach anyone (the switch is then the one path left to say so)."""
+        return self.health_problem() or self.delivery.problem()
+
+    def health_problem(self) -> str | None:
+        """/healthz: None while the store works and every part of the daemon moves."""
+        if self.store_health.problem is not None:
+            return self.store_health.problem
+        if self.scheduler is None or not self.scheduler.running:
+            return "scheduler is not running"
+        return self.liveness.problem()
+
+    def serve(self, install_signals: bool = True, supervise: bool = False) -> int:
+        """Run until SIGTERM/SIGINT; SIGHUP reloads. Returns the exit code. The signal
+        handlers go in first (if the process has not already put them in), so a signal
+        during start-up is a request like any other. `supervise` (the process's own
+        daemon, not one inside a test): systemd's notifications, and the guard that ends a
+        wedged process or a stop past its deadline (supervision.py)."""
+        with self.signals.installed(install_signals):
+            self.start()
+            if supervise:
+                self.supervisor.start()
+            self.signals.run(self._reload_on_signal)
+            return self.shutdown(supervise)
+
+    def request_stop(self) -> None:
+        """Safe from a signal handler and from any thread."""
+        self.signals.request_stop()
+
+    def request_reload(self) -> None:
+        self.signals.request_reload()
+
+    def _reload_on_signal(self) -> None:
+        log.info("SIGHUP: reloading invariants")
+        self.reload()
+
+    def shutdown(self, supervise: bool = False) -> int:
+        """Stop within daemon.shutdown_grace + STOP_MARGIN: the runs in flight get the
+        grace, every later step a share of what is left. The exit code: 0, or 1 when runs
+        were still in flight at the end (their threads are abandoned). With `supervise`, a
+        step that ignores its bound ends the process at the deadline, naming the step."""
+        grace = self.config.daemon.shutdown_grace.total_seconds()
+        deadline = time.monotonic() + grace + STOP_MARGIN.total_seconds()
+
+        def left(most: float) -> float:
+            return max(0.0, min(most, deadline - time.monotonic()))
+
+        def step(doing: str) -> None:
+            self._stop_step = doing
+
+        log.info("stopping: no new runs; waiting up to %.0fs for runs in flight", grace)
+        self._stopping = True
+        if supervise:
+            self.supervisor.stop_by(
+                grace + STOP_MARGIN.total_seconds() + 2, lambda: self._stop_step
+            )
+        for part in ("the scheduler's tick", "the fleet's heartbeat", "the alerts turn"):
+            self.liveness.forget(part)
+        # No new job or self-check turn from now on; the ones under way end before the store
+        # is left (below), so nothing writes to it once the process closes it.
+        self.watchdog.stop(0)
+        if self.scheduler is not None and self.scheduler.running:
+            self.scheduler.pause()
+        step("the runs in flight to finish")
+        if not self._wait_idle(grace):
+            cancelled = self.databases.cancel_all()
+            log.warning("cancelled %d queries still running after the grace period", cancelled)
+            step("the cancelled runs to end")
+            self._wait_idle(left(5))
+        step("the workers to stop")
+        self.databases.stop_workers()
+        self._hand_back_queued()
+        step("the HTTP listener and Socket Mode to stop")
+        if self.listener:
+            self.listener.stop()
+        if self.socket_mode:
+            self.socket_mode.stop()
+        step("the last deliveries to Slack")
+        self.pump.deliver_until_idle(left(min(10.0, grace)))
+        step("the monitored databases' connections to close")
+        self.databases.close()
+        step("the scheduler's jobs and the watchdog's turn under way to end")
+        self.watchdog.stop(left(5))
+        self._stop_scheduler(left(5))
+        step("the state store, to leave the fleet")
+        with self.store_health.guard("leaving the fleet"):
+            self.claims.leave(self.clock() - timedelta(days=1))
+        running = sorted(self._running())
+        if running:
+            log.error(
+                "stopped with runs still in flight after the grace period: %s",
+                ", ".join(running),
+            )
+            return 1
+        log.info("stopped")
+        return 0
+
+    def _stop_scheduler(self, seconds: float) -> None:
+        """Shut the scheduler down, waiting at most `seconds` for a job under way (a tick,
+        an alerts turn inside a Slack call): APScheduler's own wait has no bound."""
+        scheduler = self.scheduler
+        if scheduler is None or not scheduler.running:
+            return
+        done = threading.Thread(
+            target=scheduler.shutdown, kwargs={"wait": True}, name="invmon-stop", daemon=True
+        )
+        done.start()
+        done.join(seconds)
+        if done.is_alive():
+            log.warning(
+                "a scheduler job was still running %.0fs into the stop; leaving it", seconds
+            )
+
+    def _hand_back_queued(self) -> None:
+        """The claims whose runs were still queued when the workers stopped: handed back,
+        so another daemon can take the slot at once instead of after the lease."""
+        with self._lock:
+            queued = [c for n, c in self._holding.items() if n not in self._in_flight]
+        for claim in queued:
+            self._release(claim)
+
+    def close(self) -> None:
+        """Release the monitored database's connections (after `run_once`, or `serve`)."""
+        self.databases.close()
+
+    def _wait_idle(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        with self._idle:
+            while self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True

@@ -1,0 +1,169 @@
+"""One evaluation of one invariant, start to finish: ask the replica gate, run the query,
+store the run (which moves its incidents on and writes their events), count it in the
+metrics and log it. The daemon's scheduler, `invmon run --once` and the tests all come here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from datetime import timedelta
+
+from monitor.clock import Clock
+from monitor.config import DaemonConfig, Target
+from monitor.daemon.databases import Databases
+from monitor.daemon.metrics import Metrics
+from monitor.execution.quarantine import overrun, version_of
+from monitor.execution.results import RunResult
+from monitor.invariants.loader import Invariant
+from monitor.store.claims import Claim, LostClaim
+from monitor.store.records import IncidentContext
+from monitor.store.state import StateStore
+from monitor.store.store_health import StoreHealth
+
+log = logging.getLogger("invmon.daemon")
+
+
+def context_of(inv: Invariant, target: Target | None = None) -> IncidentContext:
+    """What an incident opened by this invariant keeps of its file (and of its target: the
+    default owner when the file names none, and its channel, which routes outrank)."""
+    header = inv.header
+    return IncidentContext(
+        inv.severity,
+        header.description,
+        header.owner or (target.owner if target else None),
+        header.runbook,
+        header.channel,
+        inv.target,
+        target.channel if target else None,
+    )
+
+
+class Evaluator:
+    def __init__(
+        self,
+        databases: Databases,
+        store: StateStore,
+        metrics: Metrics,
+        settings: DaemonConfig,
+        clock: Clock,
+        health: StoreHealth,
+    ) -> None:
+        self.health = health
+        self.databases = databases
+        self.store = store
+        self.metrics = metrics
+        self.settings = settings
+        self.clock = clock
+
+    def evaluate(self, inv: Invariant, claim: Claim | None = None) -> RunResult | None:
+        """Run and store one evaluation; None when `claim` was taken over meanwhile (another
+        daemon stores that slot's run, so this one is dropped). A run that overran its
+        timeout quarantines the invariant (quarantine.py)."""
+        began = time.monotonic()
+        result = self._run(inv)
+        finished = self.clock()
+        took = timedelta(seconds=time.monotonic() - began)
+        reason = overrun(took, inv, self.settings.overrun_margin)
+        if reason is not None:
+            self.quarantine(inv, reason)
+        with self.health.guard(f"recording a run of {inv.name}"):
+            try:
+                self.store.record_run(
+                    inv.name,
+                    result,
+                    finished,
+                    inv.header.for_runs,
+                    self.settings.cannot_evaluate_after,
+                    context_of(
+                        inv,
+                        self.databases[inv.target].target if inv.target in self.databases else None,
+                    ),
+                    claim,
+                )
+            except LostClaim as lost:
+                log.warning("run not stored: %s by another daemon", lost)
+                return None
+        self.metrics.observe(result, finished.timestamp())
+        log.info(
+            "evaluated %s: %s",
+            inv.name,
+            result.status,
+            extra={
+                "fields": {
+                    "invariant": inv.name,
+                    "status": result.status,
+                    "count": result.count,
+                    "ms": round(result.duration_ms),
+                    **({"error": result.error} if result.error else {}),
+                }
+            },
+        )
+        return result
+
+    def quarantine(self, inv: Invariant, reason: str) -> None:
+        log.error(
+            "quarantined %s: %s; not scheduled again until its file changes or "
+            "`invmon unquarantine %s`",
+            inv.name,
+            reason,
+            inv.name,
+            extra={"fields": {"invariant": inv.name}},
+        )
+        target = self.databases[inv.target].target if inv.target in self.databases else None
+        with self.health.guard(f"quarantining {inv.name}"):
+            self.store.quarantine(
+                inv.name, version_of(inv), reason, self.clock(), context_of(inv, target)
+            )
+
+    def _run(self, inv: Invariant) -> RunResult:
+        started = self.clock()
+        clock = time.monotonic()
+
+        def elapsed() -> float:
+            return (time.monotonic() - clock) * 1000
+
+        if inv.target not in self.databases:
+            return RunResult.failed(
+                inv.name,
+                f"target {inv.target} has no database: set targets.{inv.target}.dsn",
+                started_at=started,
+                target=inv.target,
+            )
+        database = self.databases[inv.target]
+        gate = database.gate.check(started)
+        if gate.error is not None:
+            return RunResult.failed(
+                inv.name,
+                gate.error,
+                started_at=started,
+                duration_ms=elapsed(),
+                target=inv.target,
+                unreachable=gate.unreachable,
+            )
+        if gate.stale is not None:
+            return RunResult(
+                inv.name,
+                "stale",
+                None,
+                error=f"not evaluated: {gate.stale}",
+                started_at=started,
+                replica_lag=gate.lag,
+                duration_ms=elapsed(),
+                target=inv.target,
+            )
+        # A role that can change the database is refused unless the target allows it
+        # (role_check.py): each run says so, as an error, so its invariant shows why.
+        refusal = database.refusal()
+        if refusal is not None:
+            return RunResult.failed(
+                inv.name,
+                refusal,
+                started_at=started,
+                duration_ms=elapsed(),
+                target=inv.target,
+                replica_lag=gate.lag,
+            )
+        result = database.runner.run_one(inv)
+        return dataclasses.replace(result, replica_lag=gate.lag, duration_ms=elapsed())

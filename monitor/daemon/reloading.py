@@ -1,0 +1,188 @@
+"""Loading the invariants folder into a running daemon: what a (re)load changes, and what
+it tells people. A file that fails validation, or that the monitored database's catalog
+refuses, is reported (a log line and an `invalid_file` incident) and, if an earlier version
+of it was loaded, that version keeps running; a removed file's open incidents are closed
+as retired (never resolved: nothing says what they found was fixed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from monitor.clock import Clock
+from monitor.config import Config
+from monitor.daemon.databases import Databases
+from monitor.daemon.metrics import Metrics
+from monitor.daemon.slots import latest_slot, period
+from monitor.invariants.definitions import Definitions, Reload, diff
+from monitor.invariants.loader import (
+    RESERVED_PREFIX,
+    Invariant,
+    LoadMemo,
+    LoadResult,
+    load_directory,
+    name_for,
+)
+from monitor.problems import Problem
+from monitor.store.state import StateStore
+from monitor.store.store_health import StoreHealth
+
+log = logging.getLogger("invmon.daemon")
+
+# Puts the new set in place; the daemon does it under its own lock.
+Install = Callable[[dict[str, Invariant]], None]
+
+
+class Reloader:
+    def __init__(
+        self,
+        config: Config,
+        databases: Databases,
+        store: StateStore,
+        metrics: Metrics,
+        definitions: Definitions,
+        install: Install,
+        clock: Clock,
+        health: StoreHealth,
+    ) -> None:
+        self.health = health
+        self.config = config
+        self.databases = databases
+        self.store = store
+        self.metrics = metrics
+        self.definitions = definitions
+        self.install = install
+        self.clock = clock
+        self.memo = LoadMemo()  # a reload parses only the files that changed
+
+    def reload(self) -> Reload:
+        directory = self.config.invariants
+        running = self.definitions.current
+        if running and (not directory.is_dir() or not any(directory.rglob("*.sql"))):
+            # A deploy swapping the checkout, an unmounted volume: not a reason to stop
+            # checking everything. Keep what runs and say so.
+            log.error(
+                "invariants folder %s is missing or empty; keeping the %d loaded invariants",
+                directory,
+                len(running),
+            )
+            return Reload(kept_previous=sorted(running))
+        self._check_roles()
+        loaded = load_directory(directory, self.config.loading(with_database=True), self.memo)
+        invalid = self._problems_by_name(loaded)
+        # The fence again, against the monitored database's own catalog: what lint could
+        # not know (user-defined and extension functions, views) is decided here.
+        refused = self.databases.vet(loaded.invariants)
+        for name, problems in refused.items():
+            invalid.setdefault(name, []).extend(problems)
+        valid = {i.name: i for i in loaded.invariants if i.name not in refused}
+        return self._apply(valid, invalid)
+
+    def _check_roles(self) -> None:
+        """What each target's role can do, read again: a refused target is said once per
+        (re)load here, and each of its runs is an error saying why (evaluation.py)."""
+        for name, answer in self.databases.check_roles().items():
+            if isinstance(answer, str):
+                log.warning(
+                    "cannot read what the role of target %s can do (%s); it is read again "
+                    "before its first run",
+                    name,
+                    answer,
+                )
+                continue
+            fields = {"fields": {"target": name, "role": answer.role}}
+            if (refusal := answer.refusal()) is not None:
+                log.error("%s", refusal, extra=fields)
+            elif (allowance := answer.allowance()) is not None:
+                log.warning("%s", allowance, extra=fields)
+
+    def _record(self, invalid: dict[str, list[Problem]], removed: list[str], now: datetime) -> None:
+        for name, problems in invalid.items():
+            detail = "\n".join(str(p) for p in problems)
+            self.store.record_condition("invalid_file", name, True, now, detail)
+        # Fixed or deleted files: every open invalid-file incident not reported again.
+        for incident in self.store.open_incidents():
+            if incident.kind == "invalid_file" and incident.invariant not in invalid:
+                self.store.record_condition("invalid_file", incident.invariant, False, now)
+        for name in removed:
+            # Retired, not resolved: the file went while its incident was open, so what
+            # it found is not known to be fixed. Logged so the removal is seen as such.
+            for event in self.store.retire(name, now):
+                log.warning(
+                    "invariant removed while an incident was open: incident retired (%s)",
+                    event.payload.get("reason"),
+                    extra={
+                        "fields": {
+                            "invariant": name,
+                            "incident": event.incident_id,
+                            "event": event.kind,
+                        }
+                    },
+                )
+
+    def _orphans(self, valid: dict[str, Invariant], invalid: dict[str, list[Problem]]) -> list[str]:
+        """Invariants with an incident open that no file in the folder names any more."""
+        kinds = ("violation", "cannot_evaluate", "quarantined")
+        return sorted(
+            {
+                i.invariant
+                for i in self.store.open_incidents()
+                if i.kind in kinds
+                and i.invariant not in valid
+                and i.invariant not in invalid
+                and not i.invariant.startswith(RESERVED_PREFIX)  # invmon's own: no file
+            }
+        )
+
+    def _problems_by_name(self, loaded: LoadResult) -> dict[str, list[Problem]]:
+        by_name: dict[str, list[Problem]] = {}
+        for problem in loaded.errors:
+            try:
+                name = name_for(problem.path, self.config.invariants)
+            except ValueError:
+                name = str(problem.path)
+            by_name.setdefault(name, []).append(problem)
+        return by_name
+
+    def _apply(self, valid: dict[str, Invariant], invalid: dict[str, list[Problem]]) -> Reload:
+        now = self.clock()
+        first = not self.definitions.current
+        running, change = diff(self.definitions.current, valid, invalid)
+        self.install(running)
+        for name, problems in invalid.items():
+            for problem in problems:
+                log.error(
+                    "invalid invariant file: %s",
+                    problem,
+                    extra={
+                        "fields": {"invariant": name, "kept_previous": name in change.kept_previous}
+                    },
+                )
+        self.metrics.invalid_files.set(len(invalid))
+        for name, inv in running.items():
+            slot = latest_slot(inv.schedule, now)
+            self.metrics.scheduled(name, inv.target, period(inv.schedule, slot).total_seconds())
+        for name in change.removed:
+            self.metrics.forget(name)
+        with self.health.guard("recording what the reload changed"):
+            removed = change.removed
+            if first and valid:
+                # A file removed while no daemon ran (a restart is how many deploys
+                # reload) is retired at the first load too; an empty folder retires nothing.
+                removed = removed + self._orphans(valid, invalid)
+            self._record(invalid, removed, now)
+        if change.added or change.updated or change.removed:
+            log.info(
+                "invariants loaded",
+                extra={
+                    "fields": {
+                        "added": change.added,
+                        "updated": change.updated,
+                        "removed": change.removed,
+                        "running": len(running),
+                    }
+                },
+            )
+        return change

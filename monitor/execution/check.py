@@ -1,0 +1,137 @@
+"""One evaluation of every invariant: what `invmon check` and `invmon demo` do."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from monitor.config import Config, Target
+from monitor.execution.redaction import NO_REDACTION
+from monitor.execution.results import RunResult
+from monitor.execution.runner import Runner, describe_error
+from monitor.fence.role_check import REFUSED, verdict
+from monitor.invariants.loader import Invariant, LoadResult, load_directory, name_for
+from monitor.invariants.selection import select
+from monitor.problems import Problem
+
+
+@dataclass
+class CheckOutcome:
+    results: list[RunResult]
+    invariants: list[Invariant]
+    problems: list[Problem]
+
+    def counts_only(self) -> CheckOutcome:
+        """Without row values or the database's error text: a message such as `invalid
+        input syntax for type integer: "hunter2"` quotes data the reader may not see.
+        The fence's own refusals stay: they quote only the invariant file."""
+        return CheckOutcome(
+            [
+                dataclasses.replace(
+                    r,
+                    rows=[],
+                    keys={},
+                    error=r.error
+                    if r.error is None or r.error.startswith(FENCE_ERRORS)
+                    else WITHHELD,
+                )
+                for r in self.results
+            ],
+            self.invariants,
+            self.problems,
+        )
+
+
+FENCE_ERRORS = ("refused by the read-only fence:", "invalid invariant file:", REFUSED)
+WITHHELD = "could not be evaluated (the database's message is withheld: it can quote data)"
+
+
+def failed_loads(problems: Sequence[Problem], directory: Path) -> list[RunResult]:
+    """A file that failed to load is reported as an `error` result, never dropped."""
+    by_path: dict[Path, list[Problem]] = {}
+    for problem in problems:
+        if problem.level == "error":
+            by_path.setdefault(problem.path, []).append(problem)
+    results = []
+    for path, found in sorted(by_path.items()):
+        try:
+            name = name_for(path, directory)
+        except ValueError:
+            name = str(path)
+        message = "; ".join(f"line {p.line}: {p.message}" for p in found)
+        results.append(RunResult.failed(name, f"invalid invariant file: {message}"))
+    return results
+
+
+def role_refusal(runner: Runner, target: Target, allow_privileged_role: bool = False) -> str | None:
+    """Why this target's invariants are not run, for its role's sake (role_check.py); None
+    when they may, or when the database does not answer (each run then says so). Allowed,
+    the role is not even read: `check` shows no allowance, and is benchmarked."""
+    allowed = allow_privileged_role or target.allow_privileged_role
+    if allowed or runner.probe() is not None:
+        return None
+    try:
+        facts = runner.role_facts()
+    except (psycopg.Error, PoolTimeout) as exc:
+        reason = describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc)
+        return f"target {target.name}: not run, since what its role can do is unknown: {reason}"
+    how = f"pass --allow-privileged-role (or set {target.allowance_field}: true)"
+    return verdict(target.name, facts, False, how).refusal()
+
+
+def run_check(
+    config: Config,
+    directory: Path,
+    only: Sequence[str] = (),
+    show_values: bool = False,
+    targets: Sequence[str] = (),
+    allow_privileged_role: bool = False,
+) -> CheckOutcome:
+    """Every selected invariant evaluated once, each on its target's database (targets
+    side by side, so a dead one delays no other); rows masked unless `show_values`. A
+    target whose role can change the database is not run (each of its invariants says why)
+    unless its config or `allow_privileged_role` allows it."""
+    loading = config.loading(with_database=True)
+    loaded = load_directory(directory, loading)
+    if only:  # the selected files; problems of the others are not this run's business
+        loaded = LoadResult(select(loaded.invariants, only, directory), [])
+    if targets:
+        loaded = LoadResult([i for i in loaded.invariants if i.target in targets], [])
+    known = config.resolved_targets()
+    groups: dict[str, list[Invariant]] = {}
+    for inv in loaded.invariants:
+        groups.setdefault(inv.target, []).append(inv)
+    redaction = NO_REDACTION if show_values else config.redact.redaction()
+
+    def run_target(name: str) -> list[RunResult]:
+        target, invariants = known[name], groups[name]
+        if not target.dsn:
+            reason = config.no_dsn_reason(name)
+            return [RunResult.failed(i.name, reason, target=name) for i in invariants]
+        with Runner(
+            target.dsn,
+            target.concurrency,
+            target.database,
+            allow=loading.policy.allow,
+            limits=config.limits.rows(),
+            redaction=redaction,
+            target=name,
+        ) as runner:
+            refusal = role_refusal(runner, target, allow_privileged_role)
+            if refusal is not None:
+                return [RunResult.failed(i.name, refusal, target=name) for i in invariants]
+            return runner.run_all(invariants)
+
+    by_name: dict[str, RunResult] = {}
+    with ThreadPoolExecutor(max(len(groups), 1), thread_name_prefix="invmon-target") as pool:
+        for found in pool.map(run_target, sorted(groups)):
+            by_name.update((r.invariant, r) for r in found)
+    results = [by_name[i.name] for i in loaded.invariants]
+    results += failed_loads(loaded.problems, directory)
+    return CheckOutcome(results, loaded.invariants, loaded.problems)

@@ -1,0 +1,378 @@
+"""The one path by which an invariant's query reaches a database.
+
+`execute` is used by the daemon's runner, `invmon check`, `invmon test` and the tests of
+the shipped invariants, so a row means the same thing everywhere. On the connection it is
+given it:
+
+1. opens a transaction and makes it READ ONLY with the invariant's statement timeout, a lock
+   timeout and `application_name = invmon:<name>`, all `SET LOCAL` (the monitoring role
+   needs no EXECUTE on `set_config`, which deploy/readonly-role.sql revokes), and as a
+   superuser a `temp_file_limit` (a role has its own, which it cannot change);
+2. judges the invariant's own text (with its sources' CTEs, as `standalone` writes it: the
+   text the daemon's vetting and `explain` judge too) against this database's own catalog
+   (fence.py), and refuses it with the file's line when the catalog says it could change
+   anything. The wrapper query.py puts around it is not judged: it embeds that text
+   verbatim, as a subquery the parser reads exactly as it read the text alone (one complete
+   statement: its strings, comments and parentheses close within it), and every name of its
+   own is schema-qualified in pg_catalog, where only a superuser can create anything, so no
+   object of the database can change what it does or make the fence refuse it;
+3. asks for the result's columns, then runs the bounded form of the query (query.py) and
+   keeps what comes back within the run's byte budgets (offending.py).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg import pq, sql
+from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
+
+from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, RowLimits
+from monitor.execution.query import MAX_COLUMNS, Column, bounded_query, describing_query
+from monitor.execution.redaction import Masker
+from monitor.execution.rows import unique_column_names
+from monitor.fence.fence import TRUST_NOTHING, Allowances, verdict
+from monitor.fence.pgcatalog import CatalogMemory, LiveCatalog, Name
+from monitor.fence.sqltree import Analysis, analyze
+from monitor.invariants.loader import Invariant
+from monitor.problems import Problem, SqlProblem
+from monitor.sources.binding import NOTHING_BOUND, Bound, bound_text, emptied, standalone
+from monitor.text import shorten
+
+# A run that was cancelled leaves its transaction idle at most this long past its timeout.
+IDLE_MARGIN = timedelta(seconds=30)
+# What one run may write to temporary files (sorts, hashes, a function's result that spills)
+# when invmon may set it: the role script's default for the role (deploy/readonly-role.sql).
+DEFAULT_TEMP_FILE_LIMIT = "1GB"
+_KB = {"kB": 1, "MB": 1 << 10, "GB": 1 << 20, "TB": 1 << 30}
+_MAX_KB = 2**31 - 1  # PostgreSQL's own ceiling for temp_file_limit (an int of kB)
+TEMP_FILE_LIMIT_HINT = (
+    "the run wrote more temporary files than its limit (database.temp_file_limit, for a "
+    "superuser; else the role's own temp_file_limit)"
+)
+
+
+def temp_file_kb(limit: str) -> int:
+    """A size as PostgreSQL writes one for temp_file_limit (`1GB`, `512MB`, `64kB`), in kB;
+    ValueError for anything else, so the server never refuses the value mid-run."""
+    match = re.fullmatch(r"([1-9][0-9]{0,12})(kB|MB|GB|TB)", limit)
+    if match is None:
+        raise ValueError(
+            f"write a size such as 1GB, 512MB or 64kB (PostgreSQL's units, as written), "
+            f"not {shorten(limit, 40)}"
+        )
+    kb = int(match[1]) * _KB[match[2]]
+    if kb > _MAX_KB:
+        raise ValueError(f"{limit} is over PostgreSQL's largest temp_file_limit, {_MAX_KB}kB")
+    return kb
+
+
+def may_set_temp_file_limit(conn: psycopg.Connection[Any]) -> bool:
+    """Only a superuser may set temp_file_limit. The server reports is_superuser when the
+    session starts (and after SET ROLE), so asking costs no round trip. (PostgreSQL 15 can
+    GRANT SET on it to a role; such a role is bounded by what its DBA set, like any other.)"""
+    return conn.info.parameter_status("is_superuser") == "on"
+
+
+class Unrunnable(Exception):
+    """The invariant cannot be run as written; the message says why, in one sentence."""
+
+
+class Refused(Exception):
+    """The fence refused the query against this database; each problem names its line."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+class _TextWhenOutOfRange:
+    """Dates psycopg cannot hold in Python ('infinity', year 10000+) are kept as the text
+    PostgreSQL sent, so a violation with such a row is still counted, not an error."""
+
+    def load(self, data: Any) -> Any:
+        try:
+            return super().load(data)  # type: ignore[misc]
+        except psycopg.DataError:
+            return bytes(data).decode()
+
+
+class _Date(_TextWhenOutOfRange, DateLoader):
+    pass
+
+
+class _Timestamp(_TextWhenOutOfRange, TimestampLoader):
+    pass
+
+
+class _Timestamptz(_TextWhenOutOfRange, TimestamptzLoader):
+    pass
+
+
+def register_loaders(conn: psycopg.Connection[Any]) -> None:
+    """How values are read back; every connection that runs invariants gets these."""
+    conn.adapters.register_loader("date", _Date)
+    conn.adapters.register_loader("timestamp", _Timestamp)
+    conn.adapters.register_loader("timestamptz", _Timestamptz)
+
+
+def _ms(delta: timedelta) -> str:
+    return f"{max(1, int(delta.total_seconds() * 1000))}ms"
+
+
+def begin_read_only(
+    conn: psycopg.Connection[Any],
+    invariant: Invariant,
+    lock_timeout: timedelta,
+    temp_file_limit: str | None = DEFAULT_TEMP_FILE_LIMIT,
+) -> None:
+    """Inside a transaction just begun: READ ONLY, and the invariant's limits, in one trip.
+    `temp_file_limit` bounds a superuser's run (None: the session's own setting stays); a
+    limit the session already has that is lower is kept."""
+    # standard_conforming_strings on: the server must read backslashes in '…' as the fence's
+    # parser did (off, 'x\\'' would end the string elsewhere and hide a call after it).
+    if conn.info.encoding != "utf-8":
+        # The text is sent as UTF-8; in another client encoding the server would read other
+        # characters than the fence did (a multi-byte SJIS character can swallow a quote).
+        raise Refused(
+            [
+                Problem(
+                    invariant.path,
+                    invariant.sql_first_line,
+                    f"the connection's client_encoding is {conn.info.encoding}, not UTF8; "
+                    "the query is not sent",
+                )
+            ]
+        )
+    settings = sql.SQL(
+        "SET TRANSACTION READ ONLY; SET LOCAL standard_conforming_strings = on; "
+        "SET LOCAL statement_timeout = {}; "
+        "SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}; "
+        "SET LOCAL application_name = {}"
+    ).format(
+        sql.Literal(_ms(invariant.timeout)),
+        sql.Literal(_ms(lock_timeout)),
+        sql.Literal(_ms(invariant.timeout + IDLE_MARGIN)),
+        sql.Literal(f"invmon:{invariant.name}"[:63]),
+    )
+    if temp_file_limit is not None and may_set_temp_file_limit(conn):
+        # A superuser has no temp_file_limit unless someone set one: `generate_series(1,
+        # 1e12)` wrote 300 MB of temporary files in 3 s. pg_settings holds it in kB (-1:
+        # none); set_config(…, true) is SET LOCAL with a condition.
+        settings += sql.SQL(
+            "; SELECT pg_catalog.set_config('temp_file_limit', {}, true)"
+            " FROM pg_catalog.pg_settings"
+            " WHERE name OPERATOR(pg_catalog.=) 'temp_file_limit'"
+            " AND (setting::pg_catalog.int8 OPERATOR(pg_catalog.<) 0"
+            " OR setting::pg_catalog.int8 OPERATOR(pg_catalog.>) {})"
+        ).format(sql.Literal(temp_file_limit), sql.Literal(temp_file_kb(temp_file_limit)))
+    conn.execute(settings.as_bytes(conn))
+
+
+class LiveFence:
+    """The fence against the database a connection is on. Cheap to ask again: each text is
+    parsed once (its reading is kept, without the tree), each verdict is remembered for a
+    while, and so is what the catalog said about each name, since a catalog changes far
+    less often than an invariant runs."""
+
+    # Readings kept, most recently used first out last: one text per invariant (its own,
+    # with its sources' CTEs), with room for a large folder.
+    MAX_READINGS = 8192
+
+    def __init__(
+        self,
+        allow: Allowances = TRUST_NOTHING,
+        remember: timedelta = timedelta(minutes=5),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.allow = allow
+        self._remember = remember.total_seconds()
+        self._clock = clock
+        self._verdicts: dict[str, tuple[float, list[SqlProblem]]] = {}
+        self._readings: OrderedDict[str, Analysis] = OrderedDict()
+        self.catalog = CatalogMemory(self._remember, clock)
+        self._lock = threading.Lock()
+
+    def _reading(self, text: str) -> Analysis:
+        with self._lock:
+            known = self._readings.get(text)
+            if known is not None:
+                self._readings.move_to_end(text)
+                return known
+        reading = analyze(text).without_tree()
+        with self._lock:
+            self._readings[text] = reading
+            while len(self._readings) > self.MAX_READINGS:
+                self._readings.popitem(last=False)
+        return reading
+
+    def problems(self, conn: psycopg.Connection[Any], text: str) -> list[SqlProblem]:
+        now = self._clock()
+        with self._lock:
+            known = self._verdicts.get(text)
+        if known is not None and now - known[0] < self._remember:
+            return known[1]
+        found = verdict(self._reading(text), self.catalog.over(LiveCatalog(conn)), self.allow)
+        with self._lock:
+            if len(self._verdicts) >= self.MAX_READINGS:  # keep only the live ones
+                self._verdicts = {
+                    t: v for t, v in self._verdicts.items() if now - v[0] < self._remember
+                }
+            self._verdicts[text] = (now, found)
+        return found
+
+    def refuse_unless_allowed(
+        self, conn: psycopg.Connection[Any], text: str, invariant: Invariant, user_line: int = 1
+    ) -> None:
+        """Raise Refused when the fence says no; `user_line` is where the invariant's own
+        SQL starts in `text`, so each problem names its line in the file."""
+        errors = [p for p in self.problems(conn, text) if p.level == "error"]
+        if errors:
+            raise Refused(
+                [
+                    Problem(
+                        invariant.path,
+                        max(p.line - user_line, 0) + invariant.sql_first_line,
+                        p.message,
+                    )
+                    for p in errors
+                ]
+            )
+
+
+def send_one_statement(
+    cur: psycopg.Cursor[Any], text: str, params: list[list[Any]] | None = None
+) -> None:
+    """Send `text` as exactly one statement. Without parameters psycopg would use the simple
+    query protocol, where the server runs every statement a text holds; in a pipeline it
+    uses the extended protocol, where a second statement is an error. So even a text the
+    fence's parser read differently from the server's cannot smuggle a second statement.
+    (`Cursor.stream`, used for the rows, always uses the extended protocol.) With `params`
+    (a source's listing, see sources/binding.py) `cur` is a RawCursor: `$n` placeholders,
+    so a `%` in the invariant's text is never read as one."""
+    with cur.connection.pipeline():
+        cur.execute(text.encode(), params, prepare=False)
+
+
+# For every connection that runs invariants: the encoding the fence assumes.
+CLIENT_ENCODING = "utf8"
+
+# Per result type: does its cast to text run a function (so the text differs from what the
+# server would send, e.g. bool -> 'true' where the server sends 't')?
+_TYPES = (
+    "SELECT t.oid::int8, EXISTS (SELECT FROM pg_catalog.pg_cast c WHERE c.castsource = t.oid"
+    " AND c.casttarget = 'pg_catalog.text'::pg_catalog.regtype AND c.castmethod = 'f')"
+    " FROM pg_catalog.pg_type t WHERE t.oid = ANY(%s::oid[])"
+)
+
+
+def _columns(
+    described: psycopg.Cursor[Any], cur: psycopg.Cursor[Any], memory: CatalogMemory
+) -> list[Column]:
+    """The invariant's result columns, as the row description just received on `described`
+    says (the base type of a domain), each with how its text is taken (asked of the catalog
+    on `cur` once per type while `memory` remembers)."""
+    description = described.description or []
+    if len(description) > MAX_COLUMNS:
+        raise Unrunnable(
+            f"the query returns {len(description):,} columns; invmon reads at most {MAX_COLUMNS:,}"
+        )
+    names = unique_column_names([c.name for c in description])
+    oids = [c.type_code for c in description]
+
+    def ask(types: list[Name]) -> dict[Name, bool]:
+        rows = cur.execute(_TYPES, [[int(t[0]) for t in types]]).fetchall()
+        return {(str(oid),): bool(via) for oid, via in rows}
+
+    via_format = memory.recall("text_cast", [(str(oid),) for oid in oids], ask)
+    return [
+        Column(name, oid, via_format.get((str(oid),), True))
+        for name, oid in zip(names, oids, strict=True)
+    ]
+
+
+_UNKNOWN_TYPE = 0  # psycopg's fallback: the text as str, as for any type it does not know
+
+
+def _loads(conn: psycopg.Connection[Any], columns: list[Column]) -> list[Load]:
+    """For each column, the text loader psycopg would use for its type on this connection
+    (including register_loaders' own), so a value reads as a plain fetch would read it."""
+    loads: list[Load] = []
+    for column in columns:
+        loader = conn.adapters.get_loader(column.oid, pq.Format.TEXT)
+        if loader is None:
+            loader = conn.adapters.get_loader(_UNKNOWN_TYPE, pq.Format.TEXT)
+        assert loader is not None  # psycopg always has a text loader for unknown types
+        loads.append(loader(column.oid, conn).load)
+    return loads
+
+
+def _key_positions(columns: list[Column], invariant: Invariant) -> list[int]:
+    names = [c.name for c in columns]
+    missing = [k for k in invariant.key if k not in names]
+    if missing:
+        raise Unrunnable(
+            f"key column{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))} not among "
+            f"the query's columns: {shorten(names, 200)}"
+        )
+    return [names.index(k) for k in invariant.key]
+
+
+def execute(
+    conn: psycopg.Connection[Any],
+    invariant: Invariant,
+    *,
+    sample: int,
+    track: int = 0,
+    limits: RowLimits = DEFAULT_ROW_LIMITS,
+    masker: Masker | None = None,
+    lock_timeout: timedelta,
+    live_fence: LiveFence,
+    bound: Bound = NOTHING_BOUND,
+    temp_file_limit: str | None = DEFAULT_TEMP_FILE_LIMIT,
+) -> Evaluation:
+    """Evaluate one invariant on `conn` (loaders registered, no transaction open): the exact
+    count, at most `sample` whole rows, and the keys of at most `track` rows (of `sample`
+    rows when the invariant has no key), all within `limits`, masked by `masker`. `bound`
+    holds its sources' listings: their CTEs go before both texts sent, and the fence judges
+    the invariant's text with those CTEs before anything is sent."""
+    judged, _, user_line = standalone(bound, invariant.sql)
+    params = bound.params or None
+    with (
+        conn.transaction(),
+        conn.cursor() as cur,
+        psycopg.RawCursor(conn) if params else conn.cursor() as sending,
+    ):
+        begin_read_only(conn, invariant, lock_timeout, temp_file_limit)
+        live_fence.refuse_unless_allowed(conn, judged, invariant, user_line)
+        described = bound_text(bound, describing_query(invariant.sql))
+        # Its types are all the describing query returns: the listing is sent once, below.
+        send_one_statement(sending, described, emptied(bound) if params else None)
+        columns = _columns(sending, cur, live_fence.catalog)
+        key = _key_positions(columns, invariant)
+        cell = limits.cell(len(columns))
+        fetch = max(sample, track) if key else sample
+        query = bound_text(
+            bound,
+            bounded_query(invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell),
+        )
+        gathering = Gathering(
+            columns,
+            _loads(conn, columns),
+            key,
+            full=sample,
+            cell=cell,
+            limits=limits,
+            masker=masker,
+        )
+        # One row in memory at a time (single-row mode), whatever `fetch` is.
+        for raw in sending.stream(query.encode(), params):
+            gathering.add(raw)
+    return gathering.result()

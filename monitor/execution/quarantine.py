@@ -1,0 +1,63 @@
+"""Quarantine: an invariant whose run went on well past its timeout is a finding about the
+invariant, not a bad turn of luck. The database could not stop it (an uninterruptible
+function: libxml2, numeric arithmetic that never checks for a cancel), or the server was
+too loaded to; either way, run every 15 minutes it would hold a replica's CPU forever. It
+is held out of the schedule, on every daemon sharing the store, until its file changes
+(its version: what runs, below) or an operator lifts it (`invmon unquarantine`); its owner
+gets one alert saying why and by how much.
+
+Pure: the decision and the record. The store keeps it (state.py), the daemon applies it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from monitor.durations import format_duration
+
+if TYPE_CHECKING:
+    from monitor.invariants.loader import Invariant
+
+
+def version_of(inv: Invariant) -> str:
+    """What runs, as a short digest: the SQL, its header and its timeout and target. A
+    change to any of them is a new invariant as far as a quarantine goes."""
+    what = json.dumps(
+        [inv.sql, inv.header.model_dump(mode="json"), inv.timeout.total_seconds(), inv.target],
+        sort_keys=True,
+    )
+    return hashlib.sha256(what.encode()).hexdigest()[:16]
+
+
+def _shown(delta: timedelta) -> str:
+    seconds = delta.total_seconds()
+    # Tenths under a minute: an overrun of a 1 s timeout is told in seconds and tenths.
+    return f"{round(seconds, 1):g}s" if seconds < 60 else format_duration(delta)
+
+
+def overrun(took: timedelta, inv: Invariant, margin: timedelta) -> str | None:
+    """Why a run that took `took` quarantines `inv`, or None: it went on more than `margin`
+    past the longest it may take (its sources' timeouts plus its own)."""
+    longest = inv.longest_run
+    if took <= longest + margin:
+        return None
+    return (
+        f"a run took {_shown(took)}, {_shown(took - longest)} past its timeout of "
+        f"{_shown(longest)} (the margin is {_shown(margin)}): the database did not stop it"
+    )
+
+
+def still_running(running_for: timedelta, inv: Invariant, margin: timedelta) -> str | None:
+    """The same for a run still in flight: found by the daemon's tick, since a run that
+    never ends would otherwise never say so."""
+    longest = inv.longest_run
+    if running_for <= longest + margin:
+        return None
+    return (
+        f"a run has been going for {_shown(running_for)}, {_shown(running_for - longest)} "
+        f"past its timeout of {_shown(longest)} (the margin is {_shown(margin)}): the database "
+        "is not stopping it"
+    )

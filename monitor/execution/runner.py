@@ -1,0 +1,317 @@
+"""Runs invariants against the monitored database, safely and concurrently.
+
+Each run is a READ ONLY transaction with the invariant's statement_timeout, a lock_timeout
+and application_name `invmon:<name>`, on a bounded connection pool shared by all runs. Any
+failure becomes an `error` result carrying the database's own message; it never becomes
+`ok` or a count of zero, and it never stops the other invariants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from monitor.config import DatabaseConfig
+from monitor.execution.execute import (
+    CLIENT_ENCODING,
+    TEMP_FILE_LIMIT_HINT,
+    LiveFence,
+    Refused,
+    Unrunnable,
+    execute,
+    register_loaders,
+)
+from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
+from monitor.execution.redaction import NO_REDACTION, Masker, Redaction
+from monitor.execution.replica import ReplicaStatus, read_replica_status
+from monitor.execution.results import DEFAULT_TARGET, RunResult
+from monitor.fence.fence import TRUST_NOTHING, Allowances
+from monitor.fence.role_check import RoleFacts, read_role
+from monitor.invariants.loader import Invariant
+from monitor.problems import Problem
+from monitor.sources.binding import NOTHING_BOUND, Bound, unlisted
+from monitor.sources.listing import Lister, ListingError, list_source, listed_and_bound
+from monitor.text import counted
+
+# A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
+# about the invariant, so the run is tried again a bounded number of times.
+_RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+
+
+def describe_error(exc: BaseException) -> str:
+    """The database's message, without the driver's decoration; never includes a DSN."""
+    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
+        message = exc.diag.message_primary
+        if exc.diag.message_detail:
+            message += f" ({exc.diag.message_detail})"
+        return message
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def explained(exc: psycopg.Error) -> str:
+    """The database's message, and for a limit of invmon's setting, where it comes from."""
+    message = describe_error(exc)
+    if exc.sqlstate == pg_errors.ConfigurationLimitExceeded.sqlstate and (
+        "temp_file_limit" in message
+    ):
+        return f"{message}: {TEMP_FILE_LIMIT_HINT}"
+    return message
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    # BEGIN READ ONLY for every transaction on this connection: the second fence after lint.
+    conn.read_only = True
+    conn.autocommit = False
+    register_loaders(conn)
+
+
+def _reset(conn: psycopg.Connection) -> None:
+    # Nothing one invariant did to its session (a search_path, a lock, a temp table) may
+    # reach the next invariant that borrows this connection.
+    conn.autocommit = True
+    conn.execute("DISCARD ALL")
+    conn.autocommit = False
+
+
+class Runner:
+    """Owns the connection pool; use as a context manager."""
+
+    def __init__(
+        self,
+        dsn: str,
+        concurrency: int = 4,
+        database: DatabaseConfig | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        track_keys: int = 0,
+        allow: Allowances = TRUST_NOTHING,
+        limits: RowLimits = DEFAULT_ROW_LIMITS,
+        redaction: Redaction = NO_REDACTION,
+        target: str = DEFAULT_TARGET,
+        lister: Lister = list_source,
+    ) -> None:
+        self.dsn = dsn
+        self.lister = lister  # how an invariant's `source:` relations are listed
+        self.concurrency = concurrency
+        self.database = database or DatabaseConfig()
+        self._sleep = sleep
+        # How many offending keys to bring back for incident tracking, beyond the sample.
+        self.track_keys = track_keys
+        self.limits = limits
+        self.redaction = redaction
+        self.target = target
+        self.fence = LiveFence(allow)
+        self._active: set[psycopg.Connection[Any]] = set()
+        self._active_lock = threading.Lock()
+        connect_timeout = max(1, int(self.database.connect_timeout.total_seconds()))
+        self._pool = ConnectionPool(
+            dsn,
+            min_size=0,
+            max_size=concurrency,
+            open=False,
+            timeout=self.database.connect_timeout.total_seconds(),
+            configure=_configure,
+            reset=_reset,
+            # No server-side prepared statements: DISCARD ALL would drop them under psycopg.
+            kwargs={
+                "connect_timeout": connect_timeout,
+                "application_name": "invmon",
+                "prepare_threshold": None,
+                "client_encoding": CLIENT_ENCODING,
+            },
+            name="invmon",
+        )
+
+    def __enter__(self) -> Runner:
+        self.open()
+        return self
+
+    def open(self) -> None:
+        self._pool.open(wait=False)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._pool.close(timeout=5)
+
+    def replica_status(self) -> ReplicaStatus:
+        """Recovery state and lag of the monitored server, read like a run: read-only."""
+        with self._pool.connection() as conn, conn.transaction():
+            return read_replica_status(conn)
+
+    def role_facts(self) -> RoleFacts:
+        """What the role it connects as can do (role_check.py), read like a run: read-only."""
+        with self._pool.connection() as conn, conn.transaction():
+            return read_role(conn)
+
+    def cancel_all(self) -> int:
+        """Ask the server to cancel every query in flight (used on shutdown)."""
+        with self._active_lock:
+            active = list(self._active)
+        for conn in active:
+            conn.cancel_safe(timeout=5)
+        return len(active)
+
+    def probe(self) -> str | None:
+        """None when the database accepts a connection, else the reason it does not."""
+        timeout = max(1, int(self.database.connect_timeout.total_seconds()))
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=timeout, autocommit=True) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            return describe_error(exc)
+        return None
+
+    def run_all(self, invariants: Sequence[Invariant]) -> list[RunResult]:
+        """Evaluate every invariant once, at most `concurrency` at a time, in input order."""
+        if not invariants:
+            return []
+        unreachable = self.probe()
+        if unreachable is not None:
+            now = datetime.now(UTC)
+            return [
+                RunResult.failed(
+                    i.name, f"cannot connect: {unreachable}", started_at=now, target=self.target
+                )
+                for i in invariants
+            ]
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="invmon-run") as pool:
+            return list(pool.map(self.run_one, invariants))
+
+    def _list_sources(self, invariant: Invariant) -> tuple[Bound, float | None]:
+        """Its sources listed and bound (before a connection is taken: a listing may take
+        a while), and the milliseconds listing took; (nothing, None) without sources."""
+        sources = invariant.header.source
+        if not sources:
+            return NOTHING_BOUND, None
+        clock = time.monotonic()
+        bound, _ = listed_and_bound(sources, self.lister)
+        return bound, (time.monotonic() - clock) * 1000
+
+    def run_one(self, invariant: Invariant) -> RunResult:
+        started = datetime.now(UTC)
+        clock = time.monotonic()
+        listing_clock = time.monotonic()
+        try:
+            bound, listing_ms = self._list_sources(invariant)
+        except ListingError as exc:
+            # Keys are data of the store's: masked like a value of a row.
+            return RunResult.failed(
+                invariant.name,
+                self._masker(invariant).text(str(exc)),
+                started_at=started,
+                duration_ms=(time.monotonic() - clock) * 1000,
+                listing_ms=(time.monotonic() - listing_clock) * 1000,
+                target=self.target,
+            )
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                evaluation = self._evaluate(invariant, bound)
+            except Refused as exc:
+                error = f"refused by the read-only fence: {exc}"
+            except Unrunnable as exc:
+                error = str(exc)
+            except _RETRYABLE as exc:
+                if attempts <= self.database.recovery_conflict_retries:
+                    backoff = self.database.retry_backoff.total_seconds() * 2 ** (attempts - 1)
+                    self._sleep(backoff)
+                    continue
+                error = f"{describe_error(exc)} (gave up after {counted(attempts, 'attempt')})"
+            except PoolTimeout:
+                reason = self.probe() or "all connections busy"
+                error = f"no database connection within the connect timeout: {reason}"
+            except psycopg.Error as exc:
+                # The database's message can quote a value of a row ("invalid input: …").
+                error = self._masker(invariant).text(explained(exc))
+            else:
+                return RunResult.counted(
+                    invariant.name,
+                    evaluation.count,
+                    evaluation.columns,
+                    evaluation.rows,
+                    started_at=started,
+                    duration_ms=(time.monotonic() - clock) * 1000,
+                    attempts=attempts,
+                    keys=evaluation.keys if self.track_keys else {},
+                    keys_complete=evaluation.keys_complete,
+                    cut_values=evaluation.cut_values,
+                    cell_bytes=evaluation.cell_bytes,
+                    rows_withheld=evaluation.rows_withheld,
+                    target=self.target,
+                    listing_ms=listing_ms,
+                )
+            return RunResult.failed(
+                invariant.name,
+                error,
+                started_at=started,
+                duration_ms=(time.monotonic() - clock) * 1000,
+                attempts=attempts,
+                target=self.target,
+                listing_ms=listing_ms,
+            )
+
+    @contextlib.contextmanager
+    def _in_flight(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        with self._active_lock:
+            self._active.add(conn)
+        try:
+            yield
+        finally:
+            with self._active_lock:
+                self._active.discard(conn)
+
+    def _evaluate(self, invariant: Invariant, bound: Bound = NOTHING_BOUND) -> Evaluation:
+        with self._pool.connection() as conn, self._in_flight(conn):
+            return execute(
+                conn,
+                invariant,
+                sample=invariant.sample,
+                track=self.track_keys,
+                limits=self.limits,
+                masker=self._masker(invariant),
+                lock_timeout=self.database.lock_timeout,
+                live_fence=self.fence,
+                bound=bound,
+                temp_file_limit=self.database.temp_file_limit,
+            )
+
+    def _masker(self, invariant: Invariant) -> Masker:
+        return self.redaction.masker(invariant.header.redact, invariant.header.show)
+
+    def vet(self, invariants: Sequence[Invariant]) -> dict[str, list[Problem]]:
+        """The fence's word on each invariant against this database, before it is scheduled:
+        {name: problems} for those refused. Empty when the database cannot be reached (each
+        run is judged again anyway)."""
+        refused: dict[str, list[Problem]] = {}
+        if self.probe() is not None:  # fails at once on a refused port, unlike the pool
+            return {}
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                for inv in invariants:
+                    # With sources, the text judged is the one sent: their CTEs before it.
+                    text, _, user_line = unlisted(inv.header.source, inv.sql)
+                    try:
+                        self.fence.refuse_unless_allowed(conn, text, inv, user_line)
+                    except Refused as exc:
+                        refused[inv.name] = exc.problems
+        except (psycopg.Error, PoolTimeout):
+            return {}
+        return refused

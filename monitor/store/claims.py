@@ -1,0 +1,148 @@
+"""The claim rule: a slot of an invariant is evaluated by the one daemon that claims it, and
+a claim whose daemon stopped renewing its lease is taken over by another.
+
+Everything here is one statement checked by what it returned, as SQLite and PostgreSQL both
+guarantee it: a slot is claimed by `INSERT … ON CONFLICT DO NOTHING` on (invariant, slot),
+taken over by an UPDATE conditional on an expired lease, and finished by an UPDATE
+conditional on still owning it, in the same transaction that stores the run. So the runs
+table holds at most one run per slot, whatever dies when; a daemon that lost its claim
+while it ran (its lease expired, another took over) stores nothing. No consensus of our own:
+the state store's row locks and unique index decide.
+
+A daemon also keeps a row in `daemons` (its heartbeat), which is how the others know whom
+to prefer for a slot (fleet.py) and how an operator sees the fleet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from monitor.clock import parse_stamp, stamp
+from monitor.daemon.slots import Due
+from monitor.store.storage import Storage, Tx
+
+Claimed = Literal["claimed", "taken", "busy"]
+
+
+class LostClaim(Exception):
+    """The daemon's claim on a slot was taken over while it ran: its run is not stored."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """This daemon holds this slot: the run it stores must say so."""
+
+    invariant: str
+    slot: datetime
+    owner: str
+
+
+class Claims:
+    def __init__(self, storage: Storage, me: str, lease: timedelta) -> None:
+        self.storage = storage
+        self.me = me
+        self.lease = lease
+
+    def claim(self, due: Due, now: datetime) -> Claimed:
+        """`claimed`: this daemon evaluates the slot. `taken`: another daemon has it.
+        `busy`: an earlier slot of the invariant is not finished yet, running somewhere or
+        waiting to be taken over from a daemon that died (an invariant never runs twice at
+        once across the fleet, and its slots are stored in order); try again later."""
+        slot, at = stamp(due.slot), stamp(now)
+        with self.storage.transaction() as tx:
+            won = tx.rows(
+                "INSERT INTO slot_claims (invariant, slot, owner, claimed_at, lease_until)"
+                " SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM slot_claims"
+                "  WHERE invariant = ? AND slot < ? AND finished_at IS NULL)"
+                " ON CONFLICT (invariant, slot) DO NOTHING RETURNING owner",
+                (due.name, slot, self.me, at, stamp(now + self.lease), due.name, slot),
+            )
+            if won:
+                return "claimed"
+            exists = tx.rows(
+                "SELECT 1 FROM slot_claims WHERE invariant = ? AND slot = ?", (due.name, slot)
+            )
+        return "taken" if exists else "busy"
+
+    def take_over(self, names: Collection[str], now: datetime, limit: int = 200) -> list[Due]:
+        """Claims of these invariants whose daemon stopped renewing them (it died, or lost
+        the store), now this daemon's to run: a slot once claimed is always run."""
+        at = stamp(now)
+        taken: list[Due] = []
+        with self.storage.transaction() as tx:
+            orphans = tx.rows(
+                "SELECT invariant, slot FROM slot_claims WHERE finished_at IS NULL"
+                " AND lease_until <= ? ORDER BY slot, invariant LIMIT ?",
+                (at, limit),
+            )
+            for name, slot in orphans:
+                if name not in names:
+                    continue
+                won = tx.rows(
+                    "UPDATE slot_claims SET owner = ?, lease_until = ?,"
+                    " takeovers = takeovers + 1 WHERE invariant = ? AND slot = ?"
+                    " AND finished_at IS NULL AND lease_until <= ? RETURNING invariant",
+                    (self.me, stamp(now + self.lease), name, slot, at),
+                )
+                if won:
+                    taken.append(Due(name, parse_stamp(slot)))
+        return taken
+
+    def heartbeat(self, now: datetime, running: Collection[Claim], host: str, pid: int) -> None:
+        """This daemon is alive, and still running these claims: their leases go on."""
+        at = stamp(now)
+        with self.storage.transaction() as tx:
+            tx.run(
+                "INSERT INTO daemons (id, host, pid, started_at, seen_at) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at",
+                (self.me, host, pid, at, at),
+            )
+            for claim in running:
+                tx.run(
+                    "UPDATE slot_claims SET lease_until = ? WHERE invariant = ? AND slot = ?"
+                    " AND owner = ? AND finished_at IS NULL",
+                    (stamp(now + self.lease), claim.invariant, stamp(claim.slot), self.me),
+                )
+
+    def members(self, now: datetime, window: timedelta) -> set[str]:
+        """The daemons seen alive within `window`."""
+        with self.storage.transaction() as tx:
+            found = tx.rows("SELECT id FROM daemons WHERE seen_at > ?", (stamp(now - window),))
+        return {str(member) for (member,) in found}
+
+    def release(self, claim: Claim, now: datetime) -> None:
+        """A run that could not be stored: let another daemon take the slot at once."""
+        with self.storage.transaction() as tx:
+            tx.run(
+                "UPDATE slot_claims SET lease_until = ? WHERE invariant = ? AND slot = ?"
+                " AND owner = ? AND finished_at IS NULL",
+                (stamp(now), claim.invariant, stamp(claim.slot), self.me),
+            )
+
+    def leave(self, before: datetime) -> None:
+        """A clean stop: off the list of daemons (and drop rows of long-dead ones)."""
+        with self.storage.transaction() as tx:
+            tx.run("DELETE FROM daemons WHERE id = ? OR seen_at < ?", (self.me, stamp(before)))
+
+    def prune(self, before: datetime) -> None:
+        """Finished claims older than the runs kept."""
+        with self.storage.transaction() as tx:
+            tx.run(
+                "DELETE FROM slot_claims WHERE finished_at IS NOT NULL AND slot < ?",
+                (stamp(before),),
+            )
+
+
+def finish(tx: Tx, claim: Claim, now: datetime) -> bool:
+    """Close the claim as run, in the transaction that stores the run; False when this
+    daemon no longer holds it (another took it over), and then nothing may be stored."""
+    return bool(
+        tx.rows(
+            "UPDATE slot_claims SET finished_at = ?, outcome = 'run' WHERE invariant = ?"
+            " AND slot = ? AND owner = ? AND finished_at IS NULL RETURNING invariant",
+            (stamp(now), claim.invariant, stamp(claim.slot), claim.owner),
+        )
+    )

@@ -1,0 +1,238 @@
+"""The incident state machine: given what an invariant's last runs looked like and what the
+newest run saw, decide what changes and which events that produces. Pure: no I/O, no clock.
+
+Rules:
+- a violation incident opens after `for_runs` consecutive violated runs, stays open while
+  violated (tracking which offending keys appeared and which are gone), and resolves on the
+  first `ok` run;
+- an `error` or `stale` run neither opens nor resolves a violation incident, and does not
+  break a run of violations;
+- after `error_threshold` consecutive errors a separate cannot-evaluate incident opens; the
+  next successful run (ok or violated) resolves it;
+- an incident open when its invariant's file is removed is retired, not resolved: it
+  closed because nothing evaluates it any more, not because it held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Literal
+
+from monitor.execution.results import Status
+from monitor.text import counted
+
+IncidentKind = Literal[
+    "violation",
+    "cannot_evaluate",
+    "replica_stale",
+    "invalid_file",
+    "target_unreachable",
+    "quarantined",
+]
+EventKind = Literal[
+    "opened",
+    "keys_appeared",
+    "keys_gone",
+    "resolved",
+    "cannot_evaluate",
+    "recovered",
+    "replica_stale",
+    "replica_fresh",
+    "file_invalid",
+    "file_fixed",
+    "target_unreachable",
+    "target_reachable",
+    "quarantined",
+    "unquarantined",
+    "retired",
+]
+# How an incident stands: open, or closed one of two ways. `resolved` is the condition
+# ending (the query held again, the replica caught up, ...); `retired` is the invariant's
+# file being removed while the incident was open, which says nothing about the rows.
+IncidentState = Literal["open", "resolved", "retired"]
+EndState = Literal["resolved", "retired"]
+
+# Shown in logs and (later) in alerts; the kinds of incident that are not violations have
+# their own opening and closing event names so nobody mistakes an error for a violation.
+OPEN_EVENT: dict[IncidentKind, EventKind] = {
+    "violation": "opened",
+    "cannot_evaluate": "cannot_evaluate",
+    "replica_stale": "replica_stale",
+    "invalid_file": "file_invalid",
+    "target_unreachable": "target_unreachable",
+    "quarantined": "quarantined",
+}
+CLOSE_EVENT: dict[IncidentKind, EventKind] = {
+    "violation": "resolved",
+    "cannot_evaluate": "recovered",
+    "replica_stale": "replica_fresh",
+    "invalid_file": "file_fixed",
+    "target_unreachable": "target_reachable",
+    "quarantined": "unquarantined",
+}
+# Closes any kind of incident whose invariant was removed (StateStore.retire).
+RETIRED_EVENT: EventKind = "retired"
+
+
+def closes(event: EventKind | str, incident: IncidentKind) -> bool:
+    """Whether an event of this kind closes an incident of that kind."""
+    return event == CLOSE_EVENT[incident] or event == RETIRED_EVENT
+
+
+def while_open(kind: str, count: int | None) -> str:
+    """What still stood when an incident was closed without being resolved: the words after
+    "closed" in a retired incident's title, and after "removed" in its reply."""
+    if kind == "violation":
+        return f"while {counted(count, 'row')} still offended" if count else "while it was violated"
+    return {
+        "cannot_evaluate": "while it could not be evaluated",
+        "quarantined": "while it was quarantined",
+    }.get(kind, "while it was open")
+
+
+def retired_reason(kind: str, count: int | None) -> str:
+    """Why a retired incident closed, as its `retired` event says it."""
+    return f"the invariant was removed {while_open(kind, count)}"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one run saw, as far as incidents are concerned."""
+
+    status: Status
+    count: int | None
+    keys: Mapping[str, Any] = field(default_factory=dict)  # offending key -> its row (or None)
+    keys_complete: bool = True  # False when more rows offend than were tracked
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class OpenIncident:
+    id: int
+    kind: IncidentKind
+    opened_at: datetime
+    keys: frozenset[str] = frozenset()  # offending keys currently known to be open
+
+
+@dataclass(frozen=True)
+class InvariantState:
+    consecutive_violations: int = 0
+    consecutive_errors: int = 0
+    violation: OpenIncident | None = None
+    cannot_evaluate: OpenIncident | None = None
+
+
+@dataclass(frozen=True)
+class EventDraft:
+    kind: EventKind
+    incident: IncidentKind
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: InvariantState  # counters updated; incident ids are the shell's to fill in
+    open_violation: bool = False
+    resolve_violation: bool = False
+    keys_appeared: dict[str, Any] = field(default_factory=dict)
+    keys_gone: frozenset[str] = frozenset()
+    keys_seen: frozenset[str] = frozenset()  # still offending: their last_seen moves on
+    open_cannot_evaluate: bool = False
+    resolve_cannot_evaluate: bool = False
+    events: list[EventDraft] = field(default_factory=list)
+
+
+def decide(
+    state: InvariantState, seen: Observation, for_runs: int = 1, error_threshold: int = 3
+) -> Decision:
+    if seen.status == "stale":
+        return Decision(state)
+    if seen.status == "error":
+        return _after_error(state, seen, error_threshold)
+
+    events: list[EventDraft] = []
+    resolve_cannot = state.cannot_evaluate is not None
+    if resolve_cannot:
+        events.append(EventDraft("recovered", "cannot_evaluate", {"status": seen.status}))
+    state = replace(state, consecutive_errors=0)
+
+    if seen.status == "ok":
+        resolve = state.violation is not None
+        if resolve:
+            events.append(EventDraft("resolved", "violation", {"count": 0}))
+        return Decision(
+            replace(state, consecutive_violations=0),
+            resolve_violation=resolve,
+            resolve_cannot_evaluate=resolve_cannot,
+            events=events,
+        )
+
+    violations = state.consecutive_violations + 1
+    state = replace(state, consecutive_violations=violations)
+    if state.violation is None:
+        if violations < for_runs:
+            return Decision(state, resolve_cannot_evaluate=resolve_cannot, events=events)
+        events.append(
+            EventDraft(
+                "opened",
+                "violation",
+                {"count": seen.count, "keys": sorted(seen.keys), "complete": seen.keys_complete},
+            )
+        )
+        return Decision(
+            state,
+            open_violation=True,
+            keys_appeared=dict(seen.keys),
+            resolve_cannot_evaluate=resolve_cannot,
+            events=events,
+        )
+
+    known = state.violation.keys
+    appeared = {k: v for k, v in seen.keys.items() if k not in known}
+    # Keys beyond the tracked window may still offend, so "gone" is only claimed when the
+    # run saw every offending key.
+    gone = frozenset(known - seen.keys.keys()) if seen.keys_complete else frozenset()
+    if appeared:
+        events.append(
+            EventDraft(
+                "keys_appeared", "violation", {"count": seen.count, "keys": sorted(appeared)}
+            )
+        )
+    if gone:
+        events.append(
+            EventDraft("keys_gone", "violation", {"count": seen.count, "keys": sorted(gone)})
+        )
+    return Decision(
+        state,
+        keys_appeared=appeared,
+        keys_gone=gone,
+        keys_seen=frozenset(seen.keys) & known,
+        resolve_cannot_evaluate=resolve_cannot,
+        events=events,
+    )
+
+
+def _after_error(state: InvariantState, seen: Observation, threshold: int) -> Decision:
+    errors = state.consecutive_errors + 1
+    state = replace(state, consecutive_errors=errors)
+    if state.cannot_evaluate is None and errors >= threshold:
+        event = EventDraft(
+            "cannot_evaluate",
+            "cannot_evaluate",
+            {"error": seen.error, "consecutive_errors": errors},
+        )
+        return Decision(state, open_cannot_evaluate=True, events=[event])
+    return Decision(state)
+
+
+def toggle(
+    open_incident: OpenIncident | None, active: bool, kind: IncidentKind, payload: dict[str, Any]
+) -> EventDraft | None:
+    """For conditions that are simply on or off (replica stale, invalid file)."""
+    if active and open_incident is None:
+        return EventDraft(OPEN_EVENT[kind], kind, payload)
+    if not active and open_incident is not None:
+        return EventDraft(CLOSE_EVENT[kind], kind, payload)
+    return None

@@ -1,0 +1,546 @@
+"""The monitor's own data: runs, incidents, offending keys and the events outbox.
+
+Never in the monitored database (a replica is read-only). SQLite by default, one file in
+WAL mode; PostgreSQL when `state.dsn` is set, so several daemons can share it. One schema,
+written in the SQL both understand; timestamps are ISO 8601 UTC text and documents JSON text
+so the two stores behave identically.
+
+Every state change and the events it causes are written in one transaction: an event
+exists if and only if its transition happened (a transactional outbox).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from monitor.clock import parse_stamp, stamp
+from monitor.execution.results import DEFAULT_TARGET, RunResult
+from monitor.store.acks import Action, Outcome, decide_action
+from monitor.store.claims import Claim, LostClaim, finish
+from monitor.store.incidents import (
+    RETIRED_EVENT,
+    Decision,
+    EndState,
+    EventDraft,
+    IncidentKind,
+    InvariantState,
+    Observation,
+    OpenIncident,
+    closes,
+    decide,
+    retired_reason,
+    toggle,
+)
+from monitor.store.records import Incident, IncidentContext, Quarantine, StoredEvent
+from monitor.store.state_queries import StateQueries
+from monitor.store.storage import PostgresStorage, Storage, Tx, open_storage
+
+REPLICA_SUBJECT = "(replica)"
+
+
+def replica_subject(target: str) -> str:
+    """The subject of a target's replica-stale incident; the one-target form is unchanged."""
+    return REPLICA_SUBJECT if target == "default" else f"(replica {target})"
+
+
+def target_subject(target: str) -> str:
+    return f"(target {target})"
+
+
+class StateStore(StateQueries):
+    """Runs, incidents, their keys, acknowledgements and the events outbox: what changes
+    them is here, in transactions that also write the events they cause; what reads them is
+    in StateQueries. Open with `StateStore.open(path=..., dsn=...)`; `storage` is shared
+    with alerting's tables."""
+
+    def __init__(self, storage: Storage) -> None:
+        super().__init__(storage)
+
+    @classmethod
+    def open(
+        cls,
+        path: Path | None = None,
+        dsn: str | None = None,
+        read_only: bool = False,
+        connect_timeout: float = 10,
+    ) -> StateStore:
+        return cls(open_storage(path, dsn, read_only, connect_timeout))
+
+    @property
+    def shared(self) -> bool:
+        """Several daemons may use this store at once (PostgreSQL)."""
+        return isinstance(self.storage, PostgresStorage)
+
+    def close(self) -> None:
+        self.storage.close()
+
+    # --- writing -----------------------------------------------------------------------
+
+    def record_run(
+        self,
+        invariant: str,
+        result: RunResult,
+        finished_at: datetime,
+        for_runs: int = 1,
+        error_threshold: int = 3,
+        context: IncidentContext | None = None,
+        claim: Claim | None = None,
+    ) -> list[StoredEvent]:
+        """Store the run, move the incidents on, and write the events: all or nothing.
+        `context` is kept with any incident this run opens. With a `claim` (the daemon's
+        scheduled runs) the claim is closed in the same transaction, and LostClaim is
+        raised, storing nothing, when this daemon no longer holds it."""
+        seen = Observation(
+            # A run its target could not take is, for the invariant's incidents, like a stale
+            # one: it neither opens nor resolves anything (the target's incident covers it).
+            status="stale" if result.unreachable else result.status,
+            count=result.count,
+            keys=result.keys,
+            keys_complete=result.keys_complete,
+            error=result.error,
+        )
+        now = stamp(finished_at)
+        with self._db.transaction() as tx:
+            if claim is not None and not finish(tx, claim, finished_at):
+                raise LostClaim(f"{invariant} at {stamp(claim.slot)} was taken over")
+            state = self._load_state(tx, invariant, now)
+            run_id = self._insert_run(tx, invariant, result, finished_at, claim)
+            decision = decide(state, seen, for_runs, error_threshold)
+            tx.run(
+                "UPDATE invariant_state SET consecutive_violations = ?, consecutive_errors = ?,"
+                " last_run_id = ?, updated_at = ? WHERE invariant = ?",
+                (
+                    decision.state.consecutive_violations,
+                    decision.state.consecutive_errors,
+                    run_id,
+                    now,
+                    invariant,
+                ),
+            )
+            incident_ids = self._apply(tx, invariant, state, decision, result, now, context)
+            drafts = decision.events
+            if decision.keys_appeared and state.violation is not None:
+                drafts = [self._maybe_clear_ack(tx, state.violation.id, d) for d in drafts]
+            return [
+                self._insert_event(tx, incident_ids[draft.incident], invariant, draft, now, run_id)
+                for draft in drafts
+            ]
+
+    def record_condition(
+        self,
+        kind: IncidentKind,
+        subject: str,
+        active: bool,
+        at: datetime,
+        detail: str | None = None,
+        context: IncidentContext | None = None,
+    ) -> list[StoredEvent]:
+        """Open or resolve an on/off incident: replica stale, a target that does not
+        answer, or an invalid file. `context` is kept with an incident it opens."""
+        with self._db.transaction() as tx:
+            return self._condition(tx, kind, subject, active, stamp(at), detail, context)
+
+    def _condition(
+        self,
+        tx: Tx,
+        kind: IncidentKind,
+        subject: str,
+        active: bool,
+        now: str,
+        detail: str | None,
+        context: IncidentContext | None,
+        closing: dict[str, Any] | None = None,
+    ) -> list[StoredEvent]:
+        self._lock_subject(tx, subject, now)
+        current = self._open_incident(tx, subject, kind)
+        draft = toggle(
+            current, active, kind, {"detail": detail} if active else closing or {"detail": detail}
+        )
+        if draft is None:
+            if current is not None and active:
+                tx.run(
+                    "UPDATE incidents SET last_seen_at = ?, detail = ? WHERE id = ?",
+                    (now, detail, current.id),
+                )
+            return []
+        if current is None:
+            target = context.target if context else DEFAULT_TARGET
+            incident_id = self._insert_incident(
+                tx, subject, kind, now, None, detail, target, context
+            )
+        else:
+            incident_id = current.id
+            self._resolve(tx, incident_id, now, None)
+        return [self._insert_event(tx, incident_id, subject, draft, now, None)]
+
+    # --- quarantine (quarantine.py decides; this keeps it for every daemon of a fleet) ---
+
+    def quarantine(
+        self, invariant: str, version: str, reason: str, at: datetime, context: IncidentContext
+    ) -> list[StoredEvent]:
+        """Keep `invariant` (at this version of its file) from being scheduled again, and open
+        its `quarantined` incident, which alerts its owner: one transaction."""
+        now = stamp(at)
+        with self._db.transaction() as tx:
+            tx.run(
+                "INSERT INTO quarantines (invariant, version, reason, since) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (invariant) DO UPDATE SET version = excluded.version,"
+                " reason = excluded.reason, since = excluded.since",
+                (invariant, version, reason, now),
+            )
+            return self._condition(tx, "quarantined", invariant, True, now, reason, context)
+
+    def lift_quarantine(self, invariant: str, why: str, at: datetime) -> list[StoredEvent] | None:
+        """Schedule `invariant` again (its file changed, or an operator said so); None when it
+        was not quarantined."""
+        now = stamp(at)
+        with self._db.transaction() as tx:
+            gone = tx.rows(
+                "DELETE FROM quarantines WHERE invariant = ? RETURNING invariant", (invariant,)
+            )
+            if not gone:
+                return None
+            return self._condition(
+                tx, "quarantined", invariant, False, now, None, None, {"reason": why}
+            )
+
+    def quarantined(self) -> dict[str, Quarantine]:
+        """Every invariant held out of the schedule, with the version of its file and why."""
+        with self._db.transaction() as tx:
+            rows = tx.rows("SELECT invariant, version, reason, since FROM quarantines")
+        return {
+            str(name): Quarantine(str(name), str(version), str(reason), parse_stamp(str(since)))
+            for name, version, reason, since in rows
+        }
+
+    def apply_action(
+        self,
+        incident_id: int,
+        action: Action,
+        at: datetime,
+        source: str,
+        then: Callable[[Tx, Incident, int], object] | None = None,
+    ) -> Outcome:
+        """Acknowledge, unacknowledge or snooze: recorded durably before anything is shown.
+
+        The incident's subject row is locked, so of two people clicking at once one acks
+        and the other is told who did. `then(tx, incident, action_id)` runs in the same transaction
+        when something changed (alerting uses it to queue the message update)."""
+        now = stamp(at)
+        with self._db.transaction() as tx:
+            found = tx.rows("SELECT invariant FROM incidents WHERE id = ?", (incident_id,))
+            if not found:
+                return Outcome(False, f"There is no incident #{incident_id}.", {})
+            self._lock_subject(tx, str(found[0][0]), now)
+            [incident] = self._incidents_in(tx, "WHERE id = ?", (incident_id,))
+            outcome = decide_action(incident, action, at)
+            if not outcome.changed:
+                return outcome
+            values = {
+                column: stamp(value) if isinstance(value, datetime) else value
+                for column, value in outcome.updates.items()
+            }
+            assignments = ", ".join(f"{column} = ?" for column in values)
+            tx.run(
+                f"UPDATE incidents SET {assignments} WHERE id = ?",
+                (*values.values(), incident_id),
+            )
+            detail = action.mode if action.kind == "ack" else values.get("snoozed_until")
+            [(action_id,)] = tx.rows(
+                "INSERT INTO incident_actions (incident_id, action, actor, actor_name, detail,"
+                " source, at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (incident_id, action.kind, action.actor, action.actor_name, detail, source, now),
+            )
+            if then is not None:
+                then(tx, incident, int(action_id))
+            return outcome
+
+    def retire(self, invariant: str, at: datetime) -> list[StoredEvent]:
+        """The invariant's file was removed: close what it had open so no incident stays
+        open forever for a check that no longer runs. Closed as `retired`, never resolved:
+        nothing was fixed, it stopped being looked at, and its messages say what still stood
+        (the rows still offending, or that it could not be evaluated)."""
+        now = stamp(at)
+        events = []
+        with self._db.transaction() as tx:
+            self._lock_subject(tx, invariant, now)
+            tx.run("DELETE FROM quarantines WHERE invariant = ?", (invariant,))
+            kinds: tuple[IncidentKind, ...] = ("violation", "cannot_evaluate", "quarantined")
+            for kind in kinds:
+                current = self._open_incident(tx, invariant, kind)
+                if current is None:
+                    continue
+                [(count,)] = tx.rows("SELECT last_count FROM incidents WHERE id = ?", (current.id,))
+                self._resolve(tx, current.id, now, None, ended_as="retired")
+                payload = {
+                    "reason": retired_reason(kind, count),
+                    "incident_kind": kind,
+                    "count": count,
+                }
+                draft = EventDraft(RETIRED_EVENT, kind, payload)
+                events.append(self._insert_event(tx, current.id, invariant, draft, now, None))
+        return events
+
+    def kept_value(self, name: str, make: Callable[[], str]) -> str:
+        """A value made once and kept (the same for every daemon sharing this store)."""
+        with self._db.transaction() as tx:
+            tx.run(
+                "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                (name, make()),
+            )
+            [(value,)] = tx.rows("SELECT value FROM meta WHERE name = ?", (name,))
+        return str(value)
+
+    def claim_event(self, tx: Tx, event_id: int, at: datetime) -> bool:
+        """Mark an event planned, once: of two daemons planning it, one gets True. Called
+        by alerting in the transaction that writes the event's deliveries."""
+        return bool(
+            tx.rows(
+                "UPDATE events SET dispatched_at = ? WHERE id = ? AND dispatched_at IS NULL"
+                " RETURNING id",
+                (stamp(at), event_id),
+            )
+        )
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _maybe_clear_ack(self, tx: Tx, incident_id: int, draft: EventDraft) -> EventDraft:
+        """An ack "until new rows appear" ends when a new offending key appears."""
+        if draft.kind != "keys_appeared":
+            return draft
+        cleared = tx.rows(
+            "UPDATE incidents SET acked_by = NULL, acked_by_name = NULL, acked_at = NULL,"
+            " ack_mode = NULL WHERE id = ? AND ack_mode = 'until_new_rows' RETURNING id",
+            (incident_id,),
+        )
+        if not cleared:
+            return draft
+        return EventDraft(draft.kind, draft.incident, {**draft.payload, "ack_cleared": True})
+
+    def _lock_subject(self, tx: Tx, subject: str, now: str) -> tuple[int, int]:
+        """Serialise every transition of one subject (an invariant, or the replica):
+        concurrent runs on a shared PostgreSQL store take turns on this row."""
+        tx.run(
+            "INSERT INTO invariant_state (invariant, updated_at) VALUES (?, ?)"
+            " ON CONFLICT (invariant) DO NOTHING",
+            (subject, now),
+        )
+        [(violations, errors)] = tx.rows(
+            "SELECT consecutive_violations, consecutive_errors FROM invariant_state"
+            f" WHERE invariant = ?{tx.for_update}",
+            (subject,),
+        )
+        return int(violations), int(errors)
+
+    def _load_state(self, tx: Tx, invariant: str, now: str) -> InvariantState:
+        violations, errors = self._lock_subject(tx, invariant, now)
+        return InvariantState(
+            consecutive_violations=violations,
+            consecutive_errors=errors,
+            violation=self._open_incident(tx, invariant, "violation"),
+            cannot_evaluate=self._open_incident(tx, invariant, "cannot_evaluate"),
+        )
+
+    def _open_incident(self, tx: Tx, invariant: str, kind: IncidentKind) -> OpenIncident | None:
+        found = tx.rows(
+            "SELECT id, opened_at FROM incidents"
+            " WHERE invariant = ? AND kind = ? AND resolved_at IS NULL",
+            (invariant, kind),
+        )
+        if not found:
+            return None
+        incident_id, opened_at = found[0]
+        keys = tx.rows(
+            "SELECT offending_key FROM incident_keys WHERE incident_id = ? AND gone_at IS NULL",
+            (incident_id,),
+        )
+        return OpenIncident(
+            int(incident_id), kind, parse_stamp(opened_at), frozenset(k for (k,) in keys)
+        )
+
+    def _insert_run(
+        self,
+        tx: Tx,
+        invariant: str,
+        result: RunResult,
+        finished_at: datetime,
+        claim: Claim | None = None,
+    ) -> int:
+        started = result.started_at or finished_at
+        [(run_id,)] = tx.rows(
+            "INSERT INTO runs (invariant, started_at, finished_at, status, count, error,"
+            " replica_lag_seconds, duration_ms, columns_json, sample_json, target, slot,"
+            " listing_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (
+                invariant,
+                stamp(started),
+                stamp(finished_at),
+                result.status,
+                result.count,
+                result.error,
+                result.replica_lag,
+                result.duration_ms,
+                json.dumps(result.columns),
+                json.dumps(result.rows),
+                result.target,
+                stamp(claim.slot) if claim else None,
+                result.listing_ms,
+            ),
+        )
+        return int(run_id)
+
+    def _insert_incident(
+        self,
+        tx: Tx,
+        invariant: str,
+        kind: IncidentKind,
+        now: str,
+        count: int | None,
+        detail: str | None,
+        target: str,
+        context: IncidentContext | None = None,
+        opening: RunResult | None = None,
+    ) -> int:
+        rows = (
+            json.dumps({"columns": opening.columns, "rows": opening.rows})
+            if opening is not None
+            else None
+        )
+        [(incident_id,)] = tx.rows(
+            "INSERT INTO incidents (invariant, kind, opened_at, first_count, last_count,"
+            " last_seen_at, detail, context_json, opening_json, target)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (
+                invariant,
+                kind,
+                now,
+                count,
+                count,
+                now,
+                detail,
+                context.as_json() if context else None,
+                rows,
+                target,
+            ),
+        )
+        return int(incident_id)
+
+    def _resolve(
+        self,
+        tx: Tx,
+        incident_id: int,
+        now: str,
+        count: int | None,
+        ended_as: EndState = "resolved",
+    ) -> None:
+        """Close the incident: resolved_at is when it closed, `ended_as` how. A retired
+        incident keeps when it was last seen and its keys stay not gone: nothing saw them
+        go, the invariant stopped being evaluated while they offended."""
+        if ended_as == "retired":
+            tx.run(
+                "UPDATE incidents SET resolved_at = ?, ended_as = ? WHERE id = ?",
+                (now, ended_as, incident_id),
+            )
+            return
+        tx.run(
+            "UPDATE incidents SET resolved_at = ?, ended_as = ?, last_seen_at = ?,"
+            " last_count = COALESCE(?, last_count) WHERE id = ?",
+            (now, ended_as, now, count, incident_id),
+        )
+        tx.run(
+            "UPDATE incident_keys SET gone_at = ? WHERE incident_id = ? AND gone_at IS NULL",
+            (now, incident_id),
+        )
+
+    def _apply(
+        self,
+        tx: Tx,
+        invariant: str,
+        state: InvariantState,
+        decision: Decision,
+        result: RunResult,
+        now: str,
+        context: IncidentContext | None,
+    ) -> dict[IncidentKind, int]:
+        ids: dict[IncidentKind, int] = {}
+        violation = state.violation
+        if decision.open_violation:
+            ids["violation"] = self._insert_incident(
+                tx, invariant, "violation", now, result.count, None, result.target, context, result
+            )
+        elif violation is not None:
+            ids["violation"] = violation.id
+            if decision.resolve_violation:
+                self._resolve(tx, violation.id, now, 0)
+            elif result.count is not None:
+                # Only a run that counted moves the figures on: an error or a stale run
+                # evaluated nothing, so the last count and when it was seen stay.
+                tx.run(
+                    "UPDATE incidents SET last_count = ?, last_seen_at = ? WHERE id = ?",
+                    (result.count, now, violation.id),
+                )
+                for key in decision.keys_gone:
+                    tx.run(
+                        "UPDATE incident_keys SET gone_at = ? WHERE incident_id = ?"
+                        " AND offending_key = ?",
+                        (now, violation.id, key),
+                    )
+                for key in decision.keys_seen:
+                    tx.run(
+                        "UPDATE incident_keys SET last_seen_at = ? WHERE incident_id = ?"
+                        " AND offending_key = ?",
+                        (now, violation.id, key),
+                    )
+        for key, row in decision.keys_appeared.items():
+            tx.run(
+                "INSERT INTO incident_keys (incident_id, offending_key, row_json,"
+                " first_seen_at, last_seen_at) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (incident_id, offending_key) DO UPDATE SET gone_at = NULL,"
+                " last_seen_at = excluded.last_seen_at, row_json = excluded.row_json",
+                (ids["violation"], key, json.dumps(row), now, now),
+            )
+        cannot = state.cannot_evaluate
+        if decision.open_cannot_evaluate:
+            ids["cannot_evaluate"] = self._insert_incident(
+                tx, invariant, "cannot_evaluate", now, None, result.error, result.target, context
+            )
+        elif cannot is not None:
+            ids["cannot_evaluate"] = cannot.id
+            if decision.resolve_cannot_evaluate:
+                self._resolve(tx, cannot.id, now, None)
+            else:
+                tx.run(
+                    "UPDATE incidents SET last_seen_at = ?, detail = ? WHERE id = ?",
+                    (now, result.error, cannot.id),
+                )
+        return ids
+
+    def _insert_event(
+        self,
+        tx: Tx,
+        incident_id: int,
+        invariant: str,
+        draft: EventDraft,
+        now: str,
+        run_id: int | None,
+    ) -> StoredEvent:
+        payload = dict(draft.payload)
+        if closes(draft.kind, draft.incident):
+            [(opened_at,)] = tx.rows("SELECT opened_at FROM incidents WHERE id = ?", (incident_id,))
+            payload.update(_lasted(parse_stamp(opened_at), parse_stamp(now)))
+        [(event_id,)] = tx.rows(
+            "INSERT INTO events (incident_id, invariant, kind, created_at, run_id, payload_json)"
+            " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+            (incident_id, invariant, draft.kind, now, run_id, json.dumps(payload)),
+        )
+        return StoredEvent(
+            int(event_id), incident_id, invariant, draft.kind, parse_stamp(now), payload
+        )
+
+
+def _lasted(opened_at: datetime, until: datetime) -> dict[str, Any]:
+    return {"lasted_seconds": round((until - opened_at).total_seconds(), 3)}

@@ -1,0 +1,268 @@
+"""Reading the monitor's tables: runs, incidents, their keys and the events outbox, as
+typed records. StateStore (state.py) adds what changes them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from monitor.clock import maybe_parse, parse_stamp, stamp
+from monitor.store.incidents import IncidentState
+from monitor.store.records import Incident, IncidentContext, IncidentKey, Run, StoredEvent
+from monitor.store.storage import Storage, Tx
+
+T = TypeVar("T")
+
+_INCIDENT_COLUMNS = (
+    "id",
+    "invariant",
+    "kind",
+    "opened_at",
+    "resolved_at",
+    "first_count",
+    "last_count",
+    "last_seen_at",
+    "detail",
+    "acked_by",
+    "acked_by_name",
+    "acked_at",
+    "ack_mode",
+    "snoozed_until",
+    "snoozed_by",
+    "context_json",
+    "target",
+    "ended_as",
+)
+_RUN_COLUMNS = (
+    "id",
+    "invariant",
+    "started_at",
+    "finished_at",
+    "status",
+    "count",
+    "error",
+    "replica_lag_seconds",
+    "duration_ms",
+    "columns_json",
+    "sample_json",
+    "target",
+    "listing_ms",
+)
+
+
+class StateQueries:
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self._db = storage
+
+    # --- reading -----------------------------------------------------------------------
+
+    def pending_events(self, limit: int = 100) -> list[StoredEvent]:
+        return self._events("WHERE dispatched_at IS NULL ORDER BY id LIMIT ?", (limit,))
+
+    def events(self, invariant: str | None = None) -> list[StoredEvent]:
+        if invariant is None:
+            return self._events("ORDER BY id", ())
+        return self._events("WHERE invariant = ? ORDER BY id", (invariant,))
+
+    def read(self, reading: Callable[[Tx], T]) -> T:
+        """`reading` in one transaction (self_checks.py's queries)."""
+        with self._db.transaction() as tx:
+            return reading(tx)
+
+    def last_recorded(self) -> dict[str, datetime]:
+        """When each invariant last had a run recorded, whatever its status."""
+        with self._db.transaction() as tx:
+            found = tx.rows("SELECT invariant, updated_at FROM invariant_state")
+        return {str(name): parse_stamp(str(at)) for name, at in found}
+
+    def opening_rows(self, incident_id: int) -> tuple[list[str], list[dict[str, Any]]] | None:
+        """(columns, rows) of the run that opened a violation, as they were then, duplicates
+        kept; None for incidents stored before these were kept."""
+        with self._db.transaction() as tx:
+            found = tx.rows("SELECT opening_json FROM incidents WHERE id = ?", (incident_id,))
+        if not found or not found[0][0]:
+            return None
+        opening = json.loads(found[0][0])
+        return list(opening["columns"]), list(opening["rows"])
+
+    def closed_since(self, since: datetime) -> list[Incident]:
+        """Incidents closed since then, resolved or retired: each says which in `state`."""
+        return self._incidents("WHERE resolved_at >= ? ORDER BY id", (stamp(since),))
+
+    resolved_since = closed_since  # the older name; it never meant "resolved" only
+
+    def open_incidents(self) -> list[Incident]:
+        return self._incidents("WHERE resolved_at IS NULL ORDER BY opened_at, id", ())
+
+    def incident(self, incident_id: int) -> Incident | None:
+        found = self._incidents("WHERE id = ?", (incident_id,))
+        return found[0] if found else None
+
+    def incidents(
+        self, invariant: str | None = None, limit: int = 20, targets: Sequence[str] = ()
+    ) -> list[Incident]:
+        """The latest incidents, newest first, of one invariant and/or some targets."""
+        where, params = _narrowed("", invariant, targets)
+        return self._incidents(f"{where} ORDER BY id DESC LIMIT ?", (*params, limit))
+
+    def incident_keys(self, incident_id: int) -> list[IncidentKey]:
+        with self._db.transaction() as tx:
+            found = tx.rows(
+                "SELECT offending_key, row_json, first_seen_at, last_seen_at, gone_at"
+                " FROM incident_keys WHERE incident_id = ? ORDER BY offending_key",
+                (incident_id,),
+            )
+        return [
+            IncidentKey(
+                key,
+                json.loads(row) if row else None,
+                parse_stamp(first),
+                parse_stamp(last),
+                maybe_parse(gone),
+            )
+            for key, row, first, last, gone in found
+        ]
+
+    def latest_runs(self) -> list[Run]:
+        return self._runs("JOIN invariant_state s ON s.last_run_id = r.id ORDER BY r.invariant", ())
+
+    def runs(
+        self, invariant: str | None = None, limit: int = 20, targets: Sequence[str] = ()
+    ) -> list[Run]:
+        """The latest runs, newest first, of one invariant and/or some targets."""
+        where, params = _narrowed("r.", invariant, targets)
+        return self._runs(f"{where} ORDER BY r.id DESC LIMIT ?", (*params, limit))
+
+    def run(self, run_id: int) -> Run | None:
+        """One run with its sample rows."""
+        found = self._runs("WHERE r.id = ?", (run_id,))
+        return found[0] if found else None
+
+    def counts(self) -> dict[str, int]:
+        with self._db.transaction() as tx:
+            [(pending,)] = tx.rows("SELECT count(*) FROM events WHERE dispatched_at IS NULL")
+            [(open_,)] = tx.rows("SELECT count(*) FROM incidents WHERE resolved_at IS NULL")
+            # Closed before end states were kept and not migrated: resolved (records.py).
+            ended = dict(
+                tx.rows(
+                    "SELECT COALESCE(ended_as, 'resolved'), count(*) FROM incidents"
+                    " WHERE resolved_at IS NOT NULL GROUP BY COALESCE(ended_as, 'resolved')"
+                )
+            )
+        return {
+            "events_pending": int(pending),
+            "open_incidents": int(open_),
+            "resolved_incidents": int(ended.get("resolved", 0)),
+            "retired_incidents": int(ended.get("retired", 0)),
+        }
+
+    def prune_runs(self, before: datetime) -> int:
+        """Drop old runs, keeping each invariant's latest; incidents and events stay."""
+        with self._db.transaction() as tx:
+            doomed = tx.rows(
+                "SELECT count(*) FROM runs WHERE finished_at < ?"
+                " AND id NOT IN (SELECT last_run_id FROM invariant_state"
+                " WHERE last_run_id IS NOT NULL)",
+                (stamp(before),),
+            )
+            tx.run(
+                "DELETE FROM runs WHERE finished_at < ? AND id NOT IN"
+                " (SELECT last_run_id FROM invariant_state WHERE last_run_id IS NOT NULL)",
+                (stamp(before),),
+            )
+        return int(doomed[0][0])
+
+    def _events(self, where: str, params: Sequence[Any]) -> list[StoredEvent]:
+        with self._db.transaction() as tx:
+            found = tx.rows(
+                "SELECT id, incident_id, invariant, kind, created_at, payload_json FROM events "
+                + where,
+                params,
+            )
+        return [
+            StoredEvent(int(i), int(inc), inv, kind, parse_stamp(at), json.loads(payload))
+            for i, inc, inv, kind, at, payload in found
+        ]
+
+    def _incidents(self, where: str, params: Sequence[Any]) -> list[Incident]:
+        with self._db.transaction() as tx:
+            return self._incidents_in(tx, where, params)
+
+    def _incidents_in(self, tx: Tx, where: str, params: Sequence[Any]) -> list[Incident]:
+        found = tx.rows(f"SELECT {', '.join(_INCIDENT_COLUMNS)} FROM incidents {where}", params)
+        out = []
+        for row in found:
+            r = dict(zip(_INCIDENT_COLUMNS, row, strict=True))
+            out.append(
+                Incident(
+                    id=int(r["id"]),
+                    invariant=r["invariant"],
+                    kind=r["kind"],
+                    opened_at=parse_stamp(r["opened_at"]),
+                    resolved_at=maybe_parse(r["resolved_at"]),
+                    first_count=r["first_count"],
+                    last_count=r["last_count"],
+                    last_seen_at=parse_stamp(r["last_seen_at"]),
+                    detail=r["detail"],
+                    acked_by=r["acked_by"],
+                    acked_by_name=r["acked_by_name"],
+                    acked_at=maybe_parse(r["acked_at"]),
+                    ack_mode=r["ack_mode"],
+                    snoozed_until=maybe_parse(r["snoozed_until"]),
+                    snoozed_by=r["snoozed_by"],
+                    context=IncidentContext.from_json(r["context_json"]),
+                    target=r["target"],
+                    state=_state(r["resolved_at"], r["ended_as"]),
+                )
+            )
+        return out
+
+    def _runs(self, clause: str, params: Sequence[Any]) -> list[Run]:
+        with self._db.transaction() as tx:
+            found = tx.rows(
+                f"SELECT {', '.join('r.' + c for c in _RUN_COLUMNS)} FROM runs r {clause}", params
+            )
+        out = []
+        for row in found:
+            r = dict(zip(_RUN_COLUMNS, row, strict=True))
+            out.append(
+                Run(
+                    id=int(r["id"]),
+                    invariant=r["invariant"],
+                    started_at=parse_stamp(r["started_at"]),
+                    finished_at=parse_stamp(r["finished_at"]),
+                    status=r["status"],
+                    count=r["count"],
+                    error=r["error"],
+                    replica_lag_seconds=r["replica_lag_seconds"],
+                    duration_ms=r["duration_ms"],
+                    columns=json.loads(r["columns_json"]),
+                    sample=json.loads(r["sample_json"]),
+                    target=r["target"],
+                    listing_ms=r["listing_ms"],
+                )
+            )
+        return out
+
+
+def _state(resolved_at: str | None, ended_as: str | None) -> IncidentState:
+    if resolved_at is None:
+        return "open"
+    return "retired" if ended_as == "retired" else "resolved"
+
+
+def _narrowed(
+    prefix: str, invariant: str | None, targets: Sequence[str]
+) -> tuple[str, tuple[Any, ...]]:
+    """A WHERE clause for "this invariant" and "one of these targets", either optional."""
+    terms, params = [], []
+    if invariant is not None:
+        terms.append(f"{prefix}invariant = ?")
+        params.append(invariant)
+    if targets:
+        terms.append(f"{prefix}target IN ({', '.join('?' for _ in targets)})")
+        params.extend(targets)
+    return ("WHERE " + " AND ".join(terms) if terms else ""), tuple(params)

@@ -1,0 +1,291 @@
+"""The state store's database: a SQLite file (the default, one daemon) or PostgreSQL (shared
+by several daemons), behind one small interface, and the migrations that shape it.
+
+It holds no table of its own. Each table has one owner that alone writes and reads it:
+  runs, invariant_state, incidents, incident_keys, incident_actions, events  monitor/store/state.py
+  deliveries, alert_roots                                                    alerts/ledger.py
+  slack_requests                                                             alerts/replays.py
+Owners that must change their tables together share one `Tx` (the events outbox and the
+delivery ledger are written in one transaction).
+
+Never the monitored database: a replica is read-only, and the monitor's memory must not
+depend on what it watches.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import socket
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import psycopg
+
+from monitor.clock import stamp, utc_now
+from monitor.store.migrations import migrations
+
+
+class Tx(Protocol):
+    """One transaction. SQL uses `?` placeholders; `for_update` is " FOR UPDATE" where the
+    database has row locks (PostgreSQL) and "" where the whole file is locked (SQLite)."""
+
+    for_update: str
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    def script(self, sql: str) -> None: ...
+
+
+class _SqliteTx:
+    for_update = ""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self._conn.execute(sql, tuple(params)).fetchall())
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(sql, tuple(params))
+
+    def script(self, sql: str) -> None:
+        for statement in filter(str.strip, sql.split(";")):
+            self._conn.execute(statement)
+
+
+class _PostgresTx:
+    for_update = " FOR UPDATE"
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self._conn.execute(sql.replace("?", "%s"), tuple(params)).fetchall())
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._conn.execute(sql.replace("?", "%s"), tuple(params))
+
+    def script(self, sql: str) -> None:
+        self._conn.execute(sql)
+
+
+class Storage(Protocol):
+    """A database for the state store. Open one with `open_storage`."""
+
+    kind: str  # "sqlite" or "postgresql"
+
+    def transaction(self) -> AbstractContextManager[Tx]: ...
+
+    def close(self) -> None: ...
+
+
+class SqliteStorage:
+    kind = "sqlite"
+
+    def __init__(self, path: Path, read_only: bool = False) -> None:
+        self.read_only = read_only
+        if read_only:
+            # For `status` and `history`: a file they may not write (or one mounted read
+            # only) must still be readable, and reading must never change it.
+            target = f"file:{path.resolve().as_posix()}?mode=ro"
+            self._conn = sqlite3.connect(
+                target, uri=True, isolation_level=None, check_same_thread=False, timeout=30
+            )
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=30
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        # One connection shared by the daemon's threads; sqlite3 serialises access to it,
+        # the lock makes each transaction atomic with respect to the others.
+        self._lock = threading.RLock()
+        self.migrations = migrations("INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER", "REAL")
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self._lock:
+            self._conn.execute("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
+            try:
+                yield _SqliteTx(self._conn)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class PostgresStorage:
+    kind = "postgresql"
+
+    def __init__(self, dsn: str, connect_timeout: float = 10) -> None:
+        from psycopg_pool import ConnectionPool
+
+        # One connection first, on its own: the pool would retry a refused password or a
+        # missing database in the background until its timeout, where the first answer is
+        # already final. Unreachable or refusing, it is one error naming host:port.
+        timeout = max(1, round(connect_timeout))
+        try:
+            psycopg.connect(dsn, connect_timeout=timeout, application_name="invmon-state").close()
+        except psycopg.Error as exc:
+            raise StoreUnreachable(dsn, timeout, exc) from None
+        self._pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=4,
+            open=True,
+            timeout=connect_timeout,
+            name="invmon-state",
+            kwargs={"application_name": "invmon-state", "connect_timeout": timeout},
+        )
+        self.migrations = migrations(
+            "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BIGINT", "DOUBLE PRECISION"
+        )
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self._pool.connection() as conn, conn.transaction():
+            yield _PostgresTx(conn)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class StoreUnreachable(Exception):
+    """The PostgreSQL state store did not accept a connection: where, and why."""
+
+    def __init__(self, dsn: str, timeout: int, error: psycopg.Error) -> None:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        reason = first or type(error).__name__
+        # Only libpq's own words after the address it tried: they never hold the password.
+        if "timeout expired" in reason:
+            reason = f"no answer within {timeout}s (database.connect_timeout)"
+        code = f" (SQLSTATE {error.sqlstate})" if error.sqlstate else ""
+        super().__init__(f"cannot connect to {server_address(dsn)}: {_after_address(reason)}{code}")
+
+
+def _after_address(reason: str) -> str:
+    """libpq's reason without the address it repeats ('connection to server at "h"
+    (1.2.3.4), port 5432 failed: <why>'), since the message names host:port already."""
+    return _LIBPQ_ADDRESS.sub("", reason, count=1)
+
+
+_LIBPQ_ADDRESS = re.compile(
+    r'^(?:connection failed: )?connection to server (?:at "[^"]*"(?: \([^)]*\))?, port \d+'
+    r'|on socket "[^"]*") failed: '
+)
+
+
+def server_address(dsn: str) -> str:
+    """`host:port` a DSN points at, as libpq would read it (the PG* environment fills in
+    what the DSN leaves out); never its user or password."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "an unreadable DSN"
+    host = str(parts.get("host") or os.environ.get("PGHOST") or "the local socket")
+    port = str(parts.get("port") or os.environ.get("PGPORT") or "5432")
+    return f"{host}:{port}"
+
+
+def open_storage(
+    path: Path | None = None,
+    dsn: str | None = None,
+    read_only: bool = False,
+    connect_timeout: float = 10,
+) -> SqliteStorage | PostgresStorage:
+    """PostgreSQL when `dsn` is given, else the SQLite file at `path`; migrated, unless
+    `read_only` (for commands that only look: they must not change a shared store)."""
+    storage = (
+        PostgresStorage(dsn, connect_timeout)
+        if dsn
+        else SqliteStorage(path or Path("invmon-state.db"), read_only)
+    )
+    if not read_only:
+        migrate(storage, storage.migrations)
+    return storage
+
+
+MIGRATION_LOCK = 0x696E766D6F6E  # "invmon": the advisory lock that orders migrations
+
+
+def _serialise_migrations(storage: Storage, tx: Tx) -> None:
+    """Daemons starting together on one PostgreSQL store migrate one after the other: a row
+    lock cannot do it (an empty table has no row to lock), and concurrent CREATE TABLE IF
+    NOT EXISTS collide in the catalog. SQLite's BEGIN IMMEDIATE already serialises."""
+    if storage.kind == "postgresql":
+        tx.rows("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+
+
+class StoreInUse(Exception):
+    """Another daemon holds this SQLite store."""
+
+
+def hold_single_daemon(path: Path) -> IO[str]:
+    """The lock that keeps a SQLite store to one daemon, held until the returned file is
+    closed or the process dies (the kernel drops it then, so a crash never leaves a stale
+    lock). Several daemons need the shared, PostgreSQL store."""
+    lock_path = path.with_name(path.name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    handle = lock_path.open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip()[:200] or "another process"
+        handle.close()
+        raise StoreInUse(
+            f"another daemon ({holder}) already runs on the SQLite state store {str(path)!r}; "
+            "SQLite serves one daemon: for several, set state.dsn to a PostgreSQL database"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    return handle
+
+
+class StoreTooNew(Exception):
+    """The store was migrated by a newer release than this one."""
+
+
+def migrate(storage: Storage, steps: Sequence[str]) -> None:
+    """Bring the store to the code's schema. A store at a newer schema than the code knows
+    is refused, never used: this release cannot know what the newer one keeps there."""
+    with storage.transaction() as tx:
+        _serialise_migrations(storage, tx)
+        tx.script(
+            "CREATE TABLE IF NOT EXISTS invmon_schema (version INTEGER PRIMARY KEY,"
+            " applied_at TEXT NOT NULL)"
+        )
+        [(newest,)] = tx.rows("SELECT max(version) FROM invmon_schema")
+    if newest is not None and int(newest) > len(steps):
+        raise StoreTooNew(
+            f"the state store is at schema version {newest}, newer than this invmon knows "
+            f"({len(steps)}): a newer release migrated it; run that release (or newer) here"
+        )
+    for version, ddl in enumerate(steps, start=1):
+        with storage.transaction() as tx:
+            # Re-checked inside the transaction: two daemons may start together.
+            _serialise_migrations(storage, tx)
+            if tx.rows("SELECT 1 FROM invmon_schema WHERE version = ?", (version,)):
+                continue
+            tx.script(ddl)
+            tx.run(
+                "INSERT INTO invmon_schema (version, applied_at) VALUES (?, ?)",
+                (version, stamp(utc_now())),
+            )
