@@ -180,7 +180,7 @@ class Daemon:
         redaction = config.redact.redaction(
             None if config.redact.key else stored_key(store, "redaction_key")
         )
-        databases = Databases.build(config, store, health, redaction, dsn or None)
+        databases = Databases.build(config, store, health, redaction, dsn or None, clock)
         definitions = Definitions()
         alerter = Alerter(
             store,
@@ -249,7 +249,7 @@ class Daemon:
     def _install(self, running: dict[str, Invariant]) -> None:
         with self._lock:
             self.definitions.current = running
-            self.timetable.sync({n: i.schedule for n, i in running.items()}, utc_now())
+            self.timetable.sync({n: i.schedule for n, i in running.items()}, self.clock())
 
     # --- evaluating ----------------------------------------------------------------------
 
@@ -370,14 +370,14 @@ class Daemon:
         if not self._started or self._stopping or self.signals.stopping:
             return []  # a stopping daemon claims nothing it would then hand back
         self._quarantine_overdue()
-        return self._start(self._claimed(utc_now()))
+        return self._start(self._claimed(self.clock()))
 
     def beat(self) -> list[Future[RunResult | None]]:
         """The fleet's turn (every third of a lease): heartbeat, then run what was taken over."""
         self.liveness.beat("the fleet's heartbeat")
         if not self._started or self._stopping:
             return []
-        return self._start(self.heartbeat(utc_now()))
+        return self._start(self.heartbeat(self.clock()))
 
     def _start(self, claims: list[Claim]) -> list[Future[RunResult | None]]:
         futures = []
@@ -454,7 +454,7 @@ class Daemon:
             },
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         )
-        now = datetime.now(UTC)
+        now = datetime.now(UTC)  # APScheduler's own time: it runs on the wall clock
         every_second = IntervalTrigger(seconds=TICK.total_seconds())
         scheduler.add_job(self.tick, every_second, id="tick", next_run_time=now, executor="ticks")
         scheduler.add_job(

@@ -16,12 +16,13 @@ from typing import Any
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from monitor.clock import Clock, utc_now
 from monitor.config import Config, Target
 from monitor.daemon.replica_gate import ReplicaGate
 from monitor.execution.redaction import Redaction
-from monitor.execution.results import DEFAULT_TARGET
 from monitor.execution.runner import Runner, describe_error
 from monitor.fence.role_check import RoleVerdict, verdict
+from monitor.invariants.header import DEFAULT_TARGET
 from monitor.invariants.loader import Invariant
 from monitor.problems import Problem
 from monitor.singleflight import SingleFlight
@@ -93,6 +94,7 @@ class Databases:
         health: StoreHealth,
         redaction: Redaction,
         default_dsn: str | None = None,
+        clock: Clock = utc_now,
     ) -> Databases:
         """One Database per target with a DSN (`default_dsn` overrides the default's)."""
         built = {}
@@ -109,6 +111,7 @@ class Databases:
                 limits=config.limits.rows(),
                 redaction=redaction,
                 target=name,
+                clock=clock,
             )
             runner.open()
             context = IncidentContext(

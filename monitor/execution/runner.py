@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
@@ -21,6 +20,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from monitor.clock import Clock, utc_now
 from monitor.config import DatabaseConfig
 from monitor.execution.execute import (
     CLIENT_ENCODING,
@@ -34,9 +34,10 @@ from monitor.execution.execute import (
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
 from monitor.execution.redaction import NO_REDACTION, Masker, Redaction
 from monitor.execution.replica import ReplicaStatus, read_replica_status
-from monitor.execution.results import DEFAULT_TARGET, RunResult
+from monitor.execution.results import RunResult
 from monitor.fence.fence import TRUST_NOTHING, Allowances
 from monitor.fence.role_check import RoleFacts, read_role
+from monitor.invariants.header import DEFAULT_TARGET
 from monitor.invariants.loader import Invariant
 from monitor.problems import Problem
 from monitor.sources.binding import NOTHING_BOUND, Bound, unlisted
@@ -99,8 +100,10 @@ class Runner:
         redaction: Redaction = NO_REDACTION,
         target: str = DEFAULT_TARGET,
         lister: Lister = list_source,
+        clock: Clock = utc_now,
     ) -> None:
         self.dsn = dsn
+        self.clock = clock  # stamps a run's start: the daemon's clock, faked in tests
         self.lister = lister  # how an invariant's `source:` relations are listed
         self.concurrency = concurrency
         self.database = database or DatabaseConfig()
@@ -184,7 +187,7 @@ class Runner:
             return []
         unreachable = self.probe()
         if unreachable is not None:
-            now = datetime.now(UTC)
+            now = self.clock()
             return [
                 RunResult.failed(
                     i.name, f"cannot connect: {unreachable}", started_at=now, target=self.target
@@ -205,7 +208,7 @@ class Runner:
         return bound, (time.monotonic() - clock) * 1000
 
     def run_one(self, invariant: Invariant) -> RunResult:
-        started = datetime.now(UTC)
+        started = self.clock()
         clock = time.monotonic()
         listing_clock = time.monotonic()
         try:
