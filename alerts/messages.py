@@ -15,9 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from monitor.clock import shown
-from monitor.execution.results import DEFAULT_TARGET
+from monitor.durations import human_duration
+from monitor.invariants.header import DEFAULT_TARGET
 from monitor.store.incidents import retired_reason, while_open
-from monitor.text import counted
+from monitor.text import counted, cut
 
 SECTION_LIMIT = 3000
 HEADER_LIMIT = 150
@@ -63,22 +64,6 @@ class Message:
 def escape(text: str) -> str:
     """Slack's three control characters; everything else is shown as written."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
-
-
-def human_duration(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds < 60:
-        return f"{seconds}s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            parts.append(f"{seconds // size}{unit}")
-            seconds %= size
-    return " ".join(parts[:2])
 
 
 def slack_date(moment: datetime) -> str:

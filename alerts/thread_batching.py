@@ -22,14 +22,13 @@ from alerts.messages import (
     TEXT_LIMIT,
     IncidentView,
     Message,
-    cut,
-    human_duration,
     reply_message,
 )
 from alerts.plans import CHURN
 from monitor.clock import parse_stamp, stamp
+from monitor.durations import human_duration
 from monitor.store.records import StoredEvent
-from monitor.text import counted
+from monitor.text import counted, cut
 
 CHANGED = "keys_changed"  # a reply that merges several changes
 

@@ -63,6 +63,20 @@ def format_duration(delta: timedelta) -> str:
     return "".join(out) or "0s"
 
 
+def human_duration(delta: timedelta) -> str:
+    """For people, in Slack and on the page: the two largest units, seconds dropped past a
+    minute (3h 12m). Config values are shown exactly, by format_duration."""
+    seconds = int(delta.total_seconds())
+    if seconds < 60:
+        return f"{seconds}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return " ".join(parts[:2])
+
+
 @dataclass(frozen=True)
 class IntervalSchedule:
     every: timedelta

@@ -25,3 +25,8 @@ def shorten(value: object, limit: int = 80) -> str:
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """`1 offending row`, `2 offending rows`: the number with its noun agreeing."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters, an ellipsis marking the cut."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"

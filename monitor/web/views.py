@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from alerts.messages import human_duration
 from monitor.clock import shown
+from monitor.durations import human_duration
 from monitor.invariants.loader import RESERVED_PREFIX, Invariant
 from monitor.store.acks import MODE_WORDS
 from monitor.store.incidents import while_open
 from monitor.store.records import Incident, Run, StoredEvent
-from monitor.text import counted
+from monitor.text import counted, cut
 from monitor.web.filters import Filters
 from monitor.web.reads import (
     ActionRecord,
@@ -57,10 +57,6 @@ KIND_WORD = {
     "target_unreachable": "Target unreachable",
     "quarantined": "Quarantined",
 }
-
-
-def cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def cell(value: Any) -> str:
