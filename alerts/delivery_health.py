@@ -32,16 +32,17 @@ from typing import TextIO
 from alerts.alerter import Alerter
 from alerts.console import ConsoleTransport
 from alerts.messages import IncidentView, escape, root_message
+from alerts.observed import DeliveryMetrics
 from alerts.transport import Checkable, TransportError
 from monitor.config import Config
-from monitor.daemon.metrics import Metrics
-from monitor.daemon.self_checks import PREFIX, as_result
+from monitor.execution.results import RunResult
+from monitor.invariants.loader import RESERVED_PREFIX
 from monitor.store.records import IncidentContext
 from monitor.store.store_health import StoreHealth
 
 log = logging.getLogger("invmon.alerts")
 
-SELF_CHECK = f"{PREFIX}delivery_path"
+SELF_CHECK = f"{RESERVED_PREFIX}delivery_path"  # an invmon-self/ check
 CONTEXT = IncidentContext(
     severity="critical",
     description="Alerts can be delivered: Slack accepts the token, and every channel the "
@@ -128,7 +129,7 @@ class DeliveryHealth:
         self,
         config: Config,
         alerter: Alerter,
-        metrics: Metrics | None = None,
+        metrics: DeliveryMetrics | None = None,
         store_health: StoreHealth | None = None,
         console: TextIO | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -288,7 +289,7 @@ class DeliveryHealth:
         with self.store_health.guard("recording the check of the alert path"):
             if only_if_open and not any(i.invariant == SELF_CHECK for i in store.open_incidents()):
                 return
-            result = as_result(SELF_CHECK, rows, now, "field")
+            result = RunResult.of_rows(SELF_CHECK, rows, now, "field")
             store.record_run(SELF_CHECK, result, now, context=CONTEXT)
             incident_id = next(
                 (i.id for i in store.open_incidents() if i.invariant == SELF_CHECK), 0

@@ -25,8 +25,8 @@ from slack_sdk.signature import SignatureVerifier
 
 from alerts.alerter import Alerter
 from alerts.replays import SeenRequests
-from monitor.config import SlackConfig
-from monitor.store.acks import ACK_MODES, Action
+from monitor.config import ACK_MODES, SlackConfig
+from monitor.store.acks import Action
 
 log = logging.getLogger("invmon.interactions")
 

@@ -10,8 +10,8 @@ import time
 from datetime import timedelta
 
 from alerts.alerter import Alerter
+from alerts.observed import DeliveryMetrics
 from monitor.clock import Clock
-from monitor.daemon.metrics import Metrics
 from monitor.execution.rows import key_values
 from monitor.store.records import StoredEvent
 from monitor.store.state import StateStore
@@ -25,7 +25,7 @@ class DeliveryPump:
         self,
         alerter: Alerter,
         store: StateStore,
-        metrics: Metrics,
+        metrics: DeliveryMetrics,
         clock: Clock,
         health: StoreHealth,
     ) -> None:

@@ -33,16 +33,18 @@ from monitor.durations import parse_duration
 from monitor.execution.execute import DEFAULT_TEMP_FILE_LIMIT, temp_file_kb
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, MIN_CELL, RowLimits
 from monitor.execution.redaction import DEFAULT_COLUMNS, DETECTORS, Detector, Redaction
-from monitor.execution.results import DEFAULT_TARGET
 from monitor.fence.fence import Allowances, FencePolicy
-from monitor.invariants.header import Severity
+from monitor.invariants.header import DEFAULT_TARGET, Severity
 from monitor.invariants.loader import MAX_FILE_BYTES, Defaults, Loading
-from monitor.store.acks import ACK_MODES, AckMode
 from monitor.text import printable, shorten
 from monitor.yamlsafe import YamlProblem
 
 DEFAULT_CONFIG = Path("invmon.yaml")
 _REFERENCE = re.compile(r"\$\{([^}]+)\}")
+
+# How an acknowledgement may last (store/acks.py applies them; `slack.ack_modes` offers them).
+AckMode = Literal["until_resolved", "until_new_rows"]
+ACK_MODES: tuple[AckMode, ...] = ("until_resolved", "until_new_rows")
 
 
 class ConfigError(Exception):

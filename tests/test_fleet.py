@@ -15,9 +15,8 @@ import pytest
 from helpers import PRIVILEGED, cli
 
 from monitor.daemon.fleet import Queue, preferred
-from monitor.daemon.slots import Due
 from monitor.execution.results import RunResult
-from monitor.store.claims import Claim, Claims, LostClaim
+from monitor.store.claims import Claim, Claims, Due, LostClaim
 from monitor.store.state import StateStore
 from monitor.store.storage import StoreInUse, StoreTooNew, hold_single_daemon
 

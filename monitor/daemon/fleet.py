@@ -18,7 +18,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from monitor.daemon.slots import Due
+from monitor.store.claims import Due
 
 
 def preferred(name: str, slot: datetime, members: Collection[str]) -> str | None:

@@ -20,6 +20,7 @@ from waitress import create_server
 
 from monitor.config import parse_listen
 from monitor.text import printable
+from monitor.web.page import Reply
 
 log = logging.getLogger("invmon.http")
 
@@ -52,16 +53,6 @@ class Probe:
     check: Callable[[], str | None]
     # Said under "ok" when healthy but not entirely (one target of several down).
     note: Callable[[], str | None] = lambda: None
-
-
-@dataclass(frozen=True)
-class Reply:
-    """An answer with headers of its own (the status page's)."""
-
-    status: int
-    body: bytes
-    content_type: str
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 # (method, path, query string, headers) -> a Reply, or None for a path it does not serve.

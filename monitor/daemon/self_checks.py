@@ -133,13 +133,6 @@ def stuck(
     return out
 
 
-def as_result(name: str, rows: list[dict[str, Any]], now: datetime, key: str) -> RunResult:
-    """A check's rows as a run: keys tracked so rows that come and go are said in Slack."""
-    keys = {str(row[key]): row for row in rows}
-    columns = list(rows[0]) if rows else []
-    return RunResult.counted(name, len(rows), columns, rows, started_at=now, keys=keys)
-
-
 def store_results(
     read: Callable[[Callable[[Tx], list[RunResult]]], list[RunResult]],
     now: datetime,
@@ -148,6 +141,6 @@ def store_results(
     """Every store check, read in one transaction."""
 
     def check_all(tx: Tx) -> list[RunResult]:
-        return [as_result(c.name, c.run(tx, now - slo), now, c.key) for c in STORE_CHECKS]
+        return [RunResult.of_rows(c.name, c.run(tx, now - slo), now, c.key) for c in STORE_CHECKS]
 
     return read(check_all)

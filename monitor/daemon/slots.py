@@ -22,6 +22,7 @@ from functools import cache
 from typing import Any
 
 from monitor.durations import CronSchedule, IntervalSchedule, Schedule, cron_trigger
+from monitor.store.claims import Due
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -80,12 +81,6 @@ class _Entry:
     schedule: Schedule
     next_slot: datetime
     run_at: datetime
-
-
-@dataclass(frozen=True)
-class Due:
-    name: str
-    slot: datetime
 
 
 class Timetable:

@@ -26,7 +26,6 @@ from monitor.daemon.self_checks import (
     STALLED,
     STUCK,
     Loaded,
-    as_result,
     stalled,
     store_results,
     stuck,
@@ -89,8 +88,10 @@ class Watchdog:
         loaded = self.loaded()
         last = self.store.last_recorded()
         late = stalled(loaded, last, self.started_at, now, self.max_jitter)
-        results.append(as_result(STALLED, late, now, "invariant"))
-        results.append(as_result(STUCK, stuck(self.in_flight(), loaded, now), now, "invariant"))
+        results.append(RunResult.of_rows(STALLED, late, now, "invariant"))
+        results.append(
+            RunResult.of_rows(STUCK, stuck(self.in_flight(), loaded, now), now, "invariant")
+        )
         for result in results:
             self.store.record_run(result.invariant, result, now, context=CONTEXT[result.invariant])
         return results

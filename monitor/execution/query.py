@@ -54,11 +54,6 @@ class Column:
     via_format: bool = False
 
 
-def quote_identifier(name: str) -> str:
-    """A name PostgreSQL reads back exactly as given (case, spaces and quotes kept)."""
-    return '"' + name.replace('"', '""') + '"'
-
-
 def describing_query(sql: str) -> str:
     """Plans the invariant and returns its columns, without running it (LIMIT 0)."""
     return f"SELECT {SUBQUERY_ALIAS}.*\nFROM (\n{sql}\n) AS {SUBQUERY_ALIAS}\nLIMIT 0"

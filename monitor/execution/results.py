@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-DEFAULT_TARGET = "default"  # the target of the single `dsn:` form
+from monitor.invariants.header import DEFAULT_TARGET
 
 Status = Literal["ok", "violated", "error", "stale"]
 
@@ -58,6 +58,16 @@ class RunResult:
             rows=rows,
             **kw,
         )
+
+    @classmethod
+    def of_rows(
+        cls, invariant: str, rows: list[dict[str, Any]], started_at: datetime, key: str
+    ) -> RunResult:
+        """Rows invmon read about itself as a run, keyed by one column so rows that come and
+        go are said in Slack like any invariant's."""
+        keys = {str(row[key]): row for row in rows}
+        columns = list(rows[0]) if rows else []
+        return cls.counted(invariant, len(rows), columns, rows, started_at=started_at, keys=keys)
 
 
 def exit_code(results: list[RunResult], load_failed: bool = False) -> int:

@@ -67,6 +67,11 @@ _LOCK_WORDS = {
 }
 
 
+def quote_identifier(name: str) -> str:
+    """A name PostgreSQL reads back exactly as given (case, spaces and quotes kept)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 # The node types _collect turns into references or problems; the walk skips the rest.
 _COLLECTED = frozenset(
     {

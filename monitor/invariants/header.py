@@ -109,6 +109,9 @@ class InvariantHeader(BaseModel):
         return None if self.schedule is None else parse_schedule(self.schedule)
 
 
+DEFAULT_TARGET = "default"  # the target of the single `dsn:` form, and of a file naming none
+
+
 @dataclass(frozen=True)
 class SplitFile:
     """A file cut into its header text and its SQL, keeping line numbers."""

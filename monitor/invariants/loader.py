@@ -23,10 +23,10 @@ from monitor.durations import (
     parse_duration,
     parse_schedule,
 )
-from monitor.execution.results import DEFAULT_TARGET
 from monitor.fence.fence import OFFLINE, FencePolicy
 from monitor.fence.sqltree import NUL_MESSAGE
 from monitor.invariants.header import (
+    DEFAULT_TARGET,
     HeaderError,
     InvariantHeader,
     Severity,

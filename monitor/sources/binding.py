@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from monitor.execution.query import quote_identifier
+from monitor.fence.sqltree import quote_identifier
 from monitor.sources.header import COLUMN_TYPES, SourceSpec
 
 

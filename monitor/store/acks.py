@@ -15,13 +15,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from monitor.clock import shown
+from monitor.config import AckMode
 
 if TYPE_CHECKING:
     from monitor.store.records import Incident
 
-AckMode = Literal["until_resolved", "until_new_rows"]
 ActionKind = Literal["ack", "unack", "snooze"]
-ACK_MODES: tuple[AckMode, ...] = ("until_resolved", "until_new_rows")
 MODE_WORDS = {"until_resolved": "until resolved", "until_new_rows": "until new rows appear"}
 
 

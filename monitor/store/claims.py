@@ -21,10 +21,17 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from monitor.clock import parse_stamp, stamp
-from monitor.daemon.slots import Due
 from monitor.store.storage import Storage, Tx
 
 Claimed = Literal["claimed", "taken", "busy"]
+
+
+@dataclass(frozen=True)
+class Due:
+    """A slot of one invariant that has come: what a daemon tries to claim."""
+
+    name: str
+    slot: datetime
 
 
 class LostClaim(Exception):

@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from monitor.clock import stamp
-from monitor.execution.results import DEFAULT_TARGET, Status
+from monitor.execution.results import Status
+from monitor.invariants.header import DEFAULT_TARGET
 from monitor.store.incidents import IncidentKind, IncidentState
 
 

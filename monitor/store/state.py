@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from monitor.clock import parse_stamp, stamp
-from monitor.execution.results import DEFAULT_TARGET, RunResult
+from monitor.execution.results import RunResult
+from monitor.invariants.header import DEFAULT_TARGET
 from monitor.store.acks import Action, Outcome, decide_action
 from monitor.store.claims import Claim, LostClaim, finish
 from monitor.store.incidents import (

@@ -26,7 +26,6 @@ from importlib import resources
 
 from monitor.clock import Clock
 from monitor.config import HttpConfig
-from monitor.daemon.http import Reply
 from monitor.invariants.loader import Invariant
 from monitor.singleflight import SingleFlight
 from monitor.store.state import StateStore
@@ -72,6 +71,16 @@ TITLES = {
     405: "Read-only",
     503: "Busy",
 }
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An answer with headers of its own, for the daemon's listener to send as it is."""
+
+    status: int
+    body: bytes
+    content_type: str
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 class Busy(Exception):
