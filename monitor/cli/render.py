@@ -10,7 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from monitor.clock import shown
-from monitor.execution.results import DEFAULT_TARGET, RunResult
+from monitor.execution.results import RunResult
+from monitor.invariants.header import DEFAULT_TARGET
 from monitor.invariants.loader import Invariant
 from monitor.problems import Problem
 from monitor.store.records import Incident, Run
