@@ -26,11 +26,11 @@ from alerts.routing import Route, route
 from alerts.slack import SlackTransport
 from alerts.thread_batching import Hold, Merge, decide, first, merged
 from alerts.transport import Transport
-from alerts.worker import DeliveryWorker, Describe, Views, WorkerSettings, context_from
+from alerts.worker import DeliveryWorker, Describe, Views, WorkerSettings
 from monitor.clock import utc_now
 from monitor.config import SlackConfig
 from monitor.store.acks import Action, Outcome, is_quiet
-from monitor.store.records import Incident, StoredEvent
+from monitor.store.records import Incident, IncidentContext, StoredEvent
 from monitor.store.state import StateStore
 from monitor.store.storage import Tx
 
@@ -115,7 +115,7 @@ class Alerter:
             header = self.describe(invariant)
             if header is None:
                 return Route(self.config.channel, "slack.channel")
-            context = context_from(header)
+            context = IncidentContext.of(header)
         return route(self.config, context)
 
     def channel(self, incident: Incident | None, invariant: str) -> str:

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, get_args
 
 from alerts.plans import Action, Spec, delivery_key
 from alerts.thread_batching import LastReply, is_churn
@@ -29,6 +29,18 @@ from monitor.store.records import StoredEvent
 from monitor.store.storage import Storage, Tx
 
 log = logging.getLogger("invmon.alerts")
+
+
+# A delivery's life: PENDING (to do) -> SENT, or FAILED for good; UNKNOWN when a call may
+# have reached Slack, until reconciling says which. Stored as these words.
+DeliveryState = Literal["PENDING", "UNKNOWN", "SENT", "FAILED"]
+DELIVERY_STATES: tuple[DeliveryState, ...] = get_args(DeliveryState)
+
+
+def delivery_state(text: str) -> DeliveryState:
+    if text not in DELIVERY_STATES:
+        raise ValueError(f"unknown delivery state {text!r} in the state store")
+    return text
 
 
 @dataclass(frozen=True)
@@ -41,7 +53,7 @@ class Delivery:
     channel: str
     action: Action
     root_id: int | None
-    state: str
+    state: DeliveryState
     attempts: int
     last_error: str | None
     unknown_since: datetime | None
@@ -86,7 +98,7 @@ def _delivery(row: Sequence[Any]) -> Delivery:
         channel=record["channel"],
         action=record["action"],
         root_id=record["root_id"],
-        state=record["state"],
+        state=delivery_state(record["state"]),
         attempts=int(record["attempts"]),
         last_error=record["last_error"],
         unknown_since=parse_stamp(record["unknown_since"]) if record["unknown_since"] else None,
@@ -444,7 +456,7 @@ class Ledger:
         self,
         delivery: Delivery,
         now: datetime,
-        state: str,
+        state: DeliveryState,
         error: str | None,
         next_attempt: datetime,
         channel: str | None = None,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from monitor.store.incidents import OPENING_EVENTS
 from monitor.store.records import StoredEvent
 
 Action = Literal[
@@ -27,23 +28,8 @@ POSTS: tuple[Action, ...] = (
     "post_detail",
     "post_summary",
 )
-OPENING = {
-    "opened",
-    "cannot_evaluate",
-    "replica_stale",
-    "file_invalid",
-    "target_unreachable",
-    "quarantined",
-}
-CLOSING = {
-    "resolved",
-    "recovered",
-    "replica_fresh",
-    "file_fixed",
-    "target_reachable",
-    "unquarantined",
-    "retired",
-}
+# The events that open an incident, and so post a new root message.
+OPENING = OPENING_EVENTS
 
 # Rows that appeared and went: their thread replies are batched (alerts/thread_batching.py).
 CHURN = {"keys_appeared", "keys_gone"}

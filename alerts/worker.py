@@ -72,19 +72,6 @@ class WorkerSettings:
     csv_max_bytes: int = 4 << 20
 
 
-def context_from(header: InvariantHeader | None) -> IncidentContext:
-    """For incidents stored before their context was kept: the file as it is now."""
-    if header is None:
-        return IncidentContext()
-    return IncidentContext(
-        header.severity or "warning",
-        header.description,
-        header.owner,
-        header.runbook,
-        header.channel,
-    )
-
-
 class Views:
     """Reads what a message shows from the state store."""
 
@@ -108,7 +95,8 @@ class Views:
         incident = self.store.incident(incident_id)
         if incident is None:
             raise LookupError(f"incident #{incident_id} is not in the state store")
-        context = incident.context or context_from(self.describe(incident.invariant))
+        # Stored before contexts were kept: the file as it is now.
+        context = incident.context or IncidentContext.of(self.describe(incident.invariant))
         keys = self.store.incident_keys(incident_id)
         open_rows = [k.row for k in keys if k.gone_at is None and k.row]
         columns = list(open_rows[0]) if open_rows else []

@@ -26,18 +26,8 @@ log = logging.getLogger("invmon.daemon")
 
 
 def context_of(inv: Invariant, target: Target | None = None) -> IncidentContext:
-    """What an incident opened by this invariant keeps of its file (and of its target: the
-    default owner when the file names none, and its channel, which routes outrank)."""
-    header = inv.header
-    return IncidentContext(
-        inv.severity,
-        header.description,
-        header.owner or (target.owner if target else None),
-        header.runbook,
-        header.channel,
-        inv.target,
-        target.channel if target else None,
-    )
+    """What an incident opened by this invariant keeps of its file and of its target."""
+    return IncidentContext.of(inv.header, inv.severity, inv.target, target)
 
 
 class Evaluator:

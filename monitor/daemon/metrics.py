@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, generate_latest
 
+from alerts.ledger import DELIVERY_STATES
 from monitor.execution.results import RunResult
 from monitor.store.store_health import STORE_ERRORS
 
@@ -139,7 +140,7 @@ class Metrics:
         )
 
     def observe_deliveries(self, by_state: dict[str, int], failures: int) -> None:
-        for state in ("PENDING", "UNKNOWN", "SENT", "FAILED"):
+        for state in DELIVERY_STATES:
             self.deliveries.labels(state).set(by_state.get(state, 0))
         self.delivery_failures.set(failures)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from monitor.execution.results import Status
 from monitor.text import counted
@@ -74,6 +74,17 @@ CLOSE_EVENT: dict[IncidentKind, EventKind] = {
 }
 # Closes any kind of incident whose invariant was removed (StateStore.retire).
 RETIRED_EVENT: EventKind = "retired"
+OPENING_EVENTS: frozenset[EventKind] = frozenset(OPEN_EVENT.values())
+CLOSING_EVENTS: frozenset[EventKind] = frozenset(CLOSE_EVENT.values()) | {RETIRED_EVENT}
+EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
+
+
+def event_kind(text: str) -> EventKind:
+    """A stored event's kind, read back: one this version does not know is an error, not a
+    message worded by guess."""
+    if text not in EVENT_KINDS:
+        raise ValueError(f"unknown event kind {text!r} in the state store")
+    return text
 
 
 def closes(event: EventKind | str, incident: IncidentKind) -> bool:
@@ -106,6 +117,7 @@ class Observation:
     keys: Mapping[str, Any] = field(default_factory=dict)  # offending key -> its row (or None)
     keys_complete: bool = True  # False when more rows offend than were tracked
     error: str | None = None
+    unreachable: bool = False  # its target could not take the run (the target's incident)
 
 
 @dataclass(frozen=True)
@@ -147,7 +159,9 @@ class Decision:
 def decide(
     state: InvariantState, seen: Observation, for_runs: int = 1, error_threshold: int = 3
 ) -> Decision:
-    if seen.status == "stale":
+    # A stale replica, or a target that could not take the run: for the invariant's own
+    # incidents nothing was seen, so nothing opens or resolves (the target's incident says it).
+    if seen.status == "stale" or seen.unreachable:
         return Decision(state)
     if seen.status == "error":
         return _after_error(state, seen, error_threshold)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.clock import stamp
 from monitor.execution.results import Status
 from monitor.invariants.header import DEFAULT_TARGET
-from monitor.store.incidents import IncidentKind, IncidentState
+from monitor.store.incidents import EventKind, IncidentKind, IncidentState
+
+if TYPE_CHECKING:
+    from monitor.config import Target
+    from monitor.invariants.header import InvariantHeader
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,29 @@ class IncidentContext:
     # The target's `channel:`: a default that the owner and severity routes outrank
     # (alerts/routing.py). Contexts stored before it was kept have it folded into `channel`.
     target_channel: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        header: InvariantHeader | None,
+        severity: str | None = None,
+        target: str = DEFAULT_TARGET,
+        configured: Target | None = None,
+    ) -> IncidentContext:
+        """The one place a context is made from an invariant's file: what an incident keeps
+        of it, and of its target as `configured` (the default owner when the file names
+        none, and the target's channel, which routes outrank). No file: the defaults."""
+        if header is None:
+            return cls(target=target)
+        return cls(
+            severity or header.severity or "warning",
+            header.description,
+            header.owner or (configured.owner if configured else None),
+            header.runbook,
+            header.channel,
+            target,
+            configured.channel if configured else None,
+        )
 
     def as_json(self) -> str:
         return json.dumps(asdict(self))
@@ -116,7 +143,7 @@ class StoredEvent:
     id: int
     incident_id: int
     invariant: str
-    kind: str
+    kind: EventKind
     created_at: datetime
     payload: dict[str, Any]
 

@@ -96,13 +96,12 @@ class StateStore(StateQueries):
         scheduled runs) the claim is closed in the same transaction, and LostClaim is
         raised, storing nothing, when this daemon no longer holds it."""
         seen = Observation(
-            # A run its target could not take is, for the invariant's incidents, like a stale
-            # one: it neither opens nor resolves anything (the target's incident covers it).
-            status="stale" if result.unreachable else result.status,
+            status=result.status,
             count=result.count,
             keys=result.keys,
             keys_complete=result.keys_complete,
             error=result.error,
+            unreachable=result.unreachable,
         )
         now = stamp(finished_at)
         with self._db.transaction() as tx:

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from monitor.clock import maybe_parse, parse_stamp, stamp
-from monitor.store.incidents import IncidentState
+from monitor.store.incidents import IncidentState, event_kind
 from monitor.store.records import Incident, IncidentContext, IncidentKey, Run, StoredEvent
 from monitor.store.storage import Storage, Tx
 
@@ -183,7 +183,9 @@ class StateQueries:
                 params,
             )
         return [
-            StoredEvent(int(i), int(inc), inv, kind, parse_stamp(at), json.loads(payload))
+            StoredEvent(
+                int(i), int(inc), inv, event_kind(kind), parse_stamp(at), json.loads(payload)
+            )
             for i, inc, inv, kind, at, payload in found
         ]
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from monitor.clock import maybe_parse, parse_stamp
+from monitor.store.incidents import event_kind
 from monitor.store.records import Incident, Run, StoredEvent
 from monitor.store.state import StateStore
 from monitor.store.storage import Tx
@@ -150,7 +151,9 @@ def _events(tx: Tx, where: str, params: tuple[Any, ...]) -> list[StoredEvent]:
         params,
     )
     return [
-        StoredEvent(int(i), int(inc), str(inv), str(kind), parse_stamp(at), json.loads(payload))
+        StoredEvent(
+            int(i), int(inc), str(inv), event_kind(str(kind)), parse_stamp(at), json.loads(payload)
+        )
         for i, inc, inv, kind, at, payload in reversed(found)
     ]
 
