@@ -21,8 +21,9 @@ from monitor.invariants.loader import Invariant, parse_schedule
 
 T = TypeVar("T")
 # The suite connects as the test server's superuser, which `invmon check` and the daemon
-# refuse unless told (monitor/fence/role_check.py; tests/test_role_check.py tests the refusal):
-# `check` as the suite runs it, and the allowance of a daemon's config, in Python and YAML.
+# refuse unless told (monitor/fence/role_check.py; tests/fence/test_role_check.py tests the
+# refusal): `check` as the suite runs it, and the allowance of a daemon's config, in Python
+# and YAML.
 CHECK = ("check", "--allow-privileged-role")
 PRIVILEGED = DatabaseConfig(allow_privileged_role=True)
 PRIVILEGED_YAML = "database:\n  allow_privileged_role: true\n"

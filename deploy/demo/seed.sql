@@ -1,6 +1,6 @@
 -- Demo data for schema.sql: a handful of healthy rows, plus violations planted on purpose
 -- so that each shipped invariant has something to find. planted.yaml lists them as data,
--- and tests/test_shipped_invariants.py checks this file against it, so change the three
+-- and tests/invariants/test_shipped_invariants.py checks this file against it, so change the three
 -- together.
 --
 -- Every timestamp is relative to now(), so the seed gives the same results whenever it is

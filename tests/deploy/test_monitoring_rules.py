@@ -14,7 +14,7 @@ import yaml
 from helpers import PRIVILEGED, items_table
 from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "invmon-rules.yaml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "invmon-dashboard.json"
 METRIC = re.compile(r"\binvmon_[a-z_]+\b")

@@ -31,8 +31,8 @@ from monitor.fence.fence import Allowances
 from monitor.fence.sqltree import analyze
 from monitor.invariants.loader import load_directory
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path(__file__).parent / "fence"
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = Path(__file__).parent / "corpus"
 ROLE_SCRIPT = (ROOT / "deploy" / "readonly-role.sql").read_text()
 VERIFY_SCRIPT = (ROOT / "deploy" / "verify-readonly-role.sql").read_text()
 HOSTILE: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "hostile.yaml").read_text())

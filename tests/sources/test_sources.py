@@ -280,8 +280,8 @@ def test_listing_time_is_a_histogram_of_its_own_in_the_metrics(
 
 # --- fixture cases with inline sources ---------------------------------------------------
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "live"
-SCHEMA = Path(__file__).resolve().parent.parent / "deploy" / "demo" / "schema.sql"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "live"
+SCHEMA = Path(__file__).resolve().parents[2] / "deploy" / "demo" / "schema.sql"
 
 
 def test_every_case_of_the_live_receipts_invariant_passes_with_its_listing_inline(

@@ -22,7 +22,7 @@ from monitor.execution.execute import CLIENT_ENCODING, LiveFence, execute, regis
 from monitor.execution.rows import offending_key
 from monitor.invariants.loader import Invariant, load_directory
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 INVARIANTS = ROOT / "invariants"
 DEMO = ROOT / "deploy" / "demo"
 LOADED = load_directory(INVARIANTS)

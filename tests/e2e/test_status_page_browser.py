@@ -34,7 +34,7 @@ axe_api = pytest.importorskip(
     reason="axe-playwright-python is not installed: pip install -e '.[dev]'",
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 INVARIANTS = ROOT / "invariants"
 DEMO = ROOT / "deploy" / "demo"
 SHIPPED = {  # deploy/demo/planted.yaml: the four shipped invariants' planted counts

@@ -82,7 +82,7 @@ def test_the_shipped_example_config_is_valid(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1")
     monkeypatch.delenv("SLACK_APP_TOKEN", raising=False)
     monkeypatch.delenv("SLACK_SIGNING_SECRET", raising=False)
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     config = load_config(root / "deploy" / "invmon.example.yaml")
     assert config.dsn == "host=replica dbname=app"
     assert (config.slack.token, config.slack.app_token, config.slack.interactive) == (

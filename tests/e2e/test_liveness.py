@@ -568,7 +568,7 @@ def test_the_systemd_unit_asks_for_the_notifications_the_daemon_sends() -> None:
 
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str  # type: ignore[assignment,method-assign]
-    unit.read(Path(__file__).parents[1] / "deploy/systemd/invmon.service")
+    unit.read(Path(__file__).parents[2] / "deploy/systemd/invmon.service")
     service = unit["Service"]
     assert (service["Type"], service["NotifyAccess"], service["WatchdogSec"]) == (
         "notify",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PLANTED = {
     name: len(expect.get("keys") or expect.get("rows") or [])
     for name, expect in yaml.safe_load(

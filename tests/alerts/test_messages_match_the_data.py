@@ -3,10 +3,8 @@ duplicates kept, in the thread where the incident lives, with figures no failed 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fake_slack import FakeSlack
-from helpers import cli, sql
+from helpers import sql
 from scenario import World, csv_rows, script, settle
 
 DUPLICATES = """\
@@ -95,34 +93,3 @@ def test_runs_that_evaluated_nothing_keep_the_last_count(world: World) -> None:
     assert result is not None and result.status == "error"
     [after] = [i for i in world.store.open_incidents() if i.kind == "violation"]
     assert (after.last_count, after.last_seen_at) == (2, before.last_seen_at)
-
-
-def test_the_readme_lists_every_scope_the_slack_app_asks_for() -> None:
-    import yaml
-
-    root = Path(__file__).resolve().parent.parent
-    manifest = yaml.safe_load((root / "deploy" / "slack" / "manifest.yaml").read_text())
-    scopes = manifest["oauth_config"]["scopes"]["bot"]
-    readme = (root / "README.md").read_text()
-    assert [s for s in scopes if f"`{s}`" not in readme] == []
-
-
-def test_a_key_that_is_not_unique_is_a_warning_in_lint_and_in_test(tmp_path: Path) -> None:
-    folder = tmp_path / "invariants"
-    folder.mkdir()
-    (folder / "dup.sql").write_text(
-        "-- description: x\n-- key: [id]\nSELECT 1 AS id, v FROM (VALUES (1), (2)) AS t(v)\n"
-    )
-    (folder / "dup.test.yaml").write_text(
-        "cases:\n  - name: twice\n    expect:\n      rows: [{id: 1, v: 1}, {id: 1, v: 2}]\n"
-    )
-    warning = (
-        "'twice': the key (id) is not unique: [1] {} more than once, and an incident tracks "
-        "rows by key, so those rows would count as one (the count and the CSV keep them all)"
-    )
-    linted = cli("lint", str(folder))
-    assert linted.returncode == 0
-    assert f"dup.test.yaml:2: warning: {warning.format('is expected')}" in linted.stdout
-    tested = cli("test", "--invariants", str(folder))
-    assert "✅ twice" in tested.stdout
-    assert f"warning: {warning.format('was returned')}" in tested.stdout

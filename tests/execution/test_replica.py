@@ -1,7 +1,7 @@
 """Replica awareness against a real primary and streaming standby: in_recovery, lag that is
 zero when nothing is outstanding (even on an idle primary), lag that grows while replay is
-paused, and the staleness rule. tests/test_replica_idle.py covers a silent primary, write
-load and a primary that goes away."""
+paused, and the staleness rule. tests/execution/test_replica_idle.py covers a silent primary,
+write load and a primary that goes away."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import yaml
 
 from monitor.config import load_config, parse_listen
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"  # `kubectl apply -k` here: the base as it is
 BASE = KUBE / "base"
 OVERLAY = KUBE / "overlays" / "invariants-configmap"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import cli, invmon
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "deploy" / "demo" / "schema.sql"
 
 

@@ -2,8 +2,8 @@
 database's own catalog; analytical queries accepted; and the parser's reading of names
 equal to what the generator wrote, whatever the quoting.
 
-The corpora are YAML files in tests/fence/, one parametrized test each (as sqlfluff runs
-its rule cases), so adding a case never means editing Python.
+The corpora are YAML files in tests/fence/corpus/, one parametrized test each (as sqlfluff
+runs its rule cases), so adding a case never means editing Python.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from monitor.fence.pgcatalog import LiveCatalog
 from monitor.fence.sqltree import called_functions
 from monitor.invariants.validate import validate_sql
 
-CORPUS = Path(__file__).parent / "fence"
-ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(__file__).parent / "corpus"
+ROOT = Path(__file__).resolve().parents[2]
 HOSTILE: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "hostile.yaml").read_text())
 LIVE: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "hostile_live.yaml").read_text())
 ACCEPTED: dict[str, str] = yaml.safe_load((CORPUS / "accepted.yaml").read_text())

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from helpers import CHECK, PRIVILEGED_YAML, cli, invmon, sql
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write(folder: Path, name: str, text: str) -> None:
@@ -163,7 +163,7 @@ def test_lint_reports_every_problem_in_every_file_then_fails(tmp_path: Path) -> 
 
 
 def test_lint_passes_the_shipped_invariants() -> None:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     done = cli("lint", str(root / "invariants"))
     assert (done.returncode, done.stdout) == (0, "")
     assert done.stderr.strip() == "4 invariants valid, 0 with errors"
@@ -194,7 +194,7 @@ def test_a_malformed_dsn_is_refused_without_repeating_its_password(tmp_path: Pat
     assert done.stderr.startswith("invmon: invmon.yaml: field 'state': ")
 
 
-SCHEMA = Path(__file__).resolve().parent.parent / "deploy" / "demo" / "schema.sql"
+SCHEMA = Path(__file__).resolve().parents[2] / "deploy" / "demo" / "schema.sql"
 
 
 def test_lint_with_a_schema_finds_a_misspelt_column_without_any_database(tmp_path: Path) -> None:
