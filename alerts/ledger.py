@@ -18,97 +18,17 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal, get_args
+from typing import Any
 
-from alerts.plans import Action, Spec, delivery_key
+from alerts.deliveries import COLUMNS, Delivery, DeliveryState, delivery_of
+from alerts.plans import Spec, delivery_key
 from alerts.thread_batching import LastReply, is_churn
 from monitor.clock import parse_stamp, stamp
 from monitor.store.records import StoredEvent
 from monitor.store.storage import Storage, Tx
 
 log = logging.getLogger("invmon.alerts")
-
-
-# A delivery's life: PENDING (to do) -> SENT, or FAILED for good; UNKNOWN when a call may
-# have reached Slack, until reconciling says which. Stored as these words.
-DeliveryState = Literal["PENDING", "UNKNOWN", "SENT", "FAILED"]
-DELIVERY_STATES: tuple[DeliveryState, ...] = get_args(DeliveryState)
-
-
-def delivery_state(text: str) -> DeliveryState:
-    if text not in DELIVERY_STATES:
-        raise ValueError(f"unknown delivery state {text!r} in the state store")
-    return text
-
-
-@dataclass(frozen=True)
-class Delivery:
-    id: int
-    idem_key: str
-    event_id: int | None
-    incident_id: int | None
-    invariant: str
-    channel: str
-    action: Action
-    root_id: int | None
-    state: DeliveryState
-    attempts: int
-    last_error: str | None
-    unknown_since: datetime | None
-    slack_channel: str | None
-    slack_ts: str | None
-    slack_file_id: str | None
-    payload: dict[str, Any]
-    created_at: datetime
-    lease_owner: str | None = None
-
-
-_COLUMNS = (
-    "id",
-    "idem_key",
-    "event_id",
-    "incident_id",
-    "invariant",
-    "channel",
-    "action",
-    "root_id",
-    "state",
-    "attempts",
-    "last_error",
-    "unknown_since",
-    "slack_channel",
-    "slack_ts",
-    "slack_file_id",
-    "payload_json",
-    "created_at",
-    "lease_owner",
-)
-
-
-def _delivery(row: Sequence[Any]) -> Delivery:
-    record = dict(zip(_COLUMNS, row, strict=True))
-    return Delivery(
-        id=int(record["id"]),
-        idem_key=record["idem_key"],
-        event_id=record["event_id"],
-        incident_id=record["incident_id"],
-        invariant=record["invariant"],
-        channel=record["channel"],
-        action=record["action"],
-        root_id=record["root_id"],
-        state=delivery_state(record["state"]),
-        attempts=int(record["attempts"]),
-        last_error=record["last_error"],
-        unknown_since=parse_stamp(record["unknown_since"]) if record["unknown_since"] else None,
-        slack_channel=record["slack_channel"],
-        slack_ts=record["slack_ts"],
-        slack_file_id=record["slack_file_id"],
-        payload=json.loads(record["payload_json"]),
-        created_at=parse_stamp(record["created_at"]),
-        lease_owner=record["lease_owner"],
-    )
 
 
 # The one statement of when a row could be taken, leaving out time and leases: UNKNOWN
@@ -118,9 +38,16 @@ def _delivery(row: Sequence[Any]) -> Delivery:
 # Actions that are chat.postMessage calls, limited by Slack per channel; the first three
 # are top-level messages, the others replies in a thread.
 _TOP_LEVEL = "('post_root', 'post_digest', 'post_summary')"
+
+
 _POSTS = "('post_root', 'post_digest', 'post_summary', 'post_reply', 'post_detail')"
+
+
 POST_ACTIONS = frozenset({"post_root", "post_digest", "post_summary", "post_reply", "post_detail"})
+
+
 _THREADED = frozenset({"post_reply", "post_detail", "upload_csv"})  # kept in order per thread
+
 
 _READY = (
     "(d.state = 'UNKNOWN' OR (d.state = 'PENDING' AND ("
@@ -500,15 +427,13 @@ class Ledger:
             return self._get(tx, delivery_id)
 
     def _get(self, tx: Tx, delivery_id: int) -> Delivery:
-        [row] = tx.rows(
-            f"SELECT {', '.join(_COLUMNS)} FROM deliveries WHERE id = ?", (delivery_id,)
-        )
-        return _delivery(row)
+        [row] = tx.rows(f"SELECT {', '.join(COLUMNS)} FROM deliveries WHERE id = ?", (delivery_id,))
+        return delivery_of(row)
 
     def all(self) -> list[Delivery]:
         with self.storage.transaction() as tx:
-            rows = tx.rows(f"SELECT {', '.join(_COLUMNS)} FROM deliveries ORDER BY id")
-        return [_delivery(r) for r in rows]
+            rows = tx.rows(f"SELECT {', '.join(COLUMNS)} FROM deliveries ORDER BY id")
+        return [delivery_of(r) for r in rows]
 
     def counts(self) -> dict[str, int]:
         with self.storage.transaction() as tx:

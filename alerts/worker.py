@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from alerts.csvfile import csv_title, left_out_because, offending_csv
-from alerts.ledger import POST_ACTIONS, Delivery, Ledger
+from alerts.deliveries import Delivery
+from alerts.ledger import POST_ACTIONS, Ledger
 from alerts.messages import (
     SUMMARY_GROUPS,
     IncidentView,

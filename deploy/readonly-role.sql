@@ -65,7 +65,7 @@ DECLARE
                                   'on')::boolean;
     -- They run SQL handed to them as text (or read a relation named in a string), which the
     -- fence never sees, whatever their volatility. Kept in step with RUNS_SQL_TEXT in
-    -- monitor/fence/fence.py (a test compares them).
+    -- monitor/fence/known.py (a test compares them).
     runs_sql text[] := ARRAY[
         'query_to_xml', 'query_to_xmlschema', 'query_to_xml_and_xmlschema', 'cursor_to_xml',
         'cursor_to_xmlschema', 'table_to_xml', 'table_to_xmlschema',
@@ -73,11 +73,11 @@ DECLARE
         'schema_to_xml_and_xmlschema', 'database_to_xml', 'database_to_xmlschema',
         'database_to_xml_and_xmlschema', 'ts_stat', 'ts_rewrite', 'crosstab', 'crosstab2',
         'crosstab3', 'crosstab4', 'connectby'];
-    -- Readers an extension installs VOLATILE (HARMLESS_EXTENSION_FUNCTIONS in fence.py).
+    -- Readers an extension installs VOLATILE (HARMLESS_EXTENSION_FUNCTIONS in fence/known.py).
     harmless_ext text[] := ARRAY['pg_stat_statements', 'pg_stat_statements_info'];
     -- VOLATILE only because their answer changes; none writes, signals, locks or reaches
     -- outside the server. Kept in step with HARMLESS_VOLATILE and STATE_FREE_PARALLEL_UNSAFE
-    -- in monitor/fence/fence.py (a test compares them).
+    -- in monitor/fence/known.py (a test compares them).
     harmless text[] := ARRAY[
         'clock_timestamp', 'timeofday', 'random', 'random_normal', 'gen_random_uuid',
         'uuidv4', 'uuidv7', 'pg_relation_size', 'pg_table_size', 'pg_indexes_size',

@@ -24,7 +24,7 @@ from monitor.execution.execute import (
 )
 from monitor.execution.redaction import Redaction
 from monitor.execution.runner import describe_error
-from monitor.fence.fence import TRUST_NOTHING, Allowances
+from monitor.fence.allowances import TRUST_NOTHING, Allowances
 from monitor.invariants.loader import Invariant
 from monitor.sources.binding import NOTHING_BOUND, Bound, bind, standalone
 from monitor.sources.listing import Lister, ListingError, list_source, listed_and_bound

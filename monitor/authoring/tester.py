@@ -46,7 +46,7 @@ from monitor.execution.execute import (
 from monitor.execution.offending import RowLimits
 from monitor.execution.rows import offending_key
 from monitor.execution.runner import describe_error
-from monitor.fence.fence import TRUST_NOTHING, Allowances
+from monitor.fence.allowances import TRUST_NOTHING, Allowances
 from monitor.invariants.loader import Invariant
 from monitor.sources.binding import NOTHING_BOUND, Bound, ObjectRow, bind
 from monitor.sources.listing import settled

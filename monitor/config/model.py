@@ -29,7 +29,7 @@ from monitor.config.sections import (
     WatchdogConfig,
 )
 from monitor.config.values import ConfigError, Model, check_dsn, unset_message
-from monitor.fence.fence import FencePolicy
+from monitor.fence.allowances import FencePolicy
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.invariants.loader import Defaults, Loading
 from monitor.text import shorten

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, generate_latest
 
-from alerts.ledger import DELIVERY_STATES
+from alerts.deliveries import DELIVERY_STATES
 from monitor.execution.results import RunResult
 from monitor.store.store_health import STORE_ERRORS
 

@@ -38,7 +38,8 @@ from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, Gatherin
 from monitor.execution.query import MAX_COLUMNS, Column, bounded_query, describing_query
 from monitor.execution.redaction import Masker
 from monitor.execution.rows import unique_column_names
-from monitor.fence.fence import TRUST_NOTHING, Allowances, verdict
+from monitor.fence.allowances import TRUST_NOTHING, Allowances
+from monitor.fence.fence import verdict
 from monitor.fence.pgcatalog import CatalogMemory, LiveCatalog, Name
 from monitor.fence.sqltree import Analysis, analyze
 from monitor.invariants.loader import Invariant

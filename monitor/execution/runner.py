@@ -35,7 +35,7 @@ from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimit
 from monitor.execution.redaction import NO_REDACTION, Masker, Redaction
 from monitor.execution.replica import ReplicaStatus, read_replica_status
 from monitor.execution.results import RunResult
-from monitor.fence.fence import TRUST_NOTHING, Allowances
+from monitor.fence.allowances import TRUST_NOTHING, Allowances
 from monitor.fence.role_check import RoleFacts, read_role
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.invariants.loader import Invariant

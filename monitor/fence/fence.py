@@ -6,7 +6,7 @@ must be something the code can show, not a list of names it hopes is complete. T
 judges, all PostgreSQL's own:
 
 1. **Its parser.** The text is parsed by libpg_query (through pglast), the parser of the
-   server itself, so names are decoded exactly as the server will decode them: `U&"\\0070g_…"`,
+   server itself, so names are decoded exactly as the server will decode them: `U&"\0070g_…"`,
    quoted and schema-qualified names, dollar quotes, comments and `E''` strings cannot hide
    a call. Statement kinds, data-modifying CTEs, `SELECT INTO`, locking clauses, NUL bytes
    and the bounds on literals and numeric work (sqltree.py) are read off that tree, and so
@@ -29,293 +29,29 @@ This module is pure: `analyze` reads the text, `judge` asks a `Catalog`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from monitor.fence.allowances import TRUST_NOTHING, Allowances
+from monitor.fence.known import (
+    ALL_SETTINGS,
+    BUILTIN_TABLESAMPLE,
+    HARMLESS_EXTENSION_FUNCTIONS,
+    HARMLESS_SETTINGS,
+    HARMLESS_VOLATILE,
+    MAX_VIEW_DEPTH,
+    POPULATES_ROWS,
+    RUNS_A_TYPES_INPUT,
+    RUNS_SQL_TEXT,
+    SETTINGS_FUNCTIONS,
+    SETTINGS_RELATIONS,
+    STATE_FREE_PARALLEL_UNSAFE,
+    UNINTERRUPTIBLE,
+    XML_PARSING,
+    XML_SYNTAX,
+    XML_TYPE,
+    in_system,
+)
 from monitor.fence.pgcatalog import SYSTEM_SCHEMAS, VOLATILITY_WORDS, Catalog, Name, Routine
 from monitor.fence.sqltree import Analysis, Reference, RefKind, analyze
 from monitor.problems import SqlProblem
-
-# VOLATILE only because their answer changes between calls; none of them writes, signals,
-# locks or reaches outside the server. Monitoring queries use them. Judged in pg_catalog
-# only: a user function of the same name elsewhere is judged on its own.
-HARMLESS_VOLATILE = frozenset(
-    {
-        "clock_timestamp",
-        "timeofday",
-        "random",
-        "random_normal",
-        "gen_random_uuid",
-        "uuidv4",
-        "uuidv7",
-        "pg_relation_size",
-        "pg_table_size",
-        "pg_indexes_size",
-        "pg_total_relation_size",
-        "pg_database_size",
-        "pg_tablespace_size",
-        "pg_is_in_recovery",
-        "pg_last_wal_receive_lsn",
-        "pg_last_wal_replay_lsn",
-        "pg_last_xact_replay_timestamp",
-        "pg_current_wal_lsn",
-        "pg_current_wal_insert_lsn",
-        "pg_current_wal_flush_lsn",
-        "pg_is_wal_replay_paused",
-        "pg_get_wal_replay_pause_state",
-        "pg_blocking_pids",
-        "pg_safe_snapshot_blocking_pids",
-        "pg_lock_status",
-        "pg_xact_commit_timestamp",
-        "pg_last_committed_xact",
-        "pg_xact_status",
-        "txid_status",
-        "pg_partition_tree",
-        "pg_partition_ancestors",
-        "pg_jit_available",
-        "pg_notification_queue_usage",
-        "pg_sequence_last_value",
-        "pg_prepared_xact",
-        "pg_show_replication_origin_status",
-        "pg_stat_get_recovery_prefetch",
-        "pg_stat_get_xact_numscans",
-        "pg_stat_get_xact_tuples_returned",
-        "pg_stat_get_xact_tuples_fetched",
-        "pg_stat_get_xact_tuples_inserted",
-        "pg_stat_get_xact_tuples_updated",
-        "pg_stat_get_xact_tuples_deleted",
-        "pg_stat_get_xact_tuples_hot_updated",
-        "pg_stat_get_xact_tuples_newpage_updated",
-        "pg_stat_get_io",
-        "pg_stat_get_xact_blocks_fetched",
-        "pg_stat_get_xact_blocks_hit",
-        "pg_stat_get_xact_function_calls",
-        "pg_stat_get_xact_function_total_time",
-        "pg_stat_get_xact_function_self_time",
-        "pg_get_backend_memory_contexts",
-        "pg_get_shmem_allocations",
-        "array_shuffle",
-        "array_sample",
-    }
-)
-# The same, installed by an extension: (extension, function). Reading pg_stat_statements is
-# how one finds slow queries.
-HARMLESS_EXTENSION_FUNCTIONS = frozenset(
-    {
-        ("pg_stat_statements", "pg_stat_statements"),
-        ("pg_stat_statements", "pg_stat_statements_info"),
-    }
-)
-# PARALLEL UNSAFE but STABLE, and assigning nothing: they only read the session's state.
-STATE_FREE_PARALLEL_UNSAFE = frozenset(
-    {
-        "current_schema",
-        "current_schemas",
-        "txid_current_if_assigned",
-        "pg_current_xact_id_if_assigned",
-    }
-)
-BUILTIN_TABLESAMPLE = frozenset({"bernoulli", "system", "system_rows", "system_time"})
-MAX_VIEW_DEPTH = 8  # views over views; PostgreSQL itself has no limit, a fence needs one
-
-# Functions whose work PostgreSQL cannot interrupt: XPath runs inside libxml2, which never
-# checks for a cancel, so neither a statement timeout nor pg_terminate_backend stops a
-# crafted expression (one ran 24 s past a 1 s timeout, and grows as N^4). Refused unless
-# trusted by name in fence.allow_functions.
-UNINTERRUPTIBLE = frozenset({"xpath", "xpath_exists", "xmlexists", "xmltable"})
-# The same libxml2 parses XML text the same way: an internal DTD entity referenced a million
-# times ran 10-20 s past a 2 s timeout and outlived pg_terminate_backend, 40,000 attributes
-# on one element take seconds (libxml2 checks for duplicates pairwise). These built-in
-# functions hand text to it (pgcatalog.LIBXML_PARSERS: the live catalog finds them by their
-# C symbol, whatever they are called): `xml` is the text -> xml cast, `xml_in` the type's
-# input. A cast to xml, XMLPARSE, IS DOCUMENT and XMLSERIALIZE(DOCUMENT or INDENT), which
-# re-parses, are refused alike (XML_SYNTAX). xmlelement, xmlforest, xmlagg, xmlconcat,
-# xmlroot, xmlpi, xmlcomment and xmltext are not: they escape text, or read only the XML
-# declaration with PostgreSQL's own code. A string literal can still become xml by type
-# resolution (`coalesce(xml_col, '…')`), so literals are bounded in sqltree.py: no DTD and
-# at most MAX_STRING_CHARS characters, which parse in milliseconds.
-XML_PARSING = frozenset(
-    {
-        "xml",
-        "xml_in",
-        "xml_recv",
-        "xml_is_well_formed",
-        "xml_is_well_formed_document",
-        "xml_is_well_formed_content",
-    }
-)
-XML_SYNTAX = {
-    "xmlparse": "XMLPARSE",
-    "is_document": "IS DOCUMENT",
-    "xmlserialize": "XMLSERIALIZE with DOCUMENT or INDENT",
-}
-# Trusting this name in fence.allow_functions trusts every path of text into xml (casts,
-# the input function inside a composite or an array), not XPath or XMLPARSE.
-XML_TYPE = "xml"
-# Functions that run the input function of a type given as a value (an OID, a type name in a
-# string): a domain's CHECK or a type's input that the fence never sees named.
-RUNS_A_TYPES_INPUT = frozenset(
-    {
-        "record_in",
-        "record_recv",
-        "array_in",
-        "array_recv",
-        "domain_in",
-        "domain_recv",
-        "range_in",
-        "range_recv",
-        "multirange_in",
-        "multirange_recv",
-        "pg_input_is_valid",
-        "pg_input_error_info",
-    }
-)
-# Functions that build a row of a relation's type from JSON (or hstore): they run the input
-# functions and domain constraints of that relation's column types.
-POPULATES_ROWS = frozenset(
-    {
-        "json_populate_record",
-        "json_populate_recordset",
-        "jsonb_populate_record",
-        "jsonb_populate_recordset",
-        "jsonb_populate_record_valid",
-        "populate_record",
-    }
-)
-# Settings current_setting() may read without being trusted: built-in ones that describe
-# the server, the session's formats and its limits. Everything else is refused unless named
-# in fence.allow_settings: custom settings (`app.jwt_secret`, set with ALTER ROLE or
-# ALTER DATABASE) are where applications keep secrets, and some built-in ones hold
-# connection strings or commands (primary_conninfo, archive_command).
-HARMLESS_SETTINGS = frozenset(
-    {
-        "server_version",
-        "server_version_num",
-        "server_encoding",
-        "client_encoding",
-        "timezone",
-        "datestyle",
-        "intervalstyle",
-        "lc_collate",
-        "lc_ctype",
-        "lc_messages",
-        "lc_monetary",
-        "lc_numeric",
-        "lc_time",
-        "search_path",
-        "statement_timeout",
-        "lock_timeout",
-        "idle_in_transaction_session_timeout",
-        "temp_file_limit",
-        "transaction_isolation",
-        "transaction_read_only",
-        "default_transaction_read_only",
-        "in_hot_standby",
-        "is_superuser",
-        "max_connections",
-        "block_size",
-        "integer_datetimes",
-        "standard_conforming_strings",
-        "application_name",
-        "work_mem",
-    }
-)
-# Relations and functions that show every setting (custom ones included) or the settings
-# of every role and database: refused unless fence.allow_settings holds "*".
-SETTINGS_RELATIONS = frozenset({"pg_settings", "pg_file_settings", "pg_db_role_setting"})
-SETTINGS_FUNCTIONS = frozenset({"pg_show_all_settings", "pg_show_all_file_settings"})
-ALL_SETTINGS = "*"
-# Functions that run SQL handed to them as text (or read a relation named in a string), which
-# the fence never sees: a view or a SECURITY DEFINER function behind them would run unjudged.
-RUNS_SQL_TEXT = frozenset(
-    {
-        "query_to_xml",
-        "query_to_xmlschema",
-        "query_to_xml_and_xmlschema",
-        "cursor_to_xml",
-        "cursor_to_xmlschema",
-        "table_to_xml",
-        "table_to_xmlschema",
-        "table_to_xml_and_xmlschema",
-        "schema_to_xml",
-        "schema_to_xmlschema",
-        "schema_to_xml_and_xmlschema",
-        "database_to_xml",
-        "database_to_xmlschema",
-        "database_to_xml_and_xmlschema",
-        "ts_stat",
-        "ts_rewrite",
-        "crosstab",
-        "crosstab2",
-        "crosstab3",
-        "crosstab4",
-        "connectby",
-    }
-)
-
-
-def _in_system(name: Name, names: frozenset[str]) -> bool:
-    """A built-in name as written: bare (pg_catalog comes first in every search path) or in
-    pg_catalog."""
-    return bool(name) and name[:-1] in ((), ("pg_catalog",)) and name[-1] in names
-
-
-@dataclass(frozen=True)
-class Allowances:
-    """Names an operator chose to trust (config `fence.allow_functions`, `allow_operators`,
-    `allow_types`, `trust_extensions`, `allow_settings`): an entry `fn` trusts that name in
-    any schema, `schema.fn` only there. All are lower-cased."""
-
-    functions: frozenset[str] = frozenset()
-    operators: frozenset[str] = frozenset()
-    types: frozenset[str] = frozenset()
-    extensions: frozenset[str] = frozenset()
-    settings: frozenset[str] = frozenset()
-
-    @staticmethod
-    def _trusted(entries: frozenset[str], routine: Routine) -> bool:
-        return routine.name.lower() in entries or (
-            f"{routine.schema}.{routine.name}".lower() in entries
-        )
-
-    def function(self, routine: Routine) -> bool:
-        return self._trusted(self.functions, routine)
-
-    def named(self, name: Name) -> bool:
-        """A function name, as written, that is trusted."""
-        return ".".join(name).lower() in self.functions or name[-1].lower() in self.functions
-
-    def operator(self, name: Name) -> bool:
-        return ".".join(name).lower() in self.operators or name[-1] in self.operators
-
-    def type(self, qualified: str) -> bool:
-        """A type (`schema.name`, as the catalog gives it) trusted with all the code it
-        runs: its input and output functions, its constraints."""
-        bare = qualified.rpartition(".")[2]
-        return qualified.lower() in self.types or bare.lower() in self.types
-
-    def extension(self, routine: Routine) -> bool:
-        return routine.extension is not None and routine.extension.lower() in self.extensions
-
-    def setting(self, name: str) -> bool:
-        return ALL_SETTINGS in self.settings or name.lower() in self.settings
-
-
-TRUST_NOTHING = Allowances()
-
-
-@dataclass(frozen=True)
-class FencePolicy:
-    """How lint judges a query with no database at hand."""
-
-    allow: Allowances = TRUST_NOTHING
-    # What the offline judge looks names up in; None is the built-in table (pgcatalog.py).
-    catalog: Catalog | None = None
-    # False for commands that run against a database: a name the offline table does not
-    # know is left to that database's own catalog, which judges it before every run.
-    unknown_is_error: bool = True
-
-
-OFFLINE = FencePolicy()
 
 
 def _display(name: Name) -> str:
@@ -331,6 +67,8 @@ _ALLOWANCE: dict[RefKind, str] = {
     "cast": "fence.allow_types",
     "relation": "fence.allow_types",
 }
+
+
 _LIBXML_REASON = (
     "hands text to libxml2's parser, which PostgreSQL cannot interrupt: no statement "
     "timeout or cancel stops a crafted document (a DTD entity expanded a million times, "
@@ -536,11 +274,11 @@ def _setting_problems(analysis: Analysis, allow: Allowances) -> list[SqlProblem]
     every = [
         (ref, f"reading {_display(ref.name)}")
         for ref in analysis.named("relation")
-        if _in_system(ref.name, SETTINGS_RELATIONS)
+        if in_system(ref.name, SETTINGS_RELATIONS)
     ] + [
         (ref, f"function {_display(ref.name)}()")
         for ref in analysis.named("function")
-        if _in_system(ref.name, SETTINGS_FUNCTIONS)
+        if in_system(ref.name, SETTINGS_FUNCTIONS)
     ]
     for ref, what in every:
         problems.append(
@@ -598,7 +336,7 @@ def judge(
                     "relation named in a string), which the fence cannot judge; not allowed",
                 )
             )
-        elif _in_system(ref.name, RUNS_A_TYPES_INPUT) and not allow.named(ref.name):
+        elif in_system(ref.name, RUNS_A_TYPES_INPUT) and not allow.named(ref.name):
             functions.remove(ref)
             problems.append(
                 SqlProblem(
@@ -661,7 +399,7 @@ def judge(
 
     casts = []
     for ref in first("cast"):
-        if _in_system(ref.name, frozenset({XML_TYPE})):
+        if in_system(ref.name, frozenset({XML_TYPE})):
             if not allow.named((XML_TYPE,)):
                 problems.append(_xml_problem(ref.line, "a cast to xml", XML_TYPE))
         elif ref.name:
@@ -683,7 +421,7 @@ def judge(
     relations = first("relation")
     # The code of each relation's column types: the output functions send its rows, and
     # the input functions and domain constraints run when a row of it is built from JSON.
-    populates = any(_in_system(r.name, POPULATES_ROWS) for r in analysis.named("function"))
+    populates = any(in_system(r.name, POPULATES_ROWS) for r in analysis.named("function"))
     row_code = catalog.row_types(r.name for r in relations)
     for ref in relations:
         code = [

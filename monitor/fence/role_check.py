@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitor.fence.fence import (
+from monitor.fence.known import (
     HARMLESS_EXTENSION_FUNCTIONS,
     HARMLESS_VOLATILE,
     RUNS_SQL_TEXT,
@@ -186,7 +186,7 @@ _NOT_SYSTEM = (
     " AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'"
 )
 # Kept in step with deploy/readonly-role.sql's revoke and deploy/verify-readonly-role.sql's
-# catalog check (tests/test_role_check.py holds a role the script made to it).
+# catalog check (tests/fence/test_role_check.py holds a role the script made to it).
 _EFFECTFUL = """
     p.prokind IN ('f', 'a', 'w')
     AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype,

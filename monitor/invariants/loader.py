@@ -23,7 +23,7 @@ from monitor.durations import (
     parse_duration,
     parse_schedule,
 )
-from monitor.fence.fence import OFFLINE, FencePolicy
+from monitor.fence.allowances import OFFLINE, FencePolicy
 from monitor.fence.sqltree import NUL_MESSAGE
 from monitor.invariants.header import (
     DEFAULT_TARGET,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from monitor.fence.fence import OFFLINE, FencePolicy, judge
+from monitor.fence.allowances import OFFLINE, FencePolicy
+from monitor.fence.fence import judge
 from monitor.fence.pgcatalog import builtin_catalog
 from monitor.fence.sqltree import Analysis, analyze, node_items
 from monitor.problems import SqlProblem

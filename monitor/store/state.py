@@ -11,7 +11,6 @@ exists if and only if its transition happened (a transactional outbox).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -24,14 +23,9 @@ from monitor.store.acks import Action, Outcome, decide_action
 from monitor.store.claims import Claim, LostClaim, finish
 from monitor.store.incidents import (
     RETIRED_EVENT,
-    Decision,
-    EndState,
     EventDraft,
     IncidentKind,
-    InvariantState,
     Observation,
-    OpenIncident,
-    closes,
     decide,
     retired_reason,
     toggle,
@@ -39,6 +33,17 @@ from monitor.store.incidents import (
 from monitor.store.records import Incident, IncidentContext, Quarantine, StoredEvent
 from monitor.store.state_queries import StateQueries
 from monitor.store.storage import PostgresStorage, Storage, Tx, open_storage
+from monitor.store.writes import (
+    apply,
+    insert_event,
+    insert_incident,
+    insert_run,
+    load_state,
+    lock_subject,
+    maybe_clear_ack,
+    open_incident,
+    resolve,
+)
 
 REPLICA_SUBJECT = "(replica)"
 
@@ -107,8 +112,8 @@ class StateStore(StateQueries):
         with self._db.transaction() as tx:
             if claim is not None and not finish(tx, claim, finished_at):
                 raise LostClaim(f"{invariant} at {stamp(claim.slot)} was taken over")
-            state = self._load_state(tx, invariant, now)
-            run_id = self._insert_run(tx, invariant, result, finished_at, claim)
+            state = load_state(tx, invariant, now)
+            run_id = insert_run(tx, invariant, result, finished_at, claim)
             decision = decide(state, seen, for_runs, error_threshold)
             tx.run(
                 "UPDATE invariant_state SET consecutive_violations = ?, consecutive_errors = ?,"
@@ -121,12 +126,12 @@ class StateStore(StateQueries):
                     invariant,
                 ),
             )
-            incident_ids = self._apply(tx, invariant, state, decision, result, now, context)
+            incident_ids = apply(tx, invariant, state, decision, result, now, context)
             drafts = decision.events
             if decision.keys_appeared and state.violation is not None:
-                drafts = [self._maybe_clear_ack(tx, state.violation.id, d) for d in drafts]
+                drafts = [maybe_clear_ack(tx, state.violation.id, d) for d in drafts]
             return [
-                self._insert_event(tx, incident_ids[draft.incident], invariant, draft, now, run_id)
+                insert_event(tx, incident_ids[draft.incident], invariant, draft, now, run_id)
                 for draft in drafts
             ]
 
@@ -155,8 +160,8 @@ class StateStore(StateQueries):
         context: IncidentContext | None,
         closing: dict[str, Any] | None = None,
     ) -> list[StoredEvent]:
-        self._lock_subject(tx, subject, now)
-        current = self._open_incident(tx, subject, kind)
+        lock_subject(tx, subject, now)
+        current = open_incident(tx, subject, kind)
         draft = toggle(
             current, active, kind, {"detail": detail} if active else closing or {"detail": detail}
         )
@@ -169,13 +174,11 @@ class StateStore(StateQueries):
             return []
         if current is None:
             target = context.target if context else DEFAULT_TARGET
-            incident_id = self._insert_incident(
-                tx, subject, kind, now, None, detail, target, context
-            )
+            incident_id = insert_incident(tx, subject, kind, now, None, detail, target, context)
         else:
             incident_id = current.id
-            self._resolve(tx, incident_id, now, None)
-        return [self._insert_event(tx, incident_id, subject, draft, now, None)]
+            resolve(tx, incident_id, now, None)
+        return [insert_event(tx, incident_id, subject, draft, now, None)]
 
     # --- quarantine (quarantine.py decides; this keeps it for every daemon of a fleet) ---
 
@@ -235,7 +238,7 @@ class StateStore(StateQueries):
             found = tx.rows("SELECT invariant FROM incidents WHERE id = ?", (incident_id,))
             if not found:
                 return Outcome(False, f"There is no incident #{incident_id}.", {})
-            self._lock_subject(tx, str(found[0][0]), now)
+            lock_subject(tx, str(found[0][0]), now)
             [incident] = self._incidents_in(tx, "WHERE id = ?", (incident_id,))
             outcome = decide_action(incident, action, at)
             if not outcome.changed:
@@ -267,22 +270,22 @@ class StateStore(StateQueries):
         now = stamp(at)
         events = []
         with self._db.transaction() as tx:
-            self._lock_subject(tx, invariant, now)
+            lock_subject(tx, invariant, now)
             tx.run("DELETE FROM quarantines WHERE invariant = ?", (invariant,))
             kinds: tuple[IncidentKind, ...] = ("violation", "cannot_evaluate", "quarantined")
             for kind in kinds:
-                current = self._open_incident(tx, invariant, kind)
+                current = open_incident(tx, invariant, kind)
                 if current is None:
                     continue
                 [(count,)] = tx.rows("SELECT last_count FROM incidents WHERE id = ?", (current.id,))
-                self._resolve(tx, current.id, now, None, ended_as="retired")
+                resolve(tx, current.id, now, None, ended_as="retired")
                 payload = {
                     "reason": retired_reason(kind, count),
                     "incident_kind": kind,
                     "count": count,
                 }
                 draft = EventDraft(RETIRED_EVENT, kind, payload)
-                events.append(self._insert_event(tx, current.id, invariant, draft, now, None))
+                events.append(insert_event(tx, current.id, invariant, draft, now, None))
         return events
 
     def kept_value(self, name: str, make: Callable[[], str]) -> str:
@@ -305,242 +308,3 @@ class StateStore(StateQueries):
                 (stamp(at), event_id),
             )
         )
-
-    # --- internals ---------------------------------------------------------------------
-
-    def _maybe_clear_ack(self, tx: Tx, incident_id: int, draft: EventDraft) -> EventDraft:
-        """An ack "until new rows appear" ends when a new offending key appears."""
-        if draft.kind != "keys_appeared":
-            return draft
-        cleared = tx.rows(
-            "UPDATE incidents SET acked_by = NULL, acked_by_name = NULL, acked_at = NULL,"
-            " ack_mode = NULL WHERE id = ? AND ack_mode = 'until_new_rows' RETURNING id",
-            (incident_id,),
-        )
-        if not cleared:
-            return draft
-        return EventDraft(draft.kind, draft.incident, {**draft.payload, "ack_cleared": True})
-
-    def _lock_subject(self, tx: Tx, subject: str, now: str) -> tuple[int, int]:
-        """Serialise every transition of one subject (an invariant, or the replica):
-        concurrent runs on a shared PostgreSQL store take turns on this row."""
-        tx.run(
-            "INSERT INTO invariant_state (invariant, updated_at) VALUES (?, ?)"
-            " ON CONFLICT (invariant) DO NOTHING",
-            (subject, now),
-        )
-        [(violations, errors)] = tx.rows(
-            "SELECT consecutive_violations, consecutive_errors FROM invariant_state"
-            f" WHERE invariant = ?{tx.for_update}",
-            (subject,),
-        )
-        return int(violations), int(errors)
-
-    def _load_state(self, tx: Tx, invariant: str, now: str) -> InvariantState:
-        violations, errors = self._lock_subject(tx, invariant, now)
-        return InvariantState(
-            consecutive_violations=violations,
-            consecutive_errors=errors,
-            violation=self._open_incident(tx, invariant, "violation"),
-            cannot_evaluate=self._open_incident(tx, invariant, "cannot_evaluate"),
-        )
-
-    def _open_incident(self, tx: Tx, invariant: str, kind: IncidentKind) -> OpenIncident | None:
-        found = tx.rows(
-            "SELECT id, opened_at FROM incidents"
-            " WHERE invariant = ? AND kind = ? AND resolved_at IS NULL",
-            (invariant, kind),
-        )
-        if not found:
-            return None
-        incident_id, opened_at = found[0]
-        keys = tx.rows(
-            "SELECT offending_key FROM incident_keys WHERE incident_id = ? AND gone_at IS NULL",
-            (incident_id,),
-        )
-        return OpenIncident(
-            int(incident_id), kind, parse_stamp(opened_at), frozenset(k for (k,) in keys)
-        )
-
-    def _insert_run(
-        self,
-        tx: Tx,
-        invariant: str,
-        result: RunResult,
-        finished_at: datetime,
-        claim: Claim | None = None,
-    ) -> int:
-        started = result.started_at or finished_at
-        [(run_id,)] = tx.rows(
-            "INSERT INTO runs (invariant, started_at, finished_at, status, count, error,"
-            " replica_lag_seconds, duration_ms, columns_json, sample_json, target, slot,"
-            " listing_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            (
-                invariant,
-                stamp(started),
-                stamp(finished_at),
-                result.status,
-                result.count,
-                result.error,
-                result.replica_lag,
-                result.duration_ms,
-                json.dumps(result.columns),
-                json.dumps(result.rows),
-                result.target,
-                stamp(claim.slot) if claim else None,
-                result.listing_ms,
-            ),
-        )
-        return int(run_id)
-
-    def _insert_incident(
-        self,
-        tx: Tx,
-        invariant: str,
-        kind: IncidentKind,
-        now: str,
-        count: int | None,
-        detail: str | None,
-        target: str,
-        context: IncidentContext | None = None,
-        opening: RunResult | None = None,
-    ) -> int:
-        rows = (
-            json.dumps({"columns": opening.columns, "rows": opening.rows})
-            if opening is not None
-            else None
-        )
-        [(incident_id,)] = tx.rows(
-            "INSERT INTO incidents (invariant, kind, opened_at, first_count, last_count,"
-            " last_seen_at, detail, context_json, opening_json, target)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            (
-                invariant,
-                kind,
-                now,
-                count,
-                count,
-                now,
-                detail,
-                context.as_json() if context else None,
-                rows,
-                target,
-            ),
-        )
-        return int(incident_id)
-
-    def _resolve(
-        self,
-        tx: Tx,
-        incident_id: int,
-        now: str,
-        count: int | None,
-        ended_as: EndState = "resolved",
-    ) -> None:
-        """Close the incident: resolved_at is when it closed, `ended_as` how. A retired
-        incident keeps when it was last seen and its keys stay not gone: nothing saw them
-        go, the invariant stopped being evaluated while they offended."""
-        if ended_as == "retired":
-            tx.run(
-                "UPDATE incidents SET resolved_at = ?, ended_as = ? WHERE id = ?",
-                (now, ended_as, incident_id),
-            )
-            return
-        tx.run(
-            "UPDATE incidents SET resolved_at = ?, ended_as = ?, last_seen_at = ?,"
-            " last_count = COALESCE(?, last_count) WHERE id = ?",
-            (now, ended_as, now, count, incident_id),
-        )
-        tx.run(
-            "UPDATE incident_keys SET gone_at = ? WHERE incident_id = ? AND gone_at IS NULL",
-            (now, incident_id),
-        )
-
-    def _apply(
-        self,
-        tx: Tx,
-        invariant: str,
-        state: InvariantState,
-        decision: Decision,
-        result: RunResult,
-        now: str,
-        context: IncidentContext | None,
-    ) -> dict[IncidentKind, int]:
-        ids: dict[IncidentKind, int] = {}
-        violation = state.violation
-        if decision.open_violation:
-            ids["violation"] = self._insert_incident(
-                tx, invariant, "violation", now, result.count, None, result.target, context, result
-            )
-        elif violation is not None:
-            ids["violation"] = violation.id
-            if decision.resolve_violation:
-                self._resolve(tx, violation.id, now, 0)
-            elif result.count is not None:
-                # Only a run that counted moves the figures on: an error or a stale run
-                # evaluated nothing, so the last count and when it was seen stay.
-                tx.run(
-                    "UPDATE incidents SET last_count = ?, last_seen_at = ? WHERE id = ?",
-                    (result.count, now, violation.id),
-                )
-                for key in decision.keys_gone:
-                    tx.run(
-                        "UPDATE incident_keys SET gone_at = ? WHERE incident_id = ?"
-                        " AND offending_key = ?",
-                        (now, violation.id, key),
-                    )
-                for key in decision.keys_seen:
-                    tx.run(
-                        "UPDATE incident_keys SET last_seen_at = ? WHERE incident_id = ?"
-                        " AND offending_key = ?",
-                        (now, violation.id, key),
-                    )
-        for key, row in decision.keys_appeared.items():
-            tx.run(
-                "INSERT INTO incident_keys (incident_id, offending_key, row_json,"
-                " first_seen_at, last_seen_at) VALUES (?, ?, ?, ?, ?)"
-                " ON CONFLICT (incident_id, offending_key) DO UPDATE SET gone_at = NULL,"
-                " last_seen_at = excluded.last_seen_at, row_json = excluded.row_json",
-                (ids["violation"], key, json.dumps(row), now, now),
-            )
-        cannot = state.cannot_evaluate
-        if decision.open_cannot_evaluate:
-            ids["cannot_evaluate"] = self._insert_incident(
-                tx, invariant, "cannot_evaluate", now, None, result.error, result.target, context
-            )
-        elif cannot is not None:
-            ids["cannot_evaluate"] = cannot.id
-            if decision.resolve_cannot_evaluate:
-                self._resolve(tx, cannot.id, now, None)
-            else:
-                tx.run(
-                    "UPDATE incidents SET last_seen_at = ?, detail = ? WHERE id = ?",
-                    (now, result.error, cannot.id),
-                )
-        return ids
-
-    def _insert_event(
-        self,
-        tx: Tx,
-        incident_id: int,
-        invariant: str,
-        draft: EventDraft,
-        now: str,
-        run_id: int | None,
-    ) -> StoredEvent:
-        payload = dict(draft.payload)
-        if closes(draft.kind, draft.incident):
-            [(opened_at,)] = tx.rows("SELECT opened_at FROM incidents WHERE id = ?", (incident_id,))
-            payload.update(_lasted(parse_stamp(opened_at), parse_stamp(now)))
-        [(event_id,)] = tx.rows(
-            "INSERT INTO events (incident_id, invariant, kind, created_at, run_id, payload_json)"
-            " VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-            (incident_id, invariant, draft.kind, now, run_id, json.dumps(payload)),
-        )
-        return StoredEvent(
-            int(event_id), incident_id, invariant, draft.kind, parse_stamp(now), payload
-        )
-
-
-def _lasted(opened_at: datetime, until: datetime) -> dict[str, Any]:
-    return {"lasted_seconds": round((until - opened_at).total_seconds(), 3)}

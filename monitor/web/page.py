@@ -30,16 +30,12 @@ from monitor.invariants.loader import Invariant
 from monitor.singleflight import SingleFlight
 from monitor.store.state import StateStore
 from monitor.web.access import REFUSED, Access
+from monitor.web.detail_views import incident_page, invariant_page
 from monitor.web.filters import Filters, QueryTooLong, parse_filters
+from monitor.web.formats import InvariantInfo, info_of
 from monitor.web.reads import Overview, read_incident, read_invariant, read_overview
 from monitor.web.render import environment, render
-from monitor.web.views import (
-    InvariantInfo,
-    incident_page,
-    info_of,
-    invariant_page,
-    overview_page,
-)
+from monitor.web.views import overview_page
 
 log = logging.getLogger("invmon.page")
 

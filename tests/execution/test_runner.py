@@ -13,7 +13,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from monitor.config import DatabaseConfig
 from monitor.execution.runner import Runner
-from monitor.fence.fence import Allowances
+from monitor.fence.allowances import Allowances
 
 
 def _trusting(*functions: str) -> Allowances:

@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from pglast import keywords
 
 from monitor.authoring.pgtemp import apply_sql, scratch_database
-from monitor.fence.fence import (
+from monitor.fence.fence import fence
+from monitor.fence.known import (
     HARMLESS_EXTENSION_FUNCTIONS,
     HARMLESS_VOLATILE,
     RUNS_SQL_TEXT,
     STATE_FREE_PARALLEL_UNSAFE,
-    fence,
 )
 from monitor.fence.pgcatalog import LiveCatalog
 from monitor.fence.sqltree import called_functions
@@ -280,7 +280,7 @@ def test_several_problems_in_one_query_are_all_reported_in_line_order() -> None:
 def test_a_trusted_function_is_accepted_with_a_warning_that_names_the_remaining_fences(
     fence_database: str,
 ) -> None:
-    from monitor.fence.fence import Allowances
+    from monitor.fence.allowances import Allowances
 
     with psycopg.connect(fence_database) as conn:
         conn.execute(
@@ -299,7 +299,7 @@ def test_a_trusted_function_is_accepted_with_a_warning_that_names_the_remaining_
 
 def test_what_the_config_trusts_passes_the_fence_offline_and_live(fence_database: str) -> None:
     from monitor.config import FenceConfig
-    from monitor.fence.fence import FencePolicy
+    from monitor.fence.allowances import FencePolicy
 
     trusting = FenceConfig(
         allow_functions=["xml", "xmlparse"],

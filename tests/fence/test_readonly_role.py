@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from monitor.authoring.pgtemp import apply_sql, scratch_database
 from monitor.execution.execute import LiveFence, Refused, execute, register_loaders
-from monitor.fence.fence import Allowances
+from monitor.fence.allowances import Allowances
 from monitor.fence.sqltree import analyze
 from monitor.invariants.loader import load_directory
 
@@ -290,7 +290,7 @@ def test_applications_keep_the_effects_the_monitor_loses(role: Role, admin_dsn: 
             psycopg.connect(role.dsn, autocommit=True) as monitor,
             pytest.raises(psycopg.errors.InsufficientPrivilege),
         ):
-            monitor.execution.execute("SELECT pg_try_advisory_lock(42)")
+            monitor.execute("SELECT pg_try_advisory_lock(42)")
     finally:
         _drop_roles(role.admin_dsn, admin_dsn, name)
     assert row == (True, "8MB")

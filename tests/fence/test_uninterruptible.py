@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.fence.fence import UNINTERRUPTIBLE, XML_PARSING, fence
+from monitor.fence.fence import fence
+from monitor.fence.known import UNINTERRUPTIBLE, XML_PARSING
 from monitor.fence.pgcatalog import FIRST_USER_OID, LIBXML_PARSERS, LiveCatalog
 from monitor.fence.sqltree import (
     MAX_EXPONENT,

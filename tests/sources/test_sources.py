@@ -497,8 +497,8 @@ def test_explain_of_a_source_that_cannot_be_listed_cannot_explain_and_exits_2(
 def test_a_runs_listing_time_is_stored_with_it_and_shown_beside_its_duration(
     schema_database: str, tmp_path: Path, store: StateStore
 ) -> None:
+    from monitor.web.detail_views import run_line
     from monitor.web.reads import read_invariant
-    from monitor.web.views import run_line
 
     bucket = tmp_path / "bucket"
     make_files(bucket, ["receipts/a.pdf"])

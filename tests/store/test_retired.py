@@ -34,7 +34,8 @@ from monitor.store.migrations import migrations
 from monitor.store.records import Incident, as_document
 from monitor.store.state import StateStore
 from monitor.store.storage import PostgresStorage, SqliteStorage, Storage, migrate
-from monitor.web.views import event_line, summary_of
+from monitor.web.detail_views import event_line
+from monitor.web.formats import summary_of
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 OPENED = NOW - timedelta(seconds=35)

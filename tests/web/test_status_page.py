@@ -13,7 +13,9 @@ import pytest
 from monitor.config import ConfigError, HttpConfig, parse_config
 from monitor.store.records import Incident, IncidentContext, Run, StoredEvent
 from monitor.web.access import Access, presented
+from monitor.web.detail_views import incident_page, invariant_page
 from monitor.web.filters import MAX_QUERY, Filters, QueryTooLong, parse_filters
+from monitor.web.formats import InvariantInfo, slack_link
 from monitor.web.reads import (
     ActionRecord,
     IncidentRecords,
@@ -25,14 +27,7 @@ from monitor.web.reads import (
 from monitor.web.render import render
 from monitor.web.sparkline import sparkline
 from monitor.web.sqlhighlight import highlight
-from monitor.web.views import (
-    InvariantInfo,
-    incident_page,
-    invariant_page,
-    overview_page,
-    rows_of,
-    slack_link,
-)
+from monitor.web.views import overview_page, rows_of
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 HOSTILE = "<script>alert('x')</script>&\"q\""
