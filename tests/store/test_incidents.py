@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from monitor.store.incidents import InvariantState, Observation, OpenIncident, decide, toggle
+import pytest
+
+from alerts.deliveries import DELIVERY_STATES, delivery_state
+from monitor.store.incidents import (
+    EVENT_KINDS,
+    InvariantState,
+    Observation,
+    OpenIncident,
+    decide,
+    event_kind,
+    toggle,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -117,3 +128,27 @@ def test_on_off_conditions_open_once_and_close_once() -> None:
     assert toggle(incident, True, "replica_stale", {}) is None
     assert toggle(incident, False, "replica_stale", {}).kind == "replica_fresh"  # type: ignore[union-attr]
     assert toggle(None, False, "replica_stale", {}) is None
+
+
+def test_a_run_its_target_could_not_take_neither_opens_nor_resolves_nor_counts() -> None:
+    """The unreachable rule lives in decide: an error that is the target not answering is
+    covered by the target's own incident, so the invariant's state does not move at all."""
+    unreachable = Observation("error", None, error="cannot connect", unreachable=True)
+    open_state = InvariantState(consecutive_violations=2, violation=open_violation("a"))
+    assert decide(open_state, unreachable) == decide(open_state, STALE)
+    assert decide(open_state, unreachable).state == open_state
+    assert decide(open_state, unreachable).events == []
+    fresh = InvariantState(consecutive_errors=2)
+    assert decide(fresh, unreachable, error_threshold=3).state == fresh
+    # The same error from a target that answered is counted, and opens at the threshold.
+    reachable = Observation("error", None, error="cannot connect")
+    assert decide(fresh, reachable, error_threshold=3).open_cannot_evaluate is True
+
+
+def test_an_event_kind_or_delivery_state_this_version_does_not_know_is_an_error() -> None:
+    assert [event_kind(k) for k in EVENT_KINDS] == list(EVENT_KINDS)
+    assert [delivery_state(s) for s in DELIVERY_STATES] == ["PENDING", "UNKNOWN", "SENT", "FAILED"]
+    with pytest.raises(ValueError, match="unknown event kind 'reopened' in the state store"):
+        event_kind("reopened")
+    with pytest.raises(ValueError, match="unknown delivery state 'sent' in the state store"):
+        delivery_state("sent")
