@@ -1,23 +1,22 @@
 """`invmon run`: the long-lived process, composed of small parts, each in its own module:
 
     the process and its signals     process.SignalLoop
-    what runs when                  slots.Timetable (pure)
+    what runs when, and who runs it scheduling.Scheduler: one `tick(now)` a turn, over
+                                    slots.Timetable (pure), the fleet's queue and claims
     one evaluation                  evaluation.Evaluator  (replica_gate.ReplicaGate before it)
     alerts                          alerts.pump.DeliveryPump
     the listener                    http.Listener
 
 This module only wires them together and owns the threads: an APScheduler background
 scheduler ticks the timetable every second (`tick`), pumps deliveries every second, and
-runs reminders and pruning; evaluations run on a pool of `concurrency` workers. Tests drive
-the same path without threads through `run_due(now)`, as Celery beat's `Scheduler.tick()`.
+runs reminders and pruning; evaluations run on each target's workers. Tests drive the
+same path without threads through `run_due(now)` (`Scheduler.tick(now)`, then each run).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import socket
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,22 +37,19 @@ from monitor.clock import Clock, utc_now
 from monitor.config import Config
 from monitor.daemon.databases import Databases
 from monitor.daemon.evaluation import Evaluator
-from monitor.daemon.fleet import Queue
 from monitor.daemon.http import Listener, Probe, Routes
 from monitor.daemon.liveness import Liveness
 from monitor.daemon.metrics import Metrics
 from monitor.daemon.process import SignalLoop
 from monitor.daemon.reloading import Reloader
-from monitor.daemon.self_checks import Loaded
-from monitor.daemon.slots import Timetable
+from monitor.daemon.scheduling import Scheduler
 from monitor.daemon.supervision import Notifier, Supervisor
 from monitor.daemon.watchdog import Watchdog
-from monitor.execution.quarantine import still_running, version_of
+from monitor.execution.quarantine import version_of
 from monitor.execution.results import RunResult
 from monitor.invariants.definitions import Definitions, Reload
 from monitor.invariants.loader import Invariant
-from monitor.store.claims import Claim, Claims
-from monitor.store.records import Quarantine
+from monitor.store.claims import Claim
 from monitor.store.state import StateStore
 from monitor.store.store_health import StoreHealth
 from monitor.web.page import StatusPage
@@ -114,20 +110,15 @@ class Daemon:
         self.socket_mode = (
             SocketModeReceiver(self.interactions, config.slack) if config.slack.app_token else None
         )
-        self.timetable = Timetable(config.daemon.jitter)
-        # One daemon among any number on the store: slots are claimed (claims.py), the
-        # preferred daemon first (fleet.py), so each runs once across the fleet.
-        self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self.claims = Claims(store.storage, self.me, config.daemon.lease)
-        self.queue = Queue(self.me, config.daemon.handoff)
-        self._members: set[str] = {self.me}
+        # The loop's state (timetable, fleet queue, claims, runs in flight) and its lock.
+        self.scheduler = Scheduler(config.daemon, store, definitions, self.metrics, store_health)
         self.reloader = Reloader(
             config,
             databases,
             store,
             self.metrics,
             definitions,
-            self._install,
+            lambda running: self.scheduler.install(running, self.clock()),
             clock,
             self.store_health,
         )
@@ -140,26 +131,15 @@ class Daemon:
             self.store_health,
             self.pump,
             clock,
-            self._loaded,
-            self._running,
+            self.scheduler.loaded,
+            self.scheduler.running,
             self.switch_problem,
             clock(),
             config.daemon.jitter,
         )
         self.listener: Listener | None = None
-        self.scheduler: BackgroundScheduler | None = None
+        self.jobs: BackgroundScheduler | None = None  # APScheduler: the threads that turn it
         self._started = False
-        # Lock discipline: `_lock` guards the loop's own state (the running set of
-        # invariants, the timetable, the queue, `_in_flight` and `_holding`) and nothing
-        # else. It is held only to read or change that state: never across a call to the
-        # store, a database, Slack or a callback, and never taken twice (a plain Lock: a
-        # second acquire on one thread is a wedge, which the tests would show). `_idle`
-        # waits on the same lock for the runs in flight to end.
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._in_flight: dict[str, datetime] = {}  # name -> when its run started
-        self._holding: dict[str, Claim] = {}  # name -> its claim, queued or running
-        self._overdue: set[str] = set()  # runs in flight already quarantined for it
         self._stopping = False
         self._stop_step = "nothing yet"  # what the stop waits for now, for its deadline
 
@@ -208,19 +188,6 @@ class Daemon:
 
     # --- quarantine (quarantine.py) --------------------------------------------------------
 
-    def _held_out(self) -> set[str]:
-        """The invariants no daemon may run now: quarantined at the version loaded here."""
-        found: dict[str, Quarantine] = {}
-        with self.store_health.guard("reading the quarantined invariants"):
-            found = self.store.quarantined()
-        self.metrics.quarantined.set(len(found))
-        loaded = self.invariants
-        return {
-            name
-            for name, q in found.items()
-            if name in loaded and version_of(loaded[name]) == q.version
-        }
-
     def _lift_changed_quarantines(self) -> None:
         with self.store_health.guard("reading the quarantined invariants"):
             for name, q in self.store.quarantined().items():
@@ -232,136 +199,32 @@ class Daemon:
     def _quarantine_overdue(self) -> None:
         """A run still in flight well past its timeout quarantines its invariant now, not
         when (if ever) it returns: a daemon restarted meanwhile must not run it again."""
-        now = self.clock()
-        with self._lock:
-            running = [
-                (self.invariants[n], since)
-                for n, since in self._in_flight.items()
-                if n in self.invariants and n not in self._overdue
-            ]
-        for inv, since in running:
-            reason = still_running(now - since, inv, self.config.daemon.overrun_margin)
-            if reason is not None:
-                with self._lock:
-                    self._overdue.add(inv.name)
-                self.evaluator.quarantine(inv, reason)
-
-    def _install(self, running: dict[str, Invariant]) -> None:
-        with self._lock:
-            self.definitions.current = running
-            self.timetable.sync({n: i.schedule for n, i in running.items()}, self.clock())
+        margin = self.config.daemon.overrun_margin
+        for inv, reason in self.scheduler.overdue(self.clock(), margin):
+            self.evaluator.quarantine(inv, reason)
 
     # --- evaluating ----------------------------------------------------------------------
 
     def evaluate(self, name: str, claim: Claim | None = None) -> RunResult | None:
         """Evaluate one invariant now, in this thread; None when it is not loaded (or the
         daemon is stopping, or it is already running), its claim then handed back."""
-        started = self.clock()
-        with self._lock:
-            inv = self.invariants.get(name)
-            refused = (
-                inv is None or self._stopping or self.signals.stopping or name in self._in_flight
-            )
-            if not refused:
-                self._in_flight[name] = started
-        if inv is None or refused:
-            # Decided under the lock, handed back after leaving it: `_release` takes the
-            # lock itself and then writes to the store.
+        stopping = self._stopping or self.signals.stopping
+        inv = self.scheduler.begin(name, self.clock(), refuse=stopping)
+        if inv is None:
             if claim is not None:
-                self._release(claim)
+                self.scheduler.release(claim, self.clock())
             return None
         bound = (inv.longest_run + RUN_MARGIN).total_seconds()
         try:
             with self.liveness.busy(f"the run of {name}", bound):
                 return self.evaluator.evaluate(inv, claim)
         finally:
-            with self._idle:
-                if claim is not None:
-                    self._forget(claim)
-                self._in_flight.pop(name, None)
-                self._overdue.discard(name)
-                self._idle.notify_all()
-
-    def _forget(self, claim: Claim) -> None:
-        """Stop renewing `claim` (the caller holds `_lock`). Only that claim: a refused
-        later slot must not stop the renewal of the run of its invariant still in flight."""
-        if self._holding.get(claim.invariant) == claim:
-            del self._holding[claim.invariant]
-
-    def _release(self, claim: Claim) -> None:
-        """Hand back a claim that will not run. Takes `_lock`: never call it holding it."""
-        with self._lock:
-            self._forget(claim)
-        with self.store_health.guard("releasing a slot"):
-            self.claims.release(claim, self.clock())
-
-    def _loaded(self) -> dict[str, Loaded]:
-        with self._lock:
-            return {n: Loaded(i.schedule, i.longest_run) for n, i in self.invariants.items()}
-
-    def _running(self) -> dict[str, datetime]:
-        with self._lock:
-            return dict(self._in_flight)
-
-    def _claimed(self, now: datetime) -> list[Claim]:
-        """The slots this daemon runs now: those due whose claim it won. A slot that an
-        earlier run of its invariant still holds, anywhere in the fleet, waits."""
-        with self._lock:
-            due = self.timetable.due(now, busy=self._in_flight)
-            self.queue.keep_only(self.invariants)
-            self.queue.add(due, self._members, now)
-            ready = [d for d in self.queue.ready(now) if d.name not in self._in_flight]
-        held_out = self._held_out() if ready else set()
-        won = []
-        for item in ready:
-            if item.name in held_out:
-                with self._lock:
-                    self.queue.settle(item)  # quarantined: this slot is not run anywhere
-                continue
-            with self.store_health.guard("claiming a slot"):
-                outcome = self.claims.claim(item, now)
-                with self._lock:
-                    if outcome != "busy":
-                        self.queue.settle(item)
-                if outcome == "claimed":
-                    claim = Claim(item.name, item.slot, self.me)
-                    with self._lock:
-                        # Renewed from now on, while it waits for a worker as well as while
-                        # it runs: a queued claim is not an abandoned one.
-                        self._holding[item.name] = claim
-                    won.append(claim)
-        return won
-
-    def heartbeat(self, now: datetime) -> list[Claim]:
-        """Say this daemon is alive, renew the leases of its runs in flight, learn who else
-        is, and take over the slots of daemons that stopped renewing theirs."""
-        with self._lock:
-            holding = list(self._holding.values())
-            loaded = set(self.invariants) - set(self._in_flight) - set(self._holding)
-        loaded -= self._held_out()
-        with self.store_health.guard("renewing this daemon's claims"):
-            self.claims.heartbeat(now, holding, socket.gethostname(), os.getpid())
-            self._members = self.claims.members(now, 3 * self._beat) | {self.me}
-            self.metrics.fleet_daemons.set(len(self._members))
-            taken = self.claims.take_over(loaded, now)
-            self.metrics.slots_taken_over.inc(len(taken))
-            with self._lock:
-                self._holding.update({t.name: Claim(t.name, t.slot, self.me) for t in taken})
-            for item in taken:
-                log.warning(
-                    "took over a slot whose daemon stopped renewing it",
-                    extra={"fields": {"invariant": item.name, "slot": item.slot.isoformat()}},
-                )
-            return [Claim(t.name, t.slot, self.me) for t in taken]
-        return []
-
-    @property
-    def _beat(self) -> timedelta:
-        return self.config.daemon.lease / 3
+            self.scheduler.end(name, claim)
 
     def run_due(self, now: datetime) -> list[RunResult]:
         """One turn of the timetable in this thread: evaluate what is due at `now`."""
-        return [r for c in self._claimed(now) if (r := self.evaluate(c.invariant, c)) is not None]
+        claims = self.scheduler.tick(now)
+        return [r for c in claims if (r := self.evaluate(c.invariant, c)) is not None]
 
     def tick(self) -> list[Future[RunResult | None]]:
         """The scheduler's turn: start what is due, each on its target's own workers (a
@@ -370,14 +233,14 @@ class Daemon:
         if not self._started or self._stopping or self.signals.stopping:
             return []  # a stopping daemon claims nothing it would then hand back
         self._quarantine_overdue()
-        return self._start(self._claimed(self.clock()))
+        return self._start(self.scheduler.tick(self.clock()))
 
     def beat(self) -> list[Future[RunResult | None]]:
         """The fleet's turn (every third of a lease): heartbeat, then run what was taken over."""
         self.liveness.beat("the fleet's heartbeat")
         if not self._started or self._stopping:
             return []
-        return self._start(self.heartbeat(self.clock()))
+        return self._start(self.scheduler.heartbeat(self.clock()))
 
     def _start(self, claims: list[Claim]) -> list[Future[RunResult | None]]:
         futures = []
@@ -389,7 +252,7 @@ class Daemon:
             if started is not None:
                 futures.append(started)
             else:
-                self._release(claim)
+                self.scheduler.release(claim, self.clock())
         return futures
 
     def run_once(self) -> tuple[Reload, list[RunResult]]:
@@ -421,7 +284,7 @@ class Daemon:
         with self.store_health.guard("pruning old runs"):
             before = self.clock() - self.config.state.retention
             removed = self.store.prune_runs(before)
-            self.claims.prune(before)
+            self.scheduler.claims.prune(before)
             if removed:
                 log.info("pruned old runs", extra={"fields": {"runs": removed}})
 
@@ -459,7 +322,7 @@ class Daemon:
         scheduler.add_job(self.tick, every_second, id="tick", next_run_time=now, executor="ticks")
         scheduler.add_job(
             self.beat,
-            IntervalTrigger(seconds=self._beat.total_seconds()),
+            IntervalTrigger(seconds=self.scheduler.beat_every.total_seconds()),
             id="beat",
             next_run_time=now,
             executor="fleet",
@@ -491,10 +354,12 @@ class Daemon:
             executor="housekeeping",
         )
         self.liveness.expect("the scheduler's tick", HEARTBEAT_LIMIT.total_seconds())
-        self.liveness.expect("the fleet's heartbeat", 3 * self._beat.total_seconds() + 15)
+        self.liveness.expect(
+            "the fleet's heartbeat", 3 * self.scheduler.beat_every.total_seconds() + 15
+        )
         self.liveness.expect("the alerts turn", ALERTS_LIMIT.total_seconds())
         scheduler.start()
-        self.scheduler = scheduler
+        self.jobs = scheduler
         self.watchdog.started_at = self.clock()
         self.watchdog.start(self.liveness, ALERTS_LIMIT)
         if self.listener:
@@ -553,7 +418,7 @@ class Daemon:
         """/healthz: None while the store works and every part of the daemon moves."""
         if self.store_health.problem is not None:
             return self.store_health.problem
-        if self.scheduler is None or not self.scheduler.running:
+        if self.jobs is None or not self.jobs.running:
             return "scheduler is not running"
         return self.liveness.problem()
 
@@ -606,14 +471,14 @@ class Daemon:
         # No new job or self-check turn from now on; the ones under way end before the store
         # is left (below), so nothing writes to it once the process closes it.
         self.watchdog.stop(0)
-        if self.scheduler is not None and self.scheduler.running:
-            self.scheduler.pause()
+        if self.jobs is not None and self.jobs.running:
+            self.jobs.pause()
         step("the runs in flight to finish")
-        if not self._wait_idle(grace):
+        if not self.scheduler.wait_idle(grace):
             cancelled = self.databases.cancel_all()
             log.warning("cancelled %d queries still running after the grace period", cancelled)
             step("the cancelled runs to end")
-            self._wait_idle(left(5))
+            self.scheduler.wait_idle(left(5))
         step("the workers to stop")
         self.databases.stop_workers()
         self._hand_back_queued()
@@ -631,8 +496,8 @@ class Daemon:
         self._stop_scheduler(left(5))
         step("the state store, to leave the fleet")
         with self.store_health.guard("leaving the fleet"):
-            self.claims.leave(self.clock() - timedelta(days=1))
-        running = sorted(self._running())
+            self.scheduler.claims.leave(self.clock() - timedelta(days=1))
+        running = sorted(self.scheduler.running())
         if running:
             log.error(
                 "stopped with runs still in flight after the grace period: %s",
@@ -645,7 +510,7 @@ class Daemon:
     def _stop_scheduler(self, seconds: float) -> None:
         """Shut the scheduler down, waiting at most `seconds` for a job under way (a tick,
         an alerts turn inside a Slack call): APScheduler's own wait has no bound."""
-        scheduler = self.scheduler
+        scheduler = self.jobs
         if scheduler is None or not scheduler.running:
             return
         done = threading.Thread(
@@ -661,21 +526,9 @@ class Daemon:
     def _hand_back_queued(self) -> None:
         """The claims whose runs were still queued when the workers stopped: handed back,
         so another daemon can take the slot at once instead of after the lease."""
-        with self._lock:
-            queued = [c for n, c in self._holding.items() if n not in self._in_flight]
-        for claim in queued:
-            self._release(claim)
+        for claim in self.scheduler.queued():
+            self.scheduler.release(claim, self.clock())
 
     def close(self) -> None:
         """Release the monitored database's connections (after `run_once`, or `serve`)."""
         self.databases.close()
-
-    def _wait_idle(self, seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        with self._idle:
-            while self._in_flight:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(left)
-        return True

@@ -94,8 +94,8 @@ def test_a_stopped_scheduler_is_said_in_slack_and_to_the_dead_mans_switch(
         try:
             wait_for(lambda: store.last_recorded().get("bad_items"), 20, "the first run")
             wait_for(lambda: "/ping/abc-123" in pings.paths, 20, "a healthy ping")
-            assert daemon.scheduler is not None
-            daemon.scheduler.pause()  # the test hook: the scheduler stops, the daemon lives
+            assert daemon.jobs is not None
+            daemon.jobs.pause()  # the test hook: the scheduler stops, the daemon lives
             stalled_at = datetime.now(UTC)
             wait_for(
                 lambda: any("invmon-self/schedule_stalled" in m.text for m in fake.roots()),

@@ -55,7 +55,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, admin_dsn: str) -> set[str]
         )
         try:
             daemon.run_once()
-            daemon.heartbeat(datetime.now(UTC))
+            daemon.scheduler.heartbeat(datetime.now(UTC))
             text = daemon.metrics.render().decode()
         finally:
             daemon.close()

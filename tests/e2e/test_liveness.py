@@ -90,7 +90,7 @@ def daemon(database: str, sleepers: Path, store: StateStore) -> Iterator[Daemon]
 def test_a_claim_refused_because_the_daemon_is_stopping_is_handed_back(
     daemon: Daemon, store: StateStore
 ) -> None:
-    claims = daemon._claimed(datetime.now(UTC) + timedelta(minutes=1))
+    claims = daemon.scheduler.tick(datetime.now(UTC) + timedelta(minutes=1))
     assert sorted(c.invariant for c in claims) == ["a", "b", "c"]
     daemon.request_stop()
     for claim in claims:
@@ -98,28 +98,28 @@ def test_a_claim_refused_because_the_daemon_is_stopping_is_handed_back(
         assert result is None
         # Handed back: its lease ends now, so another daemon takes the slot at once.
         assert lease_of(store, claim) == "2026-03-01T12:00:00.000000Z"
-    assert daemon._holding == {}
+    assert daemon.scheduler.holding() == {}
 
 
 def test_a_claim_whose_invariant_was_unloaded_is_handed_back(
     daemon: Daemon, store: StateStore, sleepers: Path
 ) -> None:
-    claims = {c.invariant: c for c in daemon._claimed(datetime.now(UTC) + timedelta(minutes=1))}
+    due = daemon.scheduler.tick(datetime.now(UTC) + timedelta(minutes=1))
+    claims = {c.invariant: c for c in due}
     (sleepers / "b.sql").unlink()
     finish_within(30, daemon.reload, "the reload")
     result = finish_within(10, lambda: daemon.evaluate("b", claims["b"]), "evaluate")
     assert result is None
     assert lease_of(store, claims["b"]) == "2026-03-01T12:00:00.000000Z"
-    assert sorted(daemon._holding) == ["a", "c"]
+    assert sorted(daemon.scheduler.holding()) == ["a", "c"]
 
 
 def test_a_refused_later_slot_does_not_stop_the_running_claims_renewal(daemon: Daemon) -> None:
-    running = daemon._claimed(datetime.now(UTC) + timedelta(minutes=1))[0]
+    running = daemon.scheduler.tick(datetime.now(UTC) + timedelta(minutes=1))[0]
     later = Claim(running.invariant, running.slot + timedelta(seconds=8), running.owner)
-    with daemon._lock:
-        daemon._in_flight[running.invariant] = START
+    assert daemon.scheduler.begin(running.invariant, START, refuse=False) is not None
     assert finish_within(10, lambda: daemon.evaluate(later.invariant, later), "evaluate") is None
-    assert daemon._holding[running.invariant] == running
+    assert daemon.scheduler.holding()[running.invariant] == running
 
 
 # --- liveness, pure --------------------------------------------------------------------------
@@ -346,7 +346,7 @@ def wedge():
     # The tick's bound made short for the test; then the timetable's lock is taken and
     # never given back: the next tick wedges on it, as the SIGHUP deadlock did.
     daemon.liveness.expect("the scheduler's tick", 2)
-    daemon._lock.acquire()
+    daemon.scheduler._lock.acquire()
     print("wedged", flush=True)
 
 threading.Thread(target=wedge, daemon=True).start()

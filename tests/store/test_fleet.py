@@ -267,7 +267,7 @@ def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
             for daemon in (a, b):
                 daemon.reload()
             for daemon in (a, b, a):
-                daemon.heartbeat(clock())
+                daemon.scheduler.heartbeat(clock())
             assert a.metrics.fleet_daemons._value.get() == 2
             ran: dict[str, list[str]] = {"a": [], "b": []}
             for slot in range(3):  # three slots: at each, then again once the handoff passed
@@ -280,14 +280,14 @@ def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
             assert ran["a"] != [] and ran["b"] != []  # shared, not all on one
             # a claims the next slot of every invariant, then stops dead: no run, no beat.
             clock.advance(54)
-            claimed = a._claimed(clock())
+            claimed = a.scheduler.tick(clock())
             clock.advance(6)
-            claimed += a._claimed(clock())
+            claimed += a.scheduler.tick(clock())
             assert sorted(c.invariant for c in claimed) == [f"inv_{n}" for n in range(6)]
             assert b.run_due(clock()) == []  # all a's
-            assert b.heartbeat(clock() + timedelta(seconds=10)) == []  # a's leases hold
+            assert b.scheduler.heartbeat(clock() + timedelta(seconds=10)) == []  # a's leases hold
             clock.advance(40)  # past a's leases
-            taken = b.heartbeat(clock())
+            taken = b.scheduler.heartbeat(clock())
             assert sorted(c.invariant for c in taken) == [f"inv_{n}" for n in range(6)]
             for claim in taken:
                 assert b.evaluate(claim.invariant, claim) is not None

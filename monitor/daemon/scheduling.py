@@ -1,0 +1,223 @@
+"""The daemon's loop, without its threads: which slots are due, which of them this daemon
+won, which runs are in flight and which claims it holds. One `tick(now)` is one turn of it
+(as Celery beat's `Scheduler.tick()`), so a test drives the loop with a clock it controls
+and the daemon only calls it from its scheduler thread.
+
+Lock discipline: `_lock` guards the loop's own state (the running set of invariants, the
+timetable, the queue, `_in_flight`, `_holding` and `_overdue`) and nothing else. It is held
+only to read or change that state: never across a call to the store, a database or Slack,
+and never taken twice (a plain Lock: a second acquire on one thread is a wedge, which the
+tests would show). `_idle` waits on the same lock for the runs in flight to end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from datetime import datetime, timedelta
+
+from monitor.config import DaemonConfig
+from monitor.daemon.fleet import Queue
+from monitor.daemon.metrics import Metrics
+from monitor.daemon.self_checks import Loaded
+from monitor.daemon.slots import Timetable
+from monitor.execution.quarantine import still_running, version_of
+from monitor.invariants.definitions import Definitions
+from monitor.invariants.loader import Invariant
+from monitor.store.claims import Claim, Claims
+from monitor.store.records import Quarantine
+from monitor.store.state import StateStore
+from monitor.store.store_health import StoreHealth
+
+log = logging.getLogger("invmon.daemon")
+
+
+class Scheduler:
+    def __init__(
+        self,
+        settings: DaemonConfig,
+        store: StateStore,
+        definitions: Definitions,
+        metrics: Metrics,
+        health: StoreHealth,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.definitions = definitions
+        self.metrics = metrics
+        self.health = health
+        self.timetable = Timetable(settings.jitter)
+        # One daemon among any number on the store: slots are claimed (claims.py), the
+        # preferred daemon first (fleet.py), so each runs once across the fleet.
+        self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.claims = Claims(store.storage, self.me, settings.lease)
+        self.queue = Queue(self.me, settings.handoff)
+        self.members: set[str] = {self.me}
+        self.beat_every = settings.lease / 3  # the fleet's heartbeat
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight: dict[str, datetime] = {}  # name -> when its run started
+        self._holding: dict[str, Claim] = {}  # name -> its claim, queued or running
+        self._overdue: set[str] = set()  # runs in flight already quarantined for it
+
+    @property
+    def invariants(self) -> dict[str, Invariant]:
+        return self.definitions.current
+
+    def install(self, running: dict[str, Invariant], now: datetime) -> None:
+        """Follow a reload: the running set and the timetable change together."""
+        with self._lock:
+            self.definitions.current = running
+            self.timetable.sync({n: i.schedule for n, i in running.items()}, now)
+
+    # --- one turn ----------------------------------------------------------------------
+
+    def tick(self, now: datetime) -> list[Claim]:
+        """The slots this daemon runs now: those due whose claim it won. A slot that an
+        earlier run of its invariant still holds, anywhere in the fleet, waits."""
+        with self._lock:
+            due = self.timetable.due(now, busy=self._in_flight)
+            self.queue.keep_only(self.invariants)
+            self.queue.add(due, self.members, now)
+            ready = [d for d in self.queue.ready(now) if d.name not in self._in_flight]
+        held_out = self.held_out() if ready else set()
+        won = []
+        for item in ready:
+            if item.name in held_out:
+                with self._lock:
+                    self.queue.settle(item)  # quarantined: this slot is not run anywhere
+                continue
+            with self.health.guard("claiming a slot"):
+                outcome = self.claims.claim(item, now)
+                with self._lock:
+                    if outcome != "busy":
+                        self.queue.settle(item)
+                if outcome == "claimed":
+                    claim = Claim(item.name, item.slot, self.me)
+                    with self._lock:
+                        # Renewed from now on, while it waits for a worker as well as while
+                        # it runs: a queued claim is not an abandoned one.
+                        self._holding[item.name] = claim
+                    won.append(claim)
+        return won
+
+    def heartbeat(self, now: datetime) -> list[Claim]:
+        """Say this daemon is alive, renew the leases of its runs in flight, learn who else
+        is, and take over the slots of daemons that stopped renewing theirs."""
+        with self._lock:
+            holding = list(self._holding.values())
+            loaded = set(self.invariants) - set(self._in_flight) - set(self._holding)
+        loaded -= self.held_out()
+        with self.health.guard("renewing this daemon's claims"):
+            self.claims.heartbeat(now, holding, socket.gethostname(), os.getpid())
+            self.members = self.claims.members(now, 3 * self.beat_every) | {self.me}
+            self.metrics.fleet_daemons.set(len(self.members))
+            taken = self.claims.take_over(loaded, now)
+            self.metrics.slots_taken_over.inc(len(taken))
+            with self._lock:
+                self._holding.update({t.name: Claim(t.name, t.slot, self.me) for t in taken})
+            for item in taken:
+                log.warning(
+                    "took over a slot whose daemon stopped renewing it",
+                    extra={"fields": {"invariant": item.name, "slot": item.slot.isoformat()}},
+                )
+            return [Claim(t.name, t.slot, self.me) for t in taken]
+        return []
+
+    # --- runs in flight ----------------------------------------------------------------
+
+    def begin(self, name: str, started: datetime, refuse: bool) -> Invariant | None:
+        """Mark `name` running from `started` and return it; None when it is not loaded,
+        already running, or `refuse` (a stop under way)."""
+        with self._lock:
+            inv = self.invariants.get(name)
+            if inv is None or refuse or name in self._in_flight:
+                return None
+            self._in_flight[name] = started
+            return inv
+
+    def end(self, name: str, claim: Claim | None) -> None:
+        with self._idle:
+            if claim is not None:
+                self._forget(claim)
+            self._in_flight.pop(name, None)
+            self._overdue.discard(name)
+            self._idle.notify_all()
+
+    def _forget(self, claim: Claim) -> None:
+        """Stop renewing `claim` (the caller holds `_lock`). Only that claim: a refused
+        later slot must not stop the renewal of the run of its invariant still in flight."""
+        if self._holding.get(claim.invariant) == claim:
+            del self._holding[claim.invariant]
+
+    def release(self, claim: Claim, now: datetime) -> None:
+        """Hand back a claim that will not run. Takes `_lock`: never call it holding it."""
+        with self._lock:
+            self._forget(claim)
+        with self.health.guard("releasing a slot"):
+            self.claims.release(claim, now)
+
+    def queued(self) -> list[Claim]:
+        """The claims held for runs not started (still waiting for a worker)."""
+        with self._lock:
+            return [c for n, c in self._holding.items() if n not in self._in_flight]
+
+    def holding(self) -> dict[str, Claim]:
+        with self._lock:
+            return dict(self._holding)
+
+    def running(self) -> dict[str, datetime]:
+        with self._lock:
+            return dict(self._in_flight)
+
+    def loaded(self) -> dict[str, Loaded]:
+        with self._lock:
+            return {n: Loaded(i.schedule, i.longest_run) for n, i in self.invariants.items()}
+
+    def wait_idle(self, seconds: float) -> bool:
+        """Whether every run in flight ended within `seconds`."""
+        deadline = time.monotonic() + seconds
+        with self._idle:
+            while self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+    # --- quarantine (quarantine.py) ----------------------------------------------------
+
+    def held_out(self) -> set[str]:
+        """The invariants no daemon may run now: quarantined at the version loaded here."""
+        found: dict[str, Quarantine] = {}
+        with self.health.guard("reading the quarantined invariants"):
+            found = self.store.quarantined()
+        self.metrics.quarantined.set(len(found))
+        loaded = self.invariants
+        return {
+            name
+            for name, q in found.items()
+            if name in loaded and version_of(loaded[name]) == q.version
+        }
+
+    def overdue(self, now: datetime, margin: timedelta) -> list[tuple[Invariant, str]]:
+        """The runs in flight well past their timeout, each once, with why: their invariants
+        are quarantined now, not when (if ever) the runs return."""
+        with self._lock:
+            running = [
+                (self.invariants[n], since)
+                for n, since in self._in_flight.items()
+                if n in self.invariants and n not in self._overdue
+            ]
+        found = []
+        for inv, since in running:
+            reason = still_running(now - since, inv, margin)
+            if reason is not None:
+                with self._lock:
+                    self._overdue.add(inv.name)
+                found.append((inv, reason))
+        return found
