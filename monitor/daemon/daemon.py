@@ -264,10 +264,7 @@ class Daemon:
         self.pump.deliver_until_idle(30)
         return change, results
 
-    # --- delivering (kept here for the tests and the CLI that call them) -----------------
-
-    def dispatch(self, force: bool = False) -> list[object]:
-        return list(self.pump.dispatch(force))
+    # --- the alerts and housekeeping jobs ------------------------------------------------
 
     def deliver(self, force: bool = False) -> int:
         """The alerts job's turn."""
@@ -276,9 +273,6 @@ class Daemon:
             handled = self.pump.deliver(force)
         self.liveness.beat("the alerts turn")
         return handled
-
-    def deliver_until_idle(self, seconds: float) -> None:
-        self.pump.deliver_until_idle(seconds)
 
     def prune(self) -> None:
         with self.store_health.guard("pruning old runs"):

@@ -101,7 +101,7 @@ def pair(database: str, admin_dsn: str, tmp_path: Path) -> Iterator[Pair]:
         daemon = world.daemon(fake)
         script(world, daemon, 0)
         world.clock.advance(3)  # past the digest window: the opening is planned alone
-        daemon.dispatch()
+        daemon.pump.dispatch()
         daemon.databases.close()
         found = Pair(world, fake, state_dsn, [store])
         yield found

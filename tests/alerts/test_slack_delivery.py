@@ -283,7 +283,7 @@ def test_a_slow_post_keeps_its_lease_so_no_other_worker_posts_it_again(world: Wo
         daemon = world.daemon(fake)
         script(world, daemon, 0)
         world.clock.advance(3)
-        daemon.dispatch()
+        daemon.pump.dispatch()
         entered, release = threading.Event(), threading.Event()
         first = iter([True])
 

@@ -149,10 +149,10 @@ def test_every_event_is_planned_once_after_a_quiet_window(
     assert isinstance(clock, FakeClock)
     sql(dsn, "UPDATE items SET bad = true WHERE id = 1")
     daemon.evaluate("bad_rows")
-    assert daemon.dispatch() == []  # held: a burst may still be arriving
+    assert daemon.pump.dispatch() == []  # held: a burst may still be arriving
     clock.advance(2)
-    assert [e.kind for e in daemon.dispatch()] == ["opened"]
-    assert daemon.dispatch() == []
+    assert [e.kind for e in daemon.pump.dispatch()] == ["opened"]
+    assert daemon.pump.dispatch() == []
     assert daemon.store.pending_events() == []
     assert daemon.store.counts() == {
         "events_pending": 0,
