@@ -1,0 +1,39 @@
+"""The state store's schema files: a clean numbered sequence, every type name filled in,
+and every step applied on both stores (the `store` fixture opens each at the newest)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import monitor.store
+from monitor.store.migrations import migrations, statements
+from monitor.store.state import StateStore
+
+SCHEMA = Path(monitor.store.__file__).parent / "schema"
+SQLITE = ("INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER", "REAL")
+
+
+def test_the_schema_files_are_numbered_from_one_without_a_gap() -> None:
+    names = sorted(p.name for p in SCHEMA.glob("*.sql"))
+    assert [n[:5] for n in names] == [f"{i:04d}_" for i in range(1, len(names) + 1)]
+    assert len(migrations(*SQLITE)) == len(names)
+
+
+def test_every_type_name_is_filled_in_and_no_comment_reaches_the_database() -> None:
+    for step in migrations(*SQLITE):
+        assert re.findall(r"\{[a-z]+\}", step) == []
+        assert [line for line in step.splitlines() if line.lstrip().startswith("--")] == []
+
+
+def test_a_comment_holding_a_semicolon_is_dropped_before_the_split() -> None:
+    text = "-- one; two\nCREATE TABLE t (id {pk}, n {real});\n"
+    assert statements(text, {"{pk}": "BIGINT", "{real}": "REAL"}) == (
+        "CREATE TABLE t (id BIGINT, n REAL);"
+    )
+
+
+def test_a_new_store_is_at_the_newest_schema_version(store: StateStore) -> None:
+    with store.storage.transaction() as tx:
+        versions = [int(v) for (v,) in tx.rows("SELECT version FROM invmon_schema ORDER BY 1")]
+    assert versions == list(range(1, len(migrations(*SQLITE)) + 1))
