@@ -14,7 +14,7 @@ import bisect
 import decimal
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -71,30 +71,6 @@ def quote_identifier(name: str) -> str:
     """A name PostgreSQL reads back exactly as given (case, spaces and quotes kept)."""
     return '"' + name.replace('"', '""') + '"'
 
-
-# The node types _collect turns into references or problems; the walk skips the rest.
-_COLLECTED = frozenset(
-    {
-        "FuncCall",
-        "A_Expr",
-        "SubLink",
-        "JoinExpr",
-        "RangeTableFunc",
-        "SortBy",
-        "CaseExpr",
-        "TypeCast",
-        "ColumnRef",
-        "A_Indirection",
-        "RangeVar",
-        "RangeTableSample",
-        "XmlExpr",
-        "XmlSerialize",
-        "A_Const",
-        "TypeName",
-        *_JSON_SYNTAX,
-        *_DML,
-    }
-)
 
 # --- bounds on what the parser sees ---------------------------------------------------------
 # PostgreSQL's numeric multiplication and division never check for a cancel: 400 products of
@@ -355,13 +331,25 @@ class _Walk:
         self.role_views: list[tuple[str, int]] = []  # (alias or name, line)
 
 
+@dataclass
+class _Visit:
+    """What a node handler adds to: the analysis, the walk's extras, the text's lines."""
+
+    analysis: Analysis
+    lines: _Lines
+    walk: _Walk
+
+    @property
+    def refs(self) -> list[Reference]:
+        return self.analysis.references
+
+
 def _collect(tree: Any, analysis: Analysis, lines: _Lines) -> None:
-    refs = analysis.references
-    walk = _Walk()
+    visit = _Visit(analysis, lines, _Walk())
     lock_tokens: list[Any] | None = None  # scanned only when a locking clause is found
     # One walk of the tree does everything (a wrapped query has thousands of nodes, and this
     # runs for every text sent): only containers are stacked, and a line is worked out only
-    # for the kinds of node that can become a reference.
+    # for the kinds of node that can become a reference (those with a handler).
     stack: list[Any] = [tree]
     while stack:
         item = stack.pop()
@@ -379,112 +367,171 @@ def _collect(tree: Any, analysis: Analysis, lines: _Lines) -> None:
         # JSON_TABLE column): the grammar inlines the TypeName, so it is found by its key.
         type_name = item.get("typeName")
         if type(type_name) is dict:
-            refs.append(_type_reference(type_name, lines))
+            visit.refs.append(_type_reference(type_name, lines))
         if len(item) != 1:
             continue
         kind = next(iter(item))
         body = item[kind]
-        if type(body) is not dict or kind not in _COLLECTED:
-            continue
-        line = lines.of_byte(body.get("location"))
-        if kind == "FuncCall":
-            name = _names(body["funcname"])
-            refs.append(Reference("function", name, line))
-            _function_facts(name, body.get("args") or [], line, analysis, walk)
-        elif kind == "A_Expr":
-            expr_kind = body.get("kind", "AEXPR_OP")
-            if expr_kind.startswith(("AEXPR_BETWEEN", "AEXPR_NOT_BETWEEN")):
-                refs += [Reference("operator", op, line) for op in _BETWEEN_OPERATORS]
-            else:
-                operator = _names(body.get("name"))
-                refs.append(Reference("operator", operator, line))
-                if expr_kind == "AEXPR_OP" and operator and operator[-1] in _ORDERINGS:
-                    analysis.orderings.append(body)
-                if operator and operator[-1] in _NUMERIC_WORK_OPERATORS:
-                    walk.numeric_work.append(line)
-                if operator and operator[-1] == "^":
-                    _exponent(body.get("rexpr"), line, analysis)
-        elif kind == "A_Const":
-            _literal(body, lines, analysis)
-        elif kind == "SubLink" and body.get("operName"):
-            refs.append(Reference("operator", _names(body["operName"]), line))
-        elif kind == "SubLink" and body.get("subLinkType") in ("ANY_SUBLINK", "ALL_SUBLINK"):
-            # `x IN (SELECT …)` names no operator: PostgreSQL looks `=` up by name.
-            refs.append(Reference("operator", ("=",), line))
-        elif kind == "JoinExpr" and (body.get("usingClause") or body.get("isNatural")):
-            # JOIN … USING and NATURAL JOIN compare with `=`, looked up by name too.
-            refs.append(Reference("operator", ("=",), lines.of_byte(_first_location(body))))
-        elif kind in _JSON_SYNTAX:
-            # SQL/JSON syntax in the PostgreSQL 18 grammar; an older server reads the same
-            # words as calls of whatever function has that name: both readings are judged.
-            name_of = _JSON_SYNTAX[kind]
-            if isinstance(name_of, dict):
-                name_of = name_of.get(str(body.get("op")), "")
-            if name_of:
-                refs.append(Reference("syntax_function", (name_of,), line))
-        elif kind == "RangeTableFunc":
-            refs.append(Reference("function", ("xmltable",), line))
-        elif kind == "XmlExpr":
-            refs.append(Reference("xml", (str(body.get("op")),), line))
-            if body.get("op") in ("IS_XMLPARSE", "IS_DOCUMENT"):
-                # XMLPARSE parses its text; IS DOCUMENT parses the value again to find out.
-                word = "xmlparse" if body["op"] == "IS_XMLPARSE" else "is_document"
-                refs.append(Reference("libxml", (word,), line))
-        elif kind == "XmlSerialize" and (
-            body.get("xmloption") == "XMLOPTION_DOCUMENT" or body.get("indent")
-        ):
-            # Serializing a DOCUMENT checks that it is one, and INDENT re-formats it: both
-            # parse the value again.
-            refs.append(Reference("libxml", ("xmlserialize",), line))
-        elif kind == "TypeName":
-            refs.append(_type_reference(body, lines))
-        elif kind == "SortBy" and body.get("useOp"):
-            refs.append(Reference("operator", _names(body["useOp"]), line))
-        elif kind == "CaseExpr" and body.get("arg"):
-            refs.append(Reference("operator", ("=",), line))
-        elif kind == "ColumnRef":
-            # `t.fn` is also a call of fn(t) when fn takes one composite argument.
-            parts = body.get("fields") or []
-            fields = _names(parts)
-            refs += [Reference("attribute", (name,), line) for name in fields[1:]]
-            if any("A_Star" in part for part in parts if isinstance(part, dict)):
-                walk.stars.append(line)
-            elif len(fields) == 1:
-                walk.bare_names.add(fields[0])
-            if fields and fields[-1] in _SETTING_COLUMNS:
-                refs.append(Reference("setting", ("*",), line))
-        elif kind == "A_Indirection":
-            fields = _names(body.get("indirection"))
-            line = lines.of_byte(_first_location(body.get("arg")))
-            refs += [Reference("attribute", (name,), line) for name in fields]
-        elif kind == "RangeVar":
-            # A CTE's name is judged as a relation too: telling a CTE from a view of the same
-            # name needs the scoping rules, and judging both can only refuse more.
-            relation = _relation_name(body)
-            refs.append(Reference("relation", relation, line))
-            if relation[:-1] in ((), ("pg_catalog",)) and relation[-1] in _ROLE_VIEWS:
-                alias = (body.get("alias") or {}).get("aliasname") or relation[-1]
-                walk.role_views.append((str(alias), line))
-        elif kind == "RangeTableSample":
-            refs.append(Reference("tablesample", _names(body.get("method")), line))
-            relation_body = body.get("relation") or {}
-            if "relname" in relation_body:
-                refs.append(
-                    Reference(
-                        "relation",
-                        _relation_name(relation_body),
-                        lines.of_byte(relation_body.get("location")),
-                    )
-                )
-        elif kind in _DML:
-            relation_body = body.get("relation") or {}
-            analysis.problems.append(
-                SqlProblem(
-                    lines.of_byte(relation_body.get("location")),
-                    f"data-modifying {_DML[kind]} inside the query is not allowed",
-                )
-            )
-    _after_walk(walk, analysis)
+        handler = _HANDLERS.get(kind)
+        if handler is not None and type(body) is dict:
+            handler(kind, body, lines.of_byte(body.get("location")), visit)
+    _after_walk(visit.walk, analysis)
+
+
+# --- one handler per kind of node that can become a reference or a problem ------------------
+# Each gets the node's kind, its body, the line it starts on and what to add to.
+
+Handler = Callable[[str, dict[str, Any], int, _Visit], None]
+
+
+def _on_func_call(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    name = _names(body["funcname"])
+    v.refs.append(Reference("function", name, line))
+    _function_facts(name, body.get("args") or [], line, v.analysis, v.walk)
+
+
+def _on_expression(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    expr_kind = body.get("kind", "AEXPR_OP")
+    if expr_kind.startswith(("AEXPR_BETWEEN", "AEXPR_NOT_BETWEEN")):
+        v.refs.extend(Reference("operator", op, line) for op in _BETWEEN_OPERATORS)
+        return
+    operator = _names(body.get("name"))
+    v.refs.append(Reference("operator", operator, line))
+    if expr_kind == "AEXPR_OP" and operator and operator[-1] in _ORDERINGS:
+        v.analysis.orderings.append(body)
+    if operator and operator[-1] in _NUMERIC_WORK_OPERATORS:
+        v.walk.numeric_work.append(line)
+    if operator and operator[-1] == "^":
+        _exponent(body.get("rexpr"), line, v.analysis)
+
+
+def _on_constant(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    _literal(body, v.lines, v.analysis)
+
+
+def _on_sublink(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    if body.get("operName"):
+        v.refs.append(Reference("operator", _names(body["operName"]), line))
+    elif body.get("subLinkType") in ("ANY_SUBLINK", "ALL_SUBLINK"):
+        # `x IN (SELECT …)` names no operator: PostgreSQL looks `=` up by name.
+        v.refs.append(Reference("operator", ("=",), line))
+
+
+def _on_join(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    if body.get("usingClause") or body.get("isNatural"):
+        # JOIN … USING and NATURAL JOIN compare with `=`, looked up by name too.
+        v.refs.append(Reference("operator", ("=",), v.lines.of_byte(_first_location(body))))
+
+
+def _on_json_syntax(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    # SQL/JSON syntax in the PostgreSQL 18 grammar; an older server reads the same words as
+    # calls of whatever function has that name: both readings are judged.
+    name_of = _JSON_SYNTAX[kind]
+    if isinstance(name_of, dict):
+        name_of = name_of.get(str(body.get("op")), "")
+    if name_of:
+        v.refs.append(Reference("syntax_function", (name_of,), line))
+
+
+def _on_xmltable(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    v.refs.append(Reference("function", ("xmltable",), line))
+
+
+def _on_xml_expression(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    v.refs.append(Reference("xml", (str(body.get("op")),), line))
+    if body.get("op") in ("IS_XMLPARSE", "IS_DOCUMENT"):
+        # XMLPARSE parses its text; IS DOCUMENT parses the value again to find out.
+        word = "xmlparse" if body["op"] == "IS_XMLPARSE" else "is_document"
+        v.refs.append(Reference("libxml", (word,), line))
+
+
+def _on_xml_serialize(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    # Serializing a DOCUMENT checks that it is one, and INDENT re-formats it: both parse the
+    # value again.
+    if body.get("xmloption") == "XMLOPTION_DOCUMENT" or body.get("indent"):
+        v.refs.append(Reference("libxml", ("xmlserialize",), line))
+
+
+def _on_type_name(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    v.refs.append(_type_reference(body, v.lines))
+
+
+def _on_sort_by(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    if body.get("useOp"):
+        v.refs.append(Reference("operator", _names(body["useOp"]), line))
+
+
+def _on_case(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    if body.get("arg"):
+        v.refs.append(Reference("operator", ("=",), line))
+
+
+def _on_column(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    # `t.fn` is also a call of fn(t) when fn takes one composite argument.
+    parts = body.get("fields") or []
+    fields = _names(parts)
+    v.refs.extend(Reference("attribute", (name,), line) for name in fields[1:])
+    if any("A_Star" in part for part in parts if isinstance(part, dict)):
+        v.walk.stars.append(line)
+    elif len(fields) == 1:
+        v.walk.bare_names.add(fields[0])
+    if fields and fields[-1] in _SETTING_COLUMNS:
+        v.refs.append(Reference("setting", ("*",), line))
+
+
+def _on_indirection(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    fields = _names(body.get("indirection"))
+    at = v.lines.of_byte(_first_location(body.get("arg")))
+    v.refs.extend(Reference("attribute", (name,), at) for name in fields)
+
+
+def _on_relation(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    # A CTE's name is judged as a relation too: telling a CTE from a view of the same name
+    # needs the scoping rules, and judging both can only refuse more.
+    relation = _relation_name(body)
+    v.refs.append(Reference("relation", relation, line))
+    if relation[:-1] in ((), ("pg_catalog",)) and relation[-1] in _ROLE_VIEWS:
+        alias = (body.get("alias") or {}).get("aliasname") or relation[-1]
+        v.walk.role_views.append((str(alias), line))
+
+
+def _on_tablesample(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    v.refs.append(Reference("tablesample", _names(body.get("method")), line))
+    relation_body = body.get("relation") or {}
+    if "relname" in relation_body:
+        at = v.lines.of_byte(relation_body.get("location"))
+        v.refs.append(Reference("relation", _relation_name(relation_body), at))
+
+
+def _on_dml(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    relation_body = body.get("relation") or {}
+    v.analysis.problems.append(
+        SqlProblem(
+            v.lines.of_byte(relation_body.get("location")),
+            f"data-modifying {_DML[kind]} inside the query is not allowed",
+        )
+    )
+
+
+_HANDLERS: dict[str, Handler] = {
+    "FuncCall": _on_func_call,
+    "A_Expr": _on_expression,
+    "A_Const": _on_constant,
+    "SubLink": _on_sublink,
+    "JoinExpr": _on_join,
+    "RangeTableFunc": _on_xmltable,
+    "XmlExpr": _on_xml_expression,
+    "XmlSerialize": _on_xml_serialize,
+    "TypeName": _on_type_name,
+    "SortBy": _on_sort_by,
+    "CaseExpr": _on_case,
+    "ColumnRef": _on_column,
+    "A_Indirection": _on_indirection,
+    "RangeVar": _on_relation,
+    "RangeTableSample": _on_tablesample,
+    **dict.fromkeys(_JSON_SYNTAX, _on_json_syntax),
+    **dict.fromkeys(_DML, _on_dml),
+}
 
 
 def _after_walk(walk: _Walk, analysis: Analysis) -> None:
