@@ -14,7 +14,8 @@ from monitor.authoring.fixtures import SUFFIX, fixture_path, load_fixture
 from monitor.authoring.schema_dump import DumpParseError, dump_statements
 from monitor.config import Config
 from monitor.fence.pgcatalog import Catalog, builtin_catalog
-from monitor.fence.sqltree import node_items, parse
+from monitor.fence.sqltree import parse
+from monitor.fence.tree import node_items
 from monitor.invariants.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.invariants.selection import NothingSelected, name_matches
 from monitor.invariants.validate import columns_of

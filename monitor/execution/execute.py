@@ -41,7 +41,8 @@ from monitor.execution.rows import unique_column_names
 from monitor.fence.allowances import TRUST_NOTHING, Allowances
 from monitor.fence.fence import verdict
 from monitor.fence.pgcatalog import CatalogMemory, LiveCatalog, Name
-from monitor.fence.sqltree import Analysis, analyze
+from monitor.fence.sqltree import analyze
+from monitor.fence.tree import Analysis
 from monitor.invariants.loader import Invariant
 from monitor.problems import Problem, SqlProblem
 from monitor.sources.binding import NOTHING_BOUND, Bound, bound_text, emptied, standalone

@@ -9,8 +9,8 @@ judges, all PostgreSQL's own:
    server itself, so names are decoded exactly as the server will decode them: `U&"0g_…"`,
    quoted and schema-qualified names, dollar quotes, comments and `E''` strings cannot hide
    a call. Statement kinds, data-modifying CTEs, `SELECT INTO`, locking clauses, NUL bytes
-   and the bounds on literals and numeric work (sqltree.py) are read off that tree, and so
-   are the paths into libxml2 and the settings a query reads (this module).
+   and the bounds on literals and numeric work (walk.py, bounds.py) are read off that tree,
+   and so are the paths into libxml2 and the settings a query reads (this module).
 2. **Its catalog.** Every function the query names (and every operator, type it names,
    relation it reads and `row.fn` attribute call it makes) must run only PostgreSQL's own
    code (created by initdb), unless the config trusts it: what user code declares is its
@@ -54,7 +54,8 @@ from monitor.fence.routines import (
     setting_problems,
     xml_problem,
 )
-from monitor.fence.sqltree import Analysis, Reference, RefKind, analyze
+from monitor.fence.sqltree import analyze
+from monitor.fence.tree import Analysis, Reference, RefKind
 from monitor.problems import SqlProblem
 
 

@@ -113,7 +113,7 @@ UNINTERRUPTIBLE = frozenset({"xpath", "xpath_exists", "xmlexists", "xmltable"})
 # re-parses, are refused alike (XML_SYNTAX). xmlelement, xmlforest, xmlagg, xmlconcat,
 # xmlroot, xmlpi, xmlcomment and xmltext are not: they escape text, or read only the XML
 # declaration with PostgreSQL's own code. A string literal can still become xml by type
-# resolution (`coalesce(xml_col, '…')`), so literals are bounded in sqltree.py: no DTD and
+# resolution (`coalesce(xml_col, '…')`), so literals are bounded in bounds.py: no DTD and
 # at most MAX_STRING_CHARS characters, which parse in milliseconds.
 XML_PARSING = frozenset(
     {

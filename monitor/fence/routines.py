@@ -16,7 +16,7 @@ from monitor.fence.known import (
     in_system,
 )
 from monitor.fence.pgcatalog import SYSTEM_SCHEMAS, VOLATILITY_WORDS, Catalog, Name, Routine
-from monitor.fence.sqltree import Analysis, Reference, RefKind
+from monitor.fence.tree import Analysis, Reference, RefKind
 from monitor.problems import SqlProblem
 
 
@@ -110,7 +110,7 @@ def routine_problem(
     return None
 
 
-def trusted(ref: Reference, routine: Routine, allow: Allowances) -> bool:
+def is_trusted(ref: Reference, routine: Routine, allow: Allowances) -> bool:
     """Is this routine trusted by the allowance that fits how the query reaches it?"""
     if ref.kind in ("cast", "relation"):
         written = ref.kind == "cast" and allow.type(display(ref.name))
@@ -125,7 +125,7 @@ def judge_routines(ref: Reference, routines: list[Routine], allow: Allowances) -
     verdicts = [
         (r, v)
         for r in routines
-        if (v := routine_problem(r, allow, trusted(ref, r, allow), allowance))
+        if (v := routine_problem(r, allow, is_trusted(ref, r, allow), allowance))
     ]
     if not verdicts:
         return None

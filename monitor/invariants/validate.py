@@ -13,7 +13,8 @@ from typing import Any
 from monitor.fence.allowances import OFFLINE, FencePolicy
 from monitor.fence.fence import judge
 from monitor.fence.pgcatalog import builtin_catalog
-from monitor.fence.sqltree import Analysis, analyze, node_items
+from monitor.fence.sqltree import analyze
+from monitor.fence.tree import Analysis, node_items
 from monitor.problems import SqlProblem
 
 _NOW_FUNCTIONS = frozenset(

@@ -16,15 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from monitor.fence.bounds import MAX_EXPONENT, MAX_NUMBER_DIGITS, MAX_NUMERIC_WORK, MAX_STRING_CHARS
 from monitor.fence.fence import fence
 from monitor.fence.known import UNINTERRUPTIBLE, XML_PARSING
 from monitor.fence.pgcatalog import FIRST_USER_OID, LIBXML_PARSERS, LiveCatalog
-from monitor.fence.sqltree import (
-    MAX_EXPONENT,
-    MAX_NUMBER_DIGITS,
-    MAX_NUMERIC_WORK,
-    MAX_STRING_CHARS,
-)
 from monitor.invariants.validate import validate_sql
 
 TIMEOUT_MS = 100
