@@ -43,6 +43,7 @@ from monitor.daemon.metrics import Metrics
 from monitor.daemon.process import SignalLoop
 from monitor.daemon.reloading import Reloader
 from monitor.daemon.scheduling import Scheduler
+from monitor.daemon.services import Services
 from monitor.daemon.supervision import Notifier, Supervisor
 from monitor.daemon.watchdog import Watchdog
 from monitor.execution.quarantine import version_of
@@ -100,9 +101,8 @@ class Daemon:
         self.clock = clock
         self.store_health = store_health
         self.metrics = Metrics(store.counts, lambda: self.store_health.problem is None)
-        self.evaluator = Evaluator(
-            databases, store, self.metrics, config.daemon, clock, self.store_health
-        )
+        services = Services(store, store_health, self.metrics, clock)
+        self.evaluator = Evaluator(databases, config.daemon, services)
         self.pump = DeliveryPump(alerter, store, self.metrics, clock, self.store_health)
         # Can alerts reach anyone? Checked at start and after a delivery fails for good.
         self.delivery = DeliveryHealth(config, alerter, self.metrics, self.store_health)
@@ -111,26 +111,21 @@ class Daemon:
             SocketModeReceiver(self.interactions, config.slack) if config.slack.app_token else None
         )
         # The loop's state (timetable, fleet queue, claims, runs in flight) and its lock.
-        self.scheduler = Scheduler(config.daemon, store, definitions, self.metrics, store_health)
+        self.scheduler = Scheduler(config.daemon, definitions, services)
         self.reloader = Reloader(
             config,
             databases,
-            store,
-            self.metrics,
             definitions,
             lambda running: self.scheduler.install(running, self.clock()),
-            clock,
-            self.store_health,
+            services,
         )
         self.signals = signals or SignalLoop()
         self.liveness = Liveness()
         self.supervisor = Supervisor(self.liveness, Notifier())
         self.watchdog = Watchdog(
             config.watchdog,
-            store,
-            self.store_health,
+            services,
             self.pump,
-            clock,
             self.scheduler.loaded,
             self.scheduler.running,
             self.switch_problem,

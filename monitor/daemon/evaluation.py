@@ -10,17 +10,14 @@ import logging
 import time
 from datetime import timedelta
 
-from monitor.clock import Clock
 from monitor.config import DaemonConfig, Target
 from monitor.daemon.databases import Databases
-from monitor.daemon.metrics import Metrics
+from monitor.daemon.services import Services
 from monitor.execution.quarantine import overrun, version_of
 from monitor.execution.results import RunResult
 from monitor.invariants.loader import Invariant
 from monitor.store.claims import Claim, LostClaim
 from monitor.store.records import IncidentContext
-from monitor.store.state import StateStore
-from monitor.store.store_health import StoreHealth
 
 log = logging.getLogger("invmon.daemon")
 
@@ -34,18 +31,13 @@ class Evaluator:
     def __init__(
         self,
         databases: Databases,
-        store: StateStore,
-        metrics: Metrics,
         settings: DaemonConfig,
-        clock: Clock,
-        health: StoreHealth,
+        services: Services,
     ) -> None:
-        self.health = health
         self.databases = databases
-        self.store = store
-        self.metrics = metrics
         self.settings = settings
-        self.clock = clock
+        self.store, self.health = services.store, services.health
+        self.metrics, self.clock = services.metrics, services.clock
 
     def evaluate(self, inv: Invariant, claim: Claim | None = None) -> RunResult | None:
         """Run and store one evaluation; None when `claim` was taken over meanwhile (another

@@ -11,10 +11,9 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from monitor.clock import Clock
 from monitor.config import Config
 from monitor.daemon.databases import Databases
-from monitor.daemon.metrics import Metrics
+from monitor.daemon.services import Services
 from monitor.daemon.slots import latest_slot, period
 from monitor.invariants.definitions import Definitions, Reload, diff
 from monitor.invariants.loader import (
@@ -26,8 +25,6 @@ from monitor.invariants.loader import (
     name_for,
 )
 from monitor.problems import Problem
-from monitor.store.state import StateStore
-from monitor.store.store_health import StoreHealth
 
 log = logging.getLogger("invmon.daemon")
 
@@ -40,21 +37,16 @@ class Reloader:
         self,
         config: Config,
         databases: Databases,
-        store: StateStore,
-        metrics: Metrics,
         definitions: Definitions,
         install: Install,
-        clock: Clock,
-        health: StoreHealth,
+        services: Services,
     ) -> None:
-        self.health = health
         self.config = config
         self.databases = databases
-        self.store = store
-        self.metrics = metrics
         self.definitions = definitions
         self.install = install
-        self.clock = clock
+        self.store, self.health = services.store, services.health
+        self.metrics, self.clock = services.metrics, services.clock
         self.memo = LoadMemo()  # a reload parses only the files that changed
 
     def reload(self) -> Reload:

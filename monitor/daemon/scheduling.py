@@ -22,16 +22,14 @@ from datetime import datetime, timedelta
 
 from monitor.config import DaemonConfig
 from monitor.daemon.fleet import Queue
-from monitor.daemon.metrics import Metrics
 from monitor.daemon.self_checks import Loaded
+from monitor.daemon.services import Services
 from monitor.daemon.slots import Timetable
 from monitor.execution.quarantine import still_running, version_of
 from monitor.invariants.definitions import Definitions
 from monitor.invariants.loader import Invariant
 from monitor.store.claims import Claim, Claims
 from monitor.store.records import Quarantine
-from monitor.store.state import StateStore
-from monitor.store.store_health import StoreHealth
 
 log = logging.getLogger("invmon.daemon")
 
@@ -40,21 +38,17 @@ class Scheduler:
     def __init__(
         self,
         settings: DaemonConfig,
-        store: StateStore,
         definitions: Definitions,
-        metrics: Metrics,
-        health: StoreHealth,
+        services: Services,
     ) -> None:
         self.settings = settings
-        self.store = store
         self.definitions = definitions
-        self.metrics = metrics
-        self.health = health
+        self.store, self.health, self.metrics = services.store, services.health, services.metrics
         self.timetable = Timetable(settings.jitter)
         # One daemon among any number on the store: slots are claimed (claims.py), the
         # preferred daemon first (fleet.py), so each runs once across the fleet.
         self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self.claims = Claims(store.storage, self.me, settings.lease)
+        self.claims = Claims(self.store.storage, self.me, settings.lease)
         self.queue = Queue(self.me, settings.handoff)
         self.members: set[str] = {self.me}
         self.beat_every = settings.lease / 3  # the fleet's heartbeat

@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from alerts.pump import DeliveryPump
-from monitor.clock import Clock
 from monitor.config import WatchdogConfig
 from monitor.daemon.liveness import Liveness
 from monitor.daemon.self_checks import (
@@ -30,9 +29,8 @@ from monitor.daemon.self_checks import (
     store_results,
     stuck,
 )
+from monitor.daemon.services import Services
 from monitor.execution.results import RunResult
-from monitor.store.state import StateStore
-from monitor.store.store_health import StoreHealth
 
 log = logging.getLogger("invmon.watchdog")
 PART = "the self-check turn"  # its name in liveness.py
@@ -58,10 +56,8 @@ class Watchdog:
     def __init__(
         self,
         settings: WatchdogConfig,
-        store: StateStore,
-        health: StoreHealth,
+        services: Services,
         pump: DeliveryPump,
-        clock: Clock,
         loaded: Callable[[], Mapping[str, Loaded]],
         in_flight: Callable[[], Mapping[str, datetime]],
         problem: Callable[[], str | None],
@@ -69,10 +65,8 @@ class Watchdog:
         max_jitter: timedelta,
     ) -> None:
         self.settings = settings
-        self.store = store
-        self.health = health
+        self.store, self.health, self.clock = services.store, services.health, services.clock
         self.pump = pump
-        self.clock = clock
         self.loaded = loaded
         self.in_flight = in_flight
         self.problem = problem  # the daemon's /healthz reason, None when healthy

@@ -8,9 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 from helpers import invariant
 
+from monitor.clock import utc_now
 from monitor.config import DaemonConfig
 from monitor.daemon.metrics import Metrics
 from monitor.daemon.scheduling import Scheduler
+from monitor.daemon.services import Services
 from monitor.durations import parse_schedule
 from monitor.execution.results import RunResult
 from monitor.invariants.definitions import Definitions
@@ -27,13 +29,8 @@ def every_minute(name: str) -> Invariant:
 
 
 def scheduler(store: StateStore, *names: str) -> Scheduler:
-    made = Scheduler(
-        DaemonConfig(jitter=timedelta(0)),
-        store,
-        Definitions(),
-        Metrics(store.counts),
-        StoreHealth("state.path 'test'"),
-    )
+    services = Services(store, StoreHealth("state.path 'test'"), Metrics(store.counts), utc_now)
+    made = Scheduler(DaemonConfig(jitter=timedelta(0)), Definitions(), services)
     made.install({n: every_minute(n) for n in names}, START)
     return made
 
