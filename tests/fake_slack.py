@@ -231,15 +231,15 @@ class FakeSlack:
             }
         if method == "conversations.info":
             # Slack looks channels up by id only here.
-            found = str(args.get("channel"))
-            if found not in self.channels:
+            channel_id = str(args.get("channel"))
+            if channel_id not in self.channels:
                 return {"ok": False, "error": "channel_not_found"}
             return {
                 "ok": True,
                 "channel": {
-                    "id": found,
-                    "name": self.channels[found],
-                    "is_archived": found in self.archived,
+                    "id": channel_id,
+                    "name": self.channels[channel_id],
+                    "is_archived": channel_id in self.archived,
                 },
             }
         if method == "chat.postMessage":
@@ -288,6 +288,7 @@ class FakeSlack:
             channel = self._channel(args.get("channel_id"))
             if channel is None:
                 return {"ok": False, "error": "channel_not_found"}
+            assert entries is not None, "files.completeUploadExternal without `files`"
             for entry in entries:
                 found = self.files.get(entry["id"])
                 if found is None or found.data is None:

@@ -16,8 +16,9 @@ from typing import TypeVar
 import psycopg
 
 from monitor.config import DatabaseConfig
+from monitor.durations import parse_schedule
 from monitor.invariants.header import InvariantHeader
-from monitor.invariants.loader import Invariant, parse_schedule
+from monitor.invariants.loader import Invariant
 
 T = TypeVar("T")
 # The suite connects as the test server's superuser, which `invmon check` and the daemon

@@ -68,7 +68,7 @@ class Setup:
     def __init__(self, world: World, fake: FakeSlack, **slack: object) -> None:
         self.world = world
         self.fake = fake
-        self.daemon = world.daemon(fake, signing_secret=SECRET, **slack)
+        self.daemon = world.daemon(fake, targets=None, signing_secret=SECRET, **slack)
         self.listener = Listener("127.0.0.1:0", self.daemon.routes())
         self.listener.start()
         self.url = f"http://{self.listener.address}"

@@ -533,15 +533,12 @@ def test_invmon_run_with_a_wrong_token_fails_readyz_counts_it_and_logs_it_once(
             ready = wait_for(
                 lambda: (answer := get(f"{url}/readyz"))[0] == 503 and answer, 30, "/readyz 503"
             )
-            metrics = wait_for(
-                lambda: (
-                    (body := get(f"{url}/metrics")[1])
-                    and 'invmon_deliveries{state="FAILED"} 2.0' in body
-                    and body
-                ),
-                30,
-                "invmon's own alert refused by Slack too",
-            )
+
+            def refused_twice() -> str | None:
+                body = get(f"{url}/metrics")[1]
+                return body if body and 'invmon_deliveries{state="FAILED"} 2.0' in body else None
+
+            metrics = wait_for(refused_twice, 30, "invmon's own alert refused by Slack too")
             health = get(f"{url}/healthz")
         finally:
             process.terminate()

@@ -22,7 +22,7 @@ NOW = datetime(2026, 5, 1, 9, 30, tzinfo=UTC)
 
 def wide_rows(count: int) -> tuple[list[str], list[dict[str, object]]]:
     columns = [f"column_{i:02d}_with_a_long_name" for i in range(40)]
-    rows = [
+    rows: list[dict[str, object]] = [
         {c: f"<b>&value {n}-{i}</b> ``` " + "x" * 300 for i, c in enumerate(columns)}
         for n in range(count)
     ]

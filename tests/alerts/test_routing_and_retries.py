@@ -44,7 +44,7 @@ def test_each_routing_rule_outranks_every_later_one(higher: int, lower: int) -> 
         if index < len(RULES):
             fields.update(RULES[index][1])
     _, _, channel, why = RULES[higher]
-    assert route(ROUTED, IncidentContext(**fields)) == Route(channel, why)  # type: ignore[arg-type]
+    assert route(ROUTED, IncidentContext(**fields)) == Route(channel, why)
 
 
 def test_with_no_rule_on_the_default_channel_is_taken() -> None:

@@ -358,7 +358,7 @@ def test_every_reading_command_has_a_json_document_with_its_documented_keys(
     """The shapes README's "Scripting" section documents; a script can rely on them."""
     schema = ROOT / "deploy" / "demo" / "schema.sql"
     with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute(schema.read_text())  # type: ignore[arg-type]
+        conn.execute(schema.read_text())
     for path in (ROOT / "invariants").iterdir():
         (tmp_path / "invariants").mkdir(exist_ok=True)
         (tmp_path / "invariants" / path.name).write_bytes(path.read_bytes())

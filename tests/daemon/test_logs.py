@@ -23,7 +23,9 @@ LEAKS = [
 ]
 
 
-def record(message: str, fields: dict[str, object] | None = None, error: bool = False):  # type: ignore[no-untyped-def]
+def record(
+    message: str, fields: dict[str, object] | None = None, error: bool = False
+) -> logging.LogRecord:
     exc_info = None
     if error:
         try:
@@ -32,7 +34,7 @@ def record(message: str, fields: dict[str, object] | None = None, error: bool = 
             exc_info = sys.exc_info()
     rec = logging.LogRecord("invmon", logging.ERROR, __file__, 1, message, (), exc_info)
     if fields is not None:
-        rec.fields = fields  # type: ignore[attr-defined]
+        rec.fields = fields
     return rec
 
 
@@ -80,7 +82,7 @@ def test_offending_keys_read_as_tuples_in_text_and_as_arrays_in_json() -> None:
 
 
 def test_a_one_column_key_reads_as_its_value() -> None:
-    fields = {"keys": [key_values(offending_key({"id": 7}, ["id"])), [None]]}
+    fields: dict[str, object] = {"keys": [key_values(offending_key({"id": 7}, ["id"])), [None]]}
     assert TextFormatter().format(record("x", fields)).endswith('keys="[7, null]"')
 
 

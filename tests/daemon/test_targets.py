@@ -242,12 +242,14 @@ def test_a_state_store_from_before_targets_moves_to_default(
     from monitor.store.storage import PostgresStorage, SqliteStorage, migrate
 
     with contextlib.ExitStack() as stack:
+        path: Path | None = None
+        dsn: str | None = None
+        old: SqliteStorage | PostgresStorage
         if kind == "sqlite":
-            where = {"path": tmp_path / "old.db"}
-            old = SqliteStorage(tmp_path / "old.db")
+            path = tmp_path / "old.db"
+            old = SqliteStorage(path)
         else:
             dsn = stack.enter_context(scratch_database(admin_dsn, prefix="invmon_state"))
-            where = {"dsn": dsn}
             old = PostgresStorage(dsn)
         migrate(old, old.migrations[:-1])  # the store as the release before targets left it
         with old.transaction() as tx:
@@ -262,7 +264,7 @@ def test_a_state_store_from_before_targets_moves_to_default(
                 " '2026-11-01T00:00:01.000000Z')"
             )
         old.close()
-        store = StateStore.open(**where)
+        store = StateStore.open(path=path, dsn=dsn)
         try:
             [run] = store.runs("refunds", limit=10)
             [incident] = store.open_incidents()

@@ -40,12 +40,12 @@ def test_invmon_is_installed_from_a_pinned_source_never_from_the_pr() -> None:
     installs = [r for r in runs if "pip install" in r]
     assert installs == ['pip install "${INVMON_SOURCE:-./invmon-base}"'] * 2
     base = [
-        s
+        with_
         for s in steps()
-        if isinstance(s.get("with"), dict) and s["with"].get("path") == "invmon-base"
+        if isinstance(with_ := s.get("with"), dict) and with_.get("path") == "invmon-base"
     ]
     assert len(base) == 2
-    assert all("base.sha" in str(s["with"]["ref"]) for s in base)  # type: ignore[index]
+    assert all("base.sha" in str(with_["ref"]) for with_ in base)
 
 
 def test_the_default_install_source_installs(tmp_path: Path) -> None:

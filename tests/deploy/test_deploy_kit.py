@@ -67,7 +67,8 @@ def deployment() -> dict[str, Any]:
 
 
 def container() -> dict[str, Any]:
-    [only] = deployment()["spec"]["template"]["spec"]["containers"]
+    containers: list[dict[str, Any]] = deployment()["spec"]["template"]["spec"]["containers"]
+    [only] = containers
     return only
 
 

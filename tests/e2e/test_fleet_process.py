@@ -47,7 +47,7 @@ def claims(state: str) -> list[tuple[str, str, str, str, str | None, str | None,
         if exists is None or exists[0] is None:  # the daemons have not migrated it yet
             return []
         return [
-            tuple(row)  # type: ignore[misc]
+            tuple(row)
             for row in conn.execute(
                 "SELECT invariant, slot, owner, claimed_at, finished_at, outcome, takeovers"
                 " FROM slot_claims ORDER BY invariant, slot"
@@ -120,18 +120,18 @@ def run_fleet(
             # Wait a seeded number of finished runs, then for a run in flight on a seeded
             # victim, and kill it there: mid-run, holding its claim.
             finished = sum(c[4] is not None for c in claims(state)) + rng.randint(0, 6)
-            wait_for(
-                lambda f=finished: sum(c[4] is not None for c in claims(state)) >= f,
-                60,
-                f"{finished} finished runs ({label})",
-            )
+
+            def runs_finished(f: int = finished) -> bool:
+                return sum(c[4] is not None for c in claims(state)) >= f
+
+            wait_for(runs_finished, 60, f"{finished} finished runs ({label})")
             victim = rng.randrange(3)
             pid = daemons[victim].pid
-            wait_for(
-                lambda p=pid: any(c[4] is None and f":{p}:" in c[2] for c in claims(state)),
-                60,
-                f"a run in flight on daemon {victim} ({label})",
-            )
+
+            def in_flight(p: int = pid) -> bool:
+                return any(c[4] is None and f":{p}:" in c[2] for c in claims(state))
+
+            wait_for(in_flight, 60, f"a run in flight on daemon {victim} ({label})")
             daemons[victim].send_signal(signal.SIGKILL)
             daemons[victim].wait()
             orphans.update(
@@ -158,7 +158,11 @@ def run_fleet(
         for n in range(len(daemons)):
             # A SIGTERM before the handlers exist (a restarted daemon still starting) kills.
             log = tmp_path / f"daemon-{n}.log"
-            wait_for(lambda g=log: "invmon running" in g.read_text(), 30, f"start-up ({label})")
+
+            def started(g: Path = log) -> bool:
+                return "invmon running" in g.read_text()
+
+            wait_for(started, 30, f"start-up ({label})")
         stopping = datetime.now(UTC)
         for daemon in daemons:
             daemon.send_signal(signal.SIGTERM)

@@ -655,9 +655,11 @@ def test_soak_signal_storm_never_wedges_a_daemon(
         daemons.append((launch(write_config(home, folder), database, log), folder, log))
     try:
         for _process, _, log in daemons:
-            wait_for(
-                lambda log=log: "invmon running" in log.read_text(), 60, f"start (seed {seed})"
-            )
+
+            def started(log: Path = log) -> bool:
+                return "invmon running" in log.read_text()
+
+            wait_for(started, 60, f"start (seed {seed})")
         for process, folder, _ in daemons:
             remove_at = rng.randrange(200) if rng.random() < 0.5 else -1
             for i in range(200):

@@ -114,11 +114,11 @@ def run_seed(
                 process.send_signal(signal.SIGKILL)
                 process.wait()
                 process = launch(config)
-            wait_for(
-                lambda s=step: state.exists() and store_state(state)[0] >= EVENTS_AFTER_STEP[s],
-                60,
-                f"the events of step {step} ({label})",
-            )
+
+            def events_stored(s: int = step) -> bool:
+                return state.exists() and store_state(state)[0] >= EVENTS_AFTER_STEP[s]
+
+            wait_for(events_stored, 60, f"the events of step {step} ({label})")
         fake.faults_off()
 
         def settled() -> bool:

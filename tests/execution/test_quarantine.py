@@ -106,6 +106,7 @@ def test_one_overrun_quarantines_until_the_file_changes(
             "past its timeout of 1s (the margin is 1s): the database did not stop it"
         )
         [incident] = [i for i in store.open_incidents() if i.kind == "quarantined"]
+        assert incident.context is not None
         assert (incident.invariant, incident.detail, incident.context.owner) == (
             "unstoppable",
             held.reason,

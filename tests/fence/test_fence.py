@@ -77,9 +77,9 @@ def test_lint_reports_every_hostile_file_at_its_path_and_line(tmp_path: Path) ->
     header and a blank line (so a query that starts with a comment stays a query)."""
     expected = {}
     for name, case in HOSTILE.items():
-        path = tmp_path / f"{_slug(name)}.sql"
-        path.write_text(f"-- description: {_slug(name)}\n-- owner: '@fence'\n\n{case['sql']}\n")
-        expected[str(path)] = (case["line"] + 3, case["says"])
+        file = tmp_path / f"{_slug(name)}.sql"
+        file.write_text(f"-- description: {_slug(name)}\n-- owner: '@fence'\n\n{case['sql']}\n")
+        expected[str(file)] = (case["line"] + 3, case["says"])
     done = invmon("lint", str(tmp_path))
     assert done.returncode == 2, done.stderr
     first: dict[str, tuple[int, str]] = {}

@@ -150,7 +150,7 @@ def test_ownership_write_rights_effects_and_memberships_are_found(
         with psycopg.connect(admin, autocommit=True) as conn:
             for statement in statements:
                 names = (pgsql.Identifier(plain), pgsql.Identifier(owner))
-                conn.execute(pgsql.SQL(statement).format(*names))  # type: ignore[arg-type]
+                conn.execute(pgsql.SQL(statement).format(*names))
 
     run(
         "CREATE ROLE {0} LOGIN",

@@ -267,7 +267,10 @@ def test_a_bad_admin_dsn_is_one_sentence_for_test_and_demo(
     (tmp_path / "invariants").mkdir()
     (tmp_path / "invariants" / "x.sql").write_text(GOOD)
     (tmp_path / "invariants" / "x.test.yaml").write_text("cases:\n  - name: empty\n")
-    runs = [(["test", "--dsn", dsn], {}), (["demo", "--dsn", dsn], {})]
+    runs: list[tuple[list[str], dict[str, str]]] = [
+        (["test", "--dsn", dsn], {}),
+        (["demo", "--dsn", dsn], {}),
+    ]
     runs.append((["test"], {"INVMON_TEST_DSN": dsn}))
     for command, env in runs:
         done = cli(*command, cwd=tmp_path, env=env)

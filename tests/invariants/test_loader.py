@@ -9,9 +9,8 @@ import pytest
 from helpers import cli
 
 from monitor.durations import CronSchedule, IntervalSchedule, parse_duration, parse_schedule
-from monitor.fence.sqltree import analyze
+from monitor.fence.sqltree import NUL_MESSAGE, analyze
 from monitor.invariants.loader import (
-    NUL_MESSAGE,
     Defaults,
     Invariant,
     Loading,

@@ -554,7 +554,7 @@ def test_every_value_a_listing_can_hold_reaches_the_database_exactly(database: s
             keys, [0, None, 2**62, 1, 7], times, ["NULL", None, "e", "", "x"], strict=True
         )
     ]
-    spec = SourceSpec(folder="/srv", columns=["key", "size", "last_modified", "etag"])
+    spec = SourceSpec(folder="/srv", columns=("key", "size", "last_modified", "etag"))
     bound = bind({"objects": spec}, {"objects": rows})
     text = bound_text(bound, "SELECT key, size, last_modified, etag FROM objects ORDER BY key")
     with psycopg.connect(database) as conn:

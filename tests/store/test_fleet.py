@@ -18,7 +18,13 @@ from monitor.daemon.fleet import Queue, preferred
 from monitor.execution.results import RunResult
 from monitor.store.claims import Claim, Claims, Due, LostClaim
 from monitor.store.state import StateStore
-from monitor.store.storage import StoreInUse, StoreTooNew, hold_single_daemon
+from monitor.store.storage import (
+    PostgresStorage,
+    SqliteStorage,
+    StoreInUse,
+    StoreTooNew,
+    hold_single_daemon,
+)
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -179,6 +185,7 @@ def test_a_second_daemon_on_one_sqlite_store_is_refused_and_a_dead_ones_lock_is_
 def test_the_daemon_refuses_a_store_migrated_by_a_newer_release(tmp_path: Path) -> None:
     StateStore.open(path=tmp_path / "state.db").close()
     store = StateStore.open(path=tmp_path / "state.db")
+    assert isinstance(store.storage, SqliteStorage)
     newest = len(store.storage.migrations)
     with store.storage.transaction() as tx:
         tx.run(
@@ -225,6 +232,7 @@ def test_daemons_starting_together_on_a_new_postgres_store_migrate_it_once(
             store.close()
         assert errors == []
         store = StateStore.open(dsn=dsn)
+        assert isinstance(store.storage, PostgresStorage)
         with store.storage.transaction() as tx:
             versions = [v for (v,) in tx.rows("SELECT version FROM invmon_schema ORDER BY 1")]
         assert versions == list(range(1, len(store.storage.migrations) + 1))

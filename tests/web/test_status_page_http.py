@@ -93,10 +93,10 @@ def record(store: StateStore, name: str, ids: list[int], at: datetime) -> None:
         "violated" if ids else "ok",
         len(ids),
         columns=["id", "note"],
-        rows=rows,  # type: ignore[arg-type]
+        rows=rows,
         started_at=at,
         duration_ms=7.0,
-        keys={offending_key(r, ["id"]): r for r in rows},  # type: ignore[arg-type]
+        keys={offending_key(r, ["id"]): r for r in rows},
         replica_lag=0.0,
     )
     context = IncidentContext(severity="critical", description="No item is bad.", owner="@shop")
