@@ -25,6 +25,7 @@ from monitor.durations import (
 )
 from monitor.fence.allowances import OFFLINE, FencePolicy
 from monitor.fence.sqltree import NUL_MESSAGE
+from monitor.fence.tree import Analysis
 from monitor.invariants.header import (
     DEFAULT_TARGET,
     HeaderError,
@@ -264,75 +265,32 @@ def load_file(
 
 
 def _parse_file(path: Path, name: str, text: str, loading: Loading) -> Loaded:
+    """One file read: its header and query judged, each rule below adding its problems; an
+    Invariant only when no rule found an error."""
     defaults, policy = loading.defaults, loading.policy
     split = split_file(text)
-    problems: list[Problem] = []
-    if name.startswith(RESERVED_PREFIX):
-        problems.append(
-            Problem(path, 1, f"names under {RESERVED_PREFIX} are invmon's own checks; rename it")
-        )
+    problems: list[Problem] = _reserved_name(path, name)
     header: InvariantHeader | None = None
     try:
         header = parse_header(split)
     except HeaderError as exc:
         problems.extend(Problem(path, line, message) for line, message in exc.problems)
-    schedule = header.parsed_schedule if header is not None else None
-    if isinstance(schedule, IntervalSchedule) and schedule.every < WARN_INTERVAL:
-        problems.append(
-            Problem(
-                path,
-                line_of_key(split, "schedule") or _header_line(split),
-                f"runs {schedule} against the replica: each run is a query there and a row in "
-                "the state store, and a replica lags by seconds anyway; under a minute is "
-                "rarely worth it (e.g. every 1m)",
-                "warning",
-            )
-        )
+    if header is not None:
+        problems += _schedule_warning(path, split, header)
     offset = split.sql_first_line - 1
     analysis, sql_problems = check_sql(split.sql, policy)
     problems.extend(Problem(path, p.line + offset, p.message, p.level) for p in sql_problems)
-    if header is not None and header.key and not any(p.level == "error" for p in sql_problems):
-        columns = columns_of(analysis.statement)
-        missing = [k for k in header.key if columns is not None and k not in columns]
-        if missing:
-            line = line_of_key(split, "key") or 1
-            problems.append(
-                Problem(
-                    path,
-                    line,
-                    f"key column{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))} "
-                    f"not among the query's output columns ({', '.join(columns or [])}); "
-                    "unquoted names are lower-cased by PostgreSQL"
-                    + _misspelt(missing, columns or []),
-                )
-            )
-    target = bind_target(header, name, loading.targets) if header is not None else None
-    if header is not None and target is None:
-        known = ", ".join(sorted(loading.targets)) or "none"
-        what = (
-            f"target {header.target!r} is not in the config"
-            if header.target is not None
-            else "no target: write `target:` or put the file under a target's folder"
-        )
-        problems.append(
-            Problem(
-                path,
-                line_of_key(split, "target") or _header_line(split),
-                f"{what}; targets: {known}",
-            )
-        )
-    timeout = (header.timeout_delta if header else None) or defaults.timeout
-    ceiling = loading.targets.get(target) if target is not None else None
-    if header is not None and ceiling is not None and timeout > ceiling:
-        problems.append(
-            Problem(
-                path,
-                line_of_key(split, "timeout") or _header_line(split),
-                f"timeout {format_duration(timeout)} is over target {target!r}'s "
-                f"statement_timeout ceiling ({format_duration(ceiling)})",
-            )
-        )
-    if header is None or target is None or any(p.level == "error" for p in problems):
+    if header is None:
+        return None, problems
+    if not any(p.level == "error" for p in sql_problems):
+        problems += _key_problems(path, split, header, analysis)
+    target = bind_target(header, name, loading.targets)
+    timeout = header.timeout_delta or defaults.timeout
+    if target is None:
+        problems.append(_unknown_target(path, split, header, loading))
+    else:
+        problems += _timeout_problems(path, split, timeout, target, loading)
+    if target is None or any(p.level == "error" for p in problems):
         return None, problems
     return Invariant(
         name=name,
@@ -346,6 +304,80 @@ def _parse_file(path: Path, name: str, text: str, loading: Loading) -> Loaded:
         sample=defaults.sample if header.sample is None else header.sample,
         target=target,
     ), problems
+
+
+def _reserved_name(path: Path, name: str) -> list[Problem]:
+    if not name.startswith(RESERVED_PREFIX):
+        return []
+    return [Problem(path, 1, f"names under {RESERVED_PREFIX} are invmon's own checks; rename it")]
+
+
+def _schedule_warning(path: Path, split: SplitFile, header: InvariantHeader) -> list[Problem]:
+    schedule = header.parsed_schedule
+    if not (isinstance(schedule, IntervalSchedule) and schedule.every < WARN_INTERVAL):
+        return []
+    return [
+        Problem(
+            path,
+            line_of_key(split, "schedule") or _header_line(split),
+            f"runs {schedule} against the replica: each run is a query there and a row in "
+            "the state store, and a replica lags by seconds anyway; under a minute is "
+            "rarely worth it (e.g. every 1m)",
+            "warning",
+        )
+    ]
+
+
+def _key_problems(
+    path: Path, split: SplitFile, header: InvariantHeader, analysis: Analysis
+) -> list[Problem]:
+    """`key:` names output columns of the query (when its columns can be read off it)."""
+    if not header.key:
+        return []
+    columns = columns_of(analysis.statement)
+    missing = [k for k in header.key if columns is not None and k not in columns]
+    if not missing:
+        return []
+    return [
+        Problem(
+            path,
+            line_of_key(split, "key") or 1,
+            f"key column{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))} "
+            f"not among the query's output columns ({', '.join(columns or [])}); "
+            "unquoted names are lower-cased by PostgreSQL" + _misspelt(missing, columns or []),
+        )
+    ]
+
+
+def _unknown_target(
+    path: Path, split: SplitFile, header: InvariantHeader, loading: Loading
+) -> Problem:
+    known = ", ".join(sorted(loading.targets)) or "none"
+    what = (
+        f"target {header.target!r} is not in the config"
+        if header.target is not None
+        else "no target: write `target:` or put the file under a target's folder"
+    )
+    return Problem(
+        path, line_of_key(split, "target") or _header_line(split), f"{what}; targets: {known}"
+    )
+
+
+def _timeout_problems(
+    path: Path, split: SplitFile, timeout: timedelta, target: str, loading: Loading
+) -> list[Problem]:
+    """A file's timeout may not exceed its target's statement_timeout ceiling."""
+    ceiling = loading.targets.get(target)
+    if ceiling is None or timeout <= ceiling:
+        return []
+    return [
+        Problem(
+            path,
+            line_of_key(split, "timeout") or _header_line(split),
+            f"timeout {format_duration(timeout)} is over target {target!r}'s "
+            f"statement_timeout ceiling ({format_duration(ceiling)})",
+        )
+    ]
 
 
 def load_directory(
