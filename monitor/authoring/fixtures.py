@@ -23,10 +23,10 @@ from __future__ import annotations
 import difflib
 import json
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import yaml
 
@@ -189,67 +189,18 @@ def _case(
     problems: list[Problem],
 ) -> Case | None:
     key_columns, source_names = declared
-    where = f"case {index + 1}"
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-        problems.append(Problem(path, line, f"{where}: needs a `name`"))
+        problems.append(Problem(path, line, f"case {index + 1}: needs a `name`"))
         return None
     name = raw["name"]
-    unknown = set(raw) - CASE_FIELDS
-    if unknown:
-        hint = _did_you_mean(unknown, CASE_FIELDS)
-        problems.append(Problem(path, line, f"{name!r}: unknown field(s) {sorted(unknown)}{hint}"))
-        return None
-    rows = raw.get("rows") or {}
-    if not isinstance(rows, dict) or not all(
-        isinstance(v, list) and all(isinstance(r, dict) for r in v) for v in rows.values()
-    ):
-        problems.append(Problem(path, line, f"{name!r}: `rows` maps each table to a list of rows"))
-        return None
-    sources = raw.get("sources") or {}
-    if not isinstance(sources, dict) or not all(
-        isinstance(v, list) and all(isinstance(r, dict) for r in v) for v in sources.values()
-    ):
-        problems.append(
-            Problem(path, line, f"{name!r}: `sources` maps each source to a list of objects")
-        )
-        return None
-    wrong = _sources_problem(sources, source_names)
-    if wrong:
-        problems.append(Problem(path, line, f"{name!r}: {wrong}"))
-        return None
-    expect = raw.get("expect")
-    if isinstance(expect, dict) and set(expect) - EXPECT_FIELDS:
-        extra = sorted(map(str, set(expect) - EXPECT_FIELDS))
-        hint = _did_you_mean(set(extra), EXPECT_FIELDS) or "; use keys, count or rows"
-        problems.append(Problem(path, line, f"{name!r}: unknown `expect` field(s) {extra}{hint}"))
-        return None
-    if not isinstance(expect, dict) or not (EXPECT_FIELDS & set(expect)):
-        problems.append(Problem(path, line, f"{name!r}: `expect` needs `keys`, `count` or `rows`"))
-        return None
-    rows_expected = expect.get("rows")
-    if rows_expected is not None and (
-        not isinstance(rows_expected, list)
-        or not all(isinstance(r, dict) and r for r in rows_expected)
-        or len({tuple(sorted(r)) for r in rows_expected}) > 1
-    ):
-        problems.append(
-            Problem(
-                path,
-                line,
-                f"{name!r}: `expect.rows` is a list of rows, each naming the same columns",
-            )
-        )
-        return None
-    keys = None
-    if "keys" in expect:
-        if not key_columns:
-            problems.append(Problem(path, line, f"{name!r}: `keys` needs a `key:` header"))
+    for check in CASE_CHECKS:
+        refused = check(raw, key_columns, source_names)
+        if refused is not None:
+            problems.append(Problem(path, line, f"{name!r}: {refused}"))
             return None
-        keys = sorted(canonical_key(k) for k in expect["keys"] or [])
-    count = expect.get("count")
-    if count is not None and (not isinstance(count, int) or count < 0):
-        problems.append(Problem(path, line, f"{name!r}: `count` must be a whole number"))
-        return None
+    expect = raw["expect"]
+    rows_expected = expect.get("rows")
+    keys = sorted(canonical_key(k) for k in expect["keys"] or []) if "keys" in expect else None
     expected_keys = list(keys or [])
     if (
         not keys
@@ -262,7 +213,97 @@ def _case(
         problems.append(
             Problem(path, line, not_unique(name, key_columns, repeated), level="warning")
         )
-    return Case(name, line, rows, keys, count, rows_expected, sources)
+    rows, sources = raw.get("rows") or {}, raw.get("sources") or {}
+    return Case(name, line, rows, keys, expect.get("count"), rows_expected, sources)
+
+
+# --- what makes a case unusable: each check says why, or None; the first refusal wins -------
+# Each takes the raw case, the `key:` columns and the declared source names.
+
+Raw: TypeAlias = dict[str, Any]
+Keys: TypeAlias = tuple[str, ...]
+Names: TypeAlias = Collection[str]
+CaseCheck = Callable[[Raw, Keys, Names], str | None]
+
+
+def _lists_of_objects(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(v, list) and all(isinstance(r, dict) for r in v) for v in value.values()
+    )
+
+
+def _unknown_fields(raw: Raw, keys: Keys, names: Names) -> str | None:
+    unknown = set(raw) - CASE_FIELDS
+    if not unknown:
+        return None
+    return f"unknown field(s) {sorted(unknown)}{_did_you_mean(unknown, CASE_FIELDS)}"
+
+
+def _rows_shape(raw: Raw, keys: Keys, names: Names) -> str | None:
+    if _lists_of_objects(raw.get("rows") or {}):
+        return None
+    return "`rows` maps each table to a list of rows"
+
+
+def _sources_shape(raw: Raw, keys: Keys, names: Names) -> str | None:
+    if _lists_of_objects(raw.get("sources") or {}):
+        return None
+    return "`sources` maps each source to a list of objects"
+
+
+def _sources_declared(raw: Raw, keys: Keys, names: Names) -> str | None:
+    return _sources_problem(raw.get("sources") or {}, names) or None
+
+
+def _expect_fields(raw: Raw, keys: Keys, names: Names) -> str | None:
+    expect = raw.get("expect")
+    if not (isinstance(expect, dict) and set(expect) - EXPECT_FIELDS):
+        return None
+    extra = sorted(map(str, set(expect) - EXPECT_FIELDS))
+    hint = _did_you_mean(set(extra), EXPECT_FIELDS) or "; use keys, count or rows"
+    return f"unknown `expect` field(s) {extra}{hint}"
+
+
+def _expect_given(raw: Raw, keys: Keys, names: Names) -> str | None:
+    expect = raw.get("expect")
+    if isinstance(expect, dict) and EXPECT_FIELDS & set(expect):
+        return None
+    return "`expect` needs `keys`, `count` or `rows`"
+
+
+def _expect_rows(raw: Raw, keys: Keys, names: Names) -> str | None:
+    rows = raw["expect"].get("rows")
+    if rows is None or (
+        isinstance(rows, list)
+        and all(isinstance(r, dict) and r for r in rows)
+        and len({tuple(sorted(r)) for r in rows}) <= 1
+    ):
+        return None
+    return "`expect.rows` is a list of rows, each naming the same columns"
+
+
+def _keys_need_a_key(raw: Raw, keys: Keys, names: Names) -> str | None:
+    return "`keys` needs a `key:` header" if "keys" in raw["expect"] and not keys else None
+
+
+def _count_whole(raw: Raw, keys: Keys, names: Names) -> str | None:
+    count = raw["expect"].get("count")
+    if count is None or (isinstance(count, int) and count >= 0):
+        return None
+    return "`count` must be a whole number"
+
+
+CASE_CHECKS: tuple[CaseCheck, ...] = (
+    _unknown_fields,
+    _rows_shape,
+    _sources_shape,
+    _sources_declared,
+    _expect_fields,
+    _expect_given,  # the checks below may read raw["expect"] as a dict
+    _expect_rows,
+    _keys_need_a_key,
+    _count_whole,
+)
 
 
 def _sources_problem(sources: dict[Any, list[dict[Any, Any]]], declared: Collection[str]) -> str:
