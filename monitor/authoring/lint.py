@@ -13,7 +13,8 @@ from monitor.authoring.ci_output import JunitCase
 from monitor.authoring.fixtures import SUFFIX, fixture_path, load_fixture
 from monitor.authoring.schema_dump import DumpParseError, dump_statements
 from monitor.config import Config
-from monitor.fence.pgcatalog import Catalog, builtin_catalog
+from monitor.fence.builtin_catalog import builtin_catalog
+from monitor.fence.catalog import Catalog
 from monitor.fence.sqltree import parse
 from monitor.fence.tree import node_items
 from monitor.invariants.loader import Invariant, LoadResult, load_directory, name_for

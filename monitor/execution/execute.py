@@ -39,8 +39,10 @@ from monitor.execution.query import MAX_COLUMNS, Column, bounded_query, describi
 from monitor.execution.redaction import Masker
 from monitor.execution.rows import unique_column_names
 from monitor.fence.allowances import TRUST_NOTHING, Allowances
+from monitor.fence.catalog import Name
+from monitor.fence.catalog_memory import CatalogMemory
 from monitor.fence.fence import verdict
-from monitor.fence.pgcatalog import CatalogMemory, LiveCatalog, Name
+from monitor.fence.live_catalog import LiveCatalog
 from monitor.fence.sqltree import analyze
 from monitor.fence.tree import Analysis
 from monitor.invariants.loader import Invariant

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from monitor.fence.catalog import Catalog, Name, Routine
 from monitor.fence.known import ALL_SETTINGS
-from monitor.fence.pgcatalog import Catalog, Name, Routine
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class FencePolicy:
     """How lint judges a query with no database at hand."""
 
     allow: Allowances = TRUST_NOTHING
-    # What the offline judge looks names up in; None is the built-in table (pgcatalog.py).
+    # What the offline judge looks names up in; None is the built-in table (builtin_catalog.py).
     catalog: Catalog | None = None
     # False for commands that run against a database: a name the offline table does not
     # know is left to that database's own catalog, which judges it before every run.

@@ -16,7 +16,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from monitor.fence.pgcatalog import ONE_ARG_SQL, VOLATILITY_SQL, BuiltinCatalog, worst
+from monitor.fence.builtin_catalog import BuiltinCatalog
+from monitor.fence.catalog import worst
+from monitor.fence.live_catalog import ONE_ARG_SQL, VOLATILITY_SQL
 
 _ALL_FUNCTIONS_SQL = """
 SELECT n.nspname, p.proname, p.prokind,

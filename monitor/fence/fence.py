@@ -19,7 +19,7 @@ judges, all PostgreSQL's own:
    libxml2. A short, documented list of harmless VOLATILE functions is allowed
    (`HARMLESS_VOLATILE`); anything unknown is refused. With a database, its own catalog
    judges (views by what they run, types by the code their values run); without one, a table
-   generated from the built-in catalogs (pgcatalog.py).
+   generated from the built-in catalogs (builtin_catalog.py).
 3. At run time the query runs in a READ ONLY transaction, under a role without EXECUTE on
    effectful functions (deploy/readonly-role.sql): what trusted code lies about is stopped
    there.
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from monitor.fence.allowances import TRUST_NOTHING, Allowances
+from monitor.fence.catalog import Catalog, Name, Routine
 from monitor.fence.known import (
     BUILTIN_TABLESAMPLE,
     MAX_VIEW_DEPTH,
@@ -46,7 +47,6 @@ from monitor.fence.known import (
     XML_TYPE,
     in_system,
 )
-from monitor.fence.pgcatalog import Catalog, Name, Routine
 from monitor.fence.routines import (
     display,
     implicit_xml_problems,

@@ -4,7 +4,7 @@ Data only: fence.py judges with them."""
 
 from __future__ import annotations
 
-from monitor.fence.pgcatalog import Name
+from monitor.fence.catalog import Name
 
 # VOLATILE only because their answer changes between calls; none of them writes, signals,
 # locks or reaches outside the server. Monitoring queries use them. Judged in pg_catalog
@@ -107,7 +107,7 @@ UNINTERRUPTIBLE = frozenset({"xpath", "xpath_exists", "xmlexists", "xmltable"})
 # The same libxml2 parses XML text the same way: an internal DTD entity referenced a million
 # times ran 10-20 s past a 2 s timeout and outlived pg_terminate_backend, 40,000 attributes
 # on one element take seconds (libxml2 checks for duplicates pairwise). These built-in
-# functions hand text to it (pgcatalog.LIBXML_PARSERS: the live catalog finds them by their
+# functions hand text to it (catalog.LIBXML_PARSERS: the live catalog finds them by their
 # C symbol, whatever they are called): `xml` is the text -> xml cast, `xml_in` the type's
 # input. A cast to xml, XMLPARSE, IS DOCUMENT and XMLSERIALIZE(DOCUMENT or INDENT), which
 # re-parses, are refused alike (XML_SYNTAX). xmlelement, xmlforest, xmlagg, xmlconcat,

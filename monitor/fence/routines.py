@@ -4,6 +4,7 @@ libxml2 use, what the config trusts, and the problems for XML and settings. Pure
 from __future__ import annotations
 
 from monitor.fence.allowances import Allowances
+from monitor.fence.catalog import SYSTEM_SCHEMAS, VOLATILITY_WORDS, Catalog, Name, Routine
 from monitor.fence.known import (
     ALL_SETTINGS,
     HARMLESS_EXTENSION_FUNCTIONS,
@@ -15,7 +16,6 @@ from monitor.fence.known import (
     XML_TYPE,
     in_system,
 )
-from monitor.fence.pgcatalog import SYSTEM_SCHEMAS, VOLATILITY_WORDS, Catalog, Name, Routine
 from monitor.fence.tree import Analysis, Reference, RefKind
 from monitor.problems import SqlProblem
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pglast import parser as pg_parser
 
-from monitor.fence.pgcatalog import Catalog, Name, Routine, worst
+from monitor.fence.catalog import Catalog, Name, Routine, worst
 
 _VOLATILITY = {"immutable": "i", "stable": "s", "volatile": "v"}
 _DEFINED = ("OBJECT_AGGREGATE", "OBJECT_OPERATOR")

@@ -15,7 +15,7 @@ from typing import Any
 
 from pglast import parser as pg_parser
 
-from monitor.fence.pgcatalog import Name
+from monitor.fence.catalog import Name
 from monitor.fence.tree import Analysis, Lines, node_items
 from monitor.fence.walk import DML, char_to_byte, collect
 from monitor.problems import SqlProblem

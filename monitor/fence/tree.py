@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from monitor.fence.pgcatalog import Name
+from monitor.fence.catalog import Name
 from monitor.problems import SqlProblem
 
 RefKind = Literal[

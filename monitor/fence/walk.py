@@ -18,7 +18,7 @@ from monitor.fence.bounds import (
     literal,
     string_value,
 )
-from monitor.fence.pgcatalog import Name
+from monitor.fence.catalog import Name
 from monitor.fence.tree import Analysis, Lines, Reference, first_location, names, relation_name
 from monitor.problems import SqlProblem
 

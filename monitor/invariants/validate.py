@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from monitor.fence.allowances import OFFLINE, FencePolicy
+from monitor.fence.builtin_catalog import builtin_catalog
 from monitor.fence.fence import judge
-from monitor.fence.pgcatalog import builtin_catalog
 from monitor.fence.sqltree import analyze
 from monitor.fence.tree import Analysis, node_items
 from monitor.problems import SqlProblem

@@ -234,7 +234,7 @@ def test_a_keyless_query_of_aggregates_is_hinted_at_its_line_and_still_passes(
 )
 def test_the_key_hint_suggests_what_fits_the_query(sql: str, advice: str) -> None:
     from monitor.authoring.lint import key_hint_message
-    from monitor.fence.pgcatalog import builtin_catalog
+    from monitor.fence.builtin_catalog import builtin_catalog
     from monitor.fence.sqltree import parse
 
     statement = parse(sql)["stmts"][0]["stmt"]["SelectStmt"]

@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from monitor.fence.bounds import MAX_EXPONENT, MAX_NUMBER_DIGITS, MAX_NUMERIC_WORK, MAX_STRING_CHARS
+from monitor.fence.catalog import FIRST_USER_OID, LIBXML_PARSERS
 from monitor.fence.fence import fence
 from monitor.fence.known import UNINTERRUPTIBLE, XML_PARSING
-from monitor.fence.pgcatalog import FIRST_USER_OID, LIBXML_PARSERS, LiveCatalog
+from monitor.fence.live_catalog import LiveCatalog
 from monitor.invariants.validate import validate_sql
 
 TIMEOUT_MS = 100
