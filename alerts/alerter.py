@@ -12,7 +12,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from alerts.console import ConsoleTransport
+from alerts.content import Describe, Views
 from alerts.ledger import Ledger
+from alerts.planned import PlannedDeliveries
 from alerts.plans import (
     CHURN,
     OPENING,
@@ -22,11 +24,12 @@ from alerts.plans import (
     reminder_spec,
     summary_spec,
 )
+from alerts.roots import Roots
 from alerts.routing import Route, route
 from alerts.slack import SlackTransport
 from alerts.thread_batching import Hold, Merge, decide, first, merged
 from alerts.transport import Transport
-from alerts.worker import DeliveryWorker, Describe, Views, WorkerSettings
+from alerts.worker import DeliveryWorker, WorkerSettings
 from monitor.clock import utc_now
 from monitor.config import SlackConfig
 from monitor.store.acks import Action, Outcome, is_quiet
@@ -85,6 +88,8 @@ class Alerter:
         self.describe = describe
         self.clock = clock
         self.ledger = Ledger(store.storage)
+        self.roots = Roots(store.storage)
+        self.planned = PlannedDeliveries(self.roots)
         self.transport = transport or transport_for(config)
         self.worker = DeliveryWorker(
             self.ledger,
@@ -125,7 +130,7 @@ class Alerter:
         """An opening goes where its incident routes; everything after it goes to the
         threads its roots are in, whatever the file says now (it may be gone)."""
         if event.kind not in OPENING:
-            roots = self.ledger.root_channels(tx, event.incident_id)
+            roots = self.roots.channels(tx, event.incident_id)
             if roots:
                 return roots
         return [self.channel(incident, event.invariant)]
@@ -187,7 +192,7 @@ class Alerter:
                             else s
                             for s in specs
                         ]
-                    self.ledger.enqueue(
+                    self.planned.enqueue(
                         tx, event, event.invariant, event.incident_id, channel, specs, now
                     )
         return planned
@@ -195,7 +200,7 @@ class Alerter:
     def _group(self, tx: Tx, channel: str, group: Sequence[StoredEvent], now: datetime) -> bool:
         """Openings in one channel: they join the channel's recent digest, or become one
         when there are enough of them. True when their roots are a digest's thread."""
-        recent = self.ledger.recent_digest(tx, channel, now - self.config.digest_group_interval)
+        recent = self.planned.recent_digest(tx, channel, now - self.config.digest_group_interval)
         if recent is not None:
             self._join(tx, recent, channel, group, now)
             return True
@@ -208,9 +213,9 @@ class Alerter:
         incidents = sorted({e.incident_id for e in group})
         key = delivery_key("digest", channel, *sorted(e.id for e in group))
         spec = Spec("post_digest", key, False, {"kind": "digest", "incidents": incidents})
-        created = self.ledger.enqueue(tx, None, "(digest)", incidents[0], channel, [spec], now)
+        created = self.planned.enqueue(tx, None, "(digest)", incidents[0], channel, [spec], now)
         for incident_id in incidents if created else []:
-            self.ledger.link_root(tx, incident_id, channel, created[0])
+            self.roots.link(tx, incident_id, channel, created[0])
 
     def _join(
         self, tx: Tx, digest_id: int, channel: str, group: Sequence[StoredEvent], now: datetime
@@ -218,14 +223,14 @@ class Alerter:
         """Late openings of a burst join its digest: listed in it (edited in place, or
         posted listing them if it has not gone out yet), their messages in its thread."""
         joining = sorted({e.incident_id for e in group})
-        self.ledger.join_digest(tx, digest_id, channel, joining)
+        self.planned.join_digest(tx, digest_id, channel, joining)
         # An update of the digest, queued on the first joiner's root (now the digest): it
         # re-renders the digest from its payload at send time. Keyed by the events that
         # joined, so planning them again (it cannot: they are claimed) adds nothing.
         key = delivery_key("digest-join", channel, digest_id, *sorted(e.id for e in group))
         payload = {"kind": "digest_joined", "incidents": joining}
         spec = Spec("update_root", key, True, payload)
-        self.ledger.enqueue(tx, None, "(digest)", joining[0], channel, [spec], now)
+        self.planned.enqueue(tx, None, "(digest)", joining[0], channel, [spec], now)
 
     def _churn_reply(
         self, tx: Tx, event: StoredEvent, channel: str, spec: Spec, now: datetime
@@ -236,10 +241,12 @@ class Alerter:
         yet. Other deliveries (the root's update: the live count) pass unchanged."""
         if spec.action != "post_reply":
             return spec
-        last = self.ledger.last_churn_reply(tx, event.incident_id, channel)
+        last = self.planned.last_churn_reply(tx, event.incident_id, channel)
         decision = decide(last, now, self.config.thread_update_interval)
         if isinstance(decision, Merge):
-            if self.ledger.merge_pending(tx, decision.delivery_id, lambda p: merged(p, event), now):
+            if self.planned.merge_pending(
+                tx, decision.delivery_id, lambda p: merged(p, event), now
+            ):
                 return None
             # Taken by a worker meanwhile: it is sent, or as good as; wait an interval.
             decision = Hold(now + self.config.thread_update_interval)
@@ -254,10 +261,10 @@ class Alerter:
     def after_action(self, tx: Tx, incident: Incident, action_id: int) -> None:
         """Queue the root message's update after an ack, unack or snooze (same transaction)."""
         now = self.clock()
-        for channel in self.ledger.root_channels(tx, incident.id):
+        for channel in self.roots.channels(tx, incident.id):
             key = delivery_key(incident.id, "action", action_id, channel)
             spec = Spec("update_root", key, True, {"kind": "action", "action_id": action_id})
-            self.ledger.enqueue(tx, None, incident.invariant, incident.id, channel, [spec], now)
+            self.planned.enqueue(tx, None, incident.invariant, incident.id, channel, [spec], now)
 
     def act(self, incident_id: int, action: Action, source: str) -> Outcome:
         """Record an ack/unack/snooze and queue the message update, atomically."""
@@ -281,15 +288,15 @@ class Alerter:
             if nth < 1:
                 continue
             with self.store.storage.transaction() as tx:
-                channels = self.ledger.root_channels(tx, incident.id)
+                channels = self.roots.channels(tx, incident.id)
             for channel in channels:
-                root = self.ledger.root_of(incident.id, channel)
+                root = self.roots.root_of(incident.id, channel)
                 if root is None or root.state != "SENT":
                     continue
                 spec = reminder_spec(incident.invariant, incident.id, channel, nth)
                 with self.store.storage.transaction() as tx:
                     queued += len(
-                        self.ledger.enqueue(
+                        self.planned.enqueue(
                             tx, None, incident.invariant, incident.id, channel, [spec], now
                         )
                     )
@@ -307,12 +314,12 @@ class Alerter:
         with self.store.storage.transaction() as tx:
             for incident in incidents:
                 group = summary_group(incident, now)
-                for channel in self.ledger.root_channels(tx, incident.id):
+                for channel in self.roots.channels(tx, incident.id):
                     by_channel[channel][group].append(incident.id)
             for channel, groups in sorted(by_channel.items()):
                 spec = summary_spec(channel, now.date().isoformat(), groups)
                 queued += len(
-                    self.ledger.enqueue(tx, None, "(summary)", None, channel, [spec], now)
+                    self.planned.enqueue(tx, None, "(summary)", None, channel, [spec], now)
                 )
         return queued
 

@@ -11,30 +11,24 @@ event twice harmless. Rows move through four states:
 
 A row is marked UNKNOWN *before* its call is made, so a worker killed mid-call leaves
 exactly the state that forces a look at Slack before any retry.
+
+Here, the rows from the worker's side: taken under a lease, their outcome recorded, read
+back. Planning writes them (alerts/planned.py); alerts/roots.py says which row is an
+incident's root message in a channel. Not pure: reads and writes the state store.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from alerts.deliveries import COLUMNS, Delivery, DeliveryState, delivery_of
-from alerts.plans import Spec, delivery_key
-from alerts.thread_batching import LastReply, is_churn
 from monitor.clock import parse_stamp, stamp
-from monitor.store.records import StoredEvent
 from monitor.store.storage import Storage, Tx
 
 log = logging.getLogger("invmon.alerts")
 
 
-# The one statement of when a row could be taken, leaving out time and leases: UNKNOWN
-# (to be reconciled), or PENDING with its root message sent and no earlier row of its thread
-# still pending or in doubt (a thread's messages go out in order). `claim` adds "due and
-# unleased"; `next_due` asks when the earliest such row becomes due.
 # Actions that are chat.postMessage calls, limited by Slack per channel; the first three
 # are top-level messages, the others replies in a thread.
 _TOP_LEVEL = "('post_root', 'post_digest', 'post_summary')"
@@ -46,9 +40,10 @@ _POSTS = "('post_root', 'post_digest', 'post_summary', 'post_reply', 'post_detai
 POST_ACTIONS = frozenset({"post_root", "post_digest", "post_summary", "post_reply", "post_detail"})
 
 
-_THREADED = frozenset({"post_reply", "post_detail", "upload_csv"})  # kept in order per thread
-
-
+# The one statement of when a row could be taken, leaving out time and leases: UNKNOWN
+# (to be reconciled), or PENDING with its root message sent and no earlier row of its thread
+# still pending or in doubt (a thread's messages go out in order). `claim` adds "due and
+# unleased"; `next_due` asks when the earliest such row becomes due.
 _READY = (
     "(d.state = 'UNKNOWN' OR (d.state = 'PENDING' AND ("
     "   d.root_id IS NULL OR EXISTS (SELECT 1 FROM deliveries r"
@@ -60,202 +55,18 @@ _READY = (
 )
 
 
+def read_delivery(tx: Tx, delivery_id: int) -> Delivery:
+    """One row, read in the caller's transaction."""
+    [row] = tx.rows(f"SELECT {', '.join(COLUMNS)} FROM deliveries WHERE id = ?", (delivery_id,))
+    return delivery_of(row)
+
+
 class Ledger:
-    """Owns the `deliveries` and `alert_roots` tables."""
+    """Owns the `deliveries` rows once planned: claiming them, recording what their calls
+    did, and reading them back."""
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
-
-    # --- planning ------------------------------------------------------------------------
-
-    def enqueue(
-        self,
-        tx: Tx,
-        event: StoredEvent | None,
-        invariant: str,
-        incident_id: int | None,
-        channel: str,
-        specs: Sequence[Spec],
-        now: datetime,
-    ) -> list[int]:
-        """Insert the rows (once: the key is unique) and link roots to their incident."""
-        created = []
-        for spec in specs:
-            root_id = None
-            if spec.needs_root:
-                assert incident_id is not None, "only an incident's messages have a root"
-                root_id = self._root_id(tx, incident_id, channel)
-            if spec.needs_root and root_id is None:
-                assert incident_id is not None
-                # An event about an incident whose opening was never announced here (Slack
-                # was configured later, or the route changed): announce it first.
-                opening = Spec(
-                    "post_root",
-                    delivery_key(invariant, incident_id, channel, "late-root"),
-                    False,
-                    {"kind": "opened"},
-                )
-                self.enqueue(tx, None, invariant, incident_id, channel, [opening], now)
-                root_id = self._root_id(tx, incident_id, channel)
-            if root_id is not None and spec.not_before is None and spec.action in _THREADED:
-                self._release_held(tx, root_id, now)
-            # A thread whose root failed for good can never take this; say so now rather
-            # than leave a row waiting forever.
-            root_failed = root_id is not None and tx.rows(
-                "SELECT 1 FROM deliveries WHERE id = ? AND state = 'FAILED'", (root_id,)
-            )
-            inserted = tx.rows(
-                "INSERT INTO deliveries (idem_key, event_id, incident_id, invariant, channel,"
-                " action, root_id, state, last_error, next_attempt_at, payload_json,"
-                " created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (idem_key) DO NOTHING RETURNING id",
-                (
-                    spec.key,
-                    event.id if event else None,
-                    incident_id,
-                    invariant,
-                    channel,
-                    spec.action,
-                    root_id,
-                    "FAILED" if root_failed else "PENDING",
-                    "its root message failed" if root_failed else None,
-                    stamp(spec.not_before or now),
-                    json.dumps(spec.payload),
-                    stamp(now),
-                    stamp(now),
-                ),
-            )
-            if not inserted:
-                continue
-            delivery_id = int(inserted[0][0])
-            created.append(delivery_id)
-            if spec.action in ("post_root", "post_digest"):
-                tx.run(
-                    "INSERT INTO alert_roots (incident_id, channel, delivery_id) VALUES (?, ?, ?)"
-                    " ON CONFLICT (incident_id, channel) DO UPDATE"
-                    " SET delivery_id = excluded.delivery_id",
-                    (incident_id, channel, delivery_id),
-                )
-        return created
-
-    def _release_held(self, tx: Tx, root_id: int, now: datetime) -> None:
-        """A held (batched) reply goes before the next message of its thread, which the
-        thread's ordering would otherwise keep waiting behind it for up to an interval."""
-        found = tx.rows(
-            "SELECT id, payload_json FROM deliveries WHERE root_id = ? AND state = 'PENDING'"
-            " AND action = 'post_reply' AND attempts = 0 AND next_attempt_at > ?",
-            (root_id, stamp(now)),
-        )
-        for delivery_id, payload in found:
-            # Only holds: a row waiting out a backoff or Retry-After keeps waiting.
-            if json.loads(payload).get("held"):
-                tx.run(
-                    "UPDATE deliveries SET next_attempt_at = ? WHERE id = ? AND state = 'PENDING'",
-                    (stamp(now), delivery_id),
-                )
-
-    def last_churn_reply(self, tx: Tx, incident_id: int, channel: str) -> LastReply | None:
-        """The latest reply about rows appearing and going in the incident's thread here.
-        Looked for among its last replies only: past those, it is long enough ago."""
-        found = tx.rows(
-            "SELECT id, state, updated_at, payload_json FROM deliveries"
-            " WHERE incident_id = ? AND channel = ? AND action = 'post_reply'"
-            " ORDER BY id DESC LIMIT 20",
-            (incident_id, channel),
-        )
-        for delivery_id, state, updated_at, payload in found:
-            if is_churn(json.loads(payload)):
-                return LastReply(int(delivery_id), str(state), parse_stamp(str(updated_at)))
-        return None
-
-    def merge_pending(
-        self,
-        tx: Tx,
-        delivery_id: int,
-        merge: Callable[[dict[str, Any]], dict[str, Any]],
-        now: datetime,
-    ) -> bool:
-        """Rewrite a row's payload while it is certainly unsent (PENDING); False when a
-        worker took it meanwhile. The conditional UPDATE takes the row's lock first, so the
-        payload merged is the latest committed one, whoever else merges or claims."""
-        locked = tx.rows(
-            "UPDATE deliveries SET updated_at = ? WHERE id = ? AND state = 'PENDING'"
-            " RETURNING payload_json",
-            (stamp(now), delivery_id),
-        )
-        if not locked:
-            return False
-        tx.run(
-            "UPDATE deliveries SET payload_json = ? WHERE id = ?",
-            (json.dumps(merge(json.loads(locked[0][0]))), delivery_id),
-        )
-        return True
-
-    def recent_digest(self, tx: Tx, channel: str, since: datetime) -> int | None:
-        """The channel's latest digest planned at or after `since`, unless it failed."""
-        found = tx.rows(
-            "SELECT id FROM deliveries WHERE channel = ? AND action = 'post_digest'"
-            " AND state <> 'FAILED' AND created_at >= ? ORDER BY id DESC LIMIT 1",
-            (channel, stamp(since)),
-        )
-        return int(found[0][0]) if found else None
-
-    def join_digest(
-        self, tx: Tx, digest_id: int, channel: str, incident_ids: Sequence[int]
-    ) -> list[int]:
-        """Add incidents to a digest: listed in its payload (which every rendering of it
-        reads), their roots linked to it (their messages go in its thread). Returns the
-        incidents it lists now. Under the row's lock: two planners joining at once both
-        land."""
-        [(payload,)] = tx.rows(
-            f"SELECT payload_json FROM deliveries WHERE id = ?{tx.for_update}", (digest_id,)
-        )
-        document = json.loads(payload)
-        listed = sorted({*(int(i) for i in document.get("incidents", [])), *incident_ids})
-        document["incidents"] = listed
-        tx.run(
-            "UPDATE deliveries SET payload_json = ? WHERE id = ?", (json.dumps(document), digest_id)
-        )
-        for incident_id in incident_ids:
-            self.link_root(tx, incident_id, channel, digest_id)
-        return listed
-
-    def link_root(self, tx: Tx, incident_id: int, channel: str, delivery_id: int) -> None:
-        tx.run(
-            "INSERT INTO alert_roots (incident_id, channel, delivery_id) VALUES (?, ?, ?)"
-            " ON CONFLICT (incident_id, channel) DO UPDATE SET delivery_id = excluded.delivery_id",
-            (incident_id, channel, delivery_id),
-        )
-
-    def root_channels(self, tx: Tx, incident_id: int) -> list[str]:
-        """Every channel in which the incident has a root message."""
-        found = tx.rows("SELECT channel FROM alert_roots WHERE incident_id = ?", (incident_id,))
-        return [str(channel) for (channel,) in found]
-
-    def _root_id(self, tx: Tx, incident_id: int, channel: str) -> int | None:
-        found = tx.rows(
-            "SELECT delivery_id FROM alert_roots WHERE incident_id = ? AND channel = ?",
-            (incident_id, channel),
-        )
-        return int(found[0][0]) if found else None
-
-    def detail_of(self, incident_id: int, digest_id: int) -> Delivery | None:
-        """The incident's own message inside a digest's thread."""
-        with self.storage.transaction() as tx:
-            found = tx.rows(
-                "SELECT id FROM deliveries WHERE incident_id = ? AND root_id = ?"
-                " AND action = 'post_detail' AND state = 'SENT'",
-                (incident_id, digest_id),
-            )
-            return self._get(tx, int(found[0][0])) if found else None
-
-    def root_of(self, incident_id: int, channel: str) -> Delivery | None:
-        with self.storage.transaction() as tx:
-            root_id = self._root_id(tx, incident_id, channel)
-            if root_id is None:
-                return None
-            return self._get(tx, root_id)
 
     # --- claiming and recording ----------------------------------------------------------
 
@@ -291,7 +102,7 @@ class Ledger:
                     ),
                 )
                 if claimed:
-                    return self._get(tx, delivery_id), str(state)
+                    return read_delivery(tx, delivery_id), str(state)
         return None
 
     def sent(
@@ -424,11 +235,23 @@ class Ledger:
 
     def get(self, delivery_id: int) -> Delivery:
         with self.storage.transaction() as tx:
-            return self._get(tx, delivery_id)
+            return read_delivery(tx, delivery_id)
 
-    def _get(self, tx: Tx, delivery_id: int) -> Delivery:
-        [row] = tx.rows(f"SELECT {', '.join(COLUMNS)} FROM deliveries WHERE id = ?", (delivery_id,))
-        return delivery_of(row)
+    def thread_root(self, delivery: Delivery) -> Delivery:
+        """The message in whose thread `delivery` goes."""
+        if delivery.root_id is None:
+            raise LookupError(f"delivery #{delivery.id} has no root message")
+        return self.get(delivery.root_id)
+
+    def detail_of(self, incident_id: int, digest_id: int) -> Delivery | None:
+        """The incident's own message inside a digest's thread."""
+        with self.storage.transaction() as tx:
+            found = tx.rows(
+                "SELECT id FROM deliveries WHERE incident_id = ? AND root_id = ?"
+                " AND action = 'post_detail' AND state = 'SENT'",
+                (incident_id, digest_id),
+            )
+            return read_delivery(tx, int(found[0][0])) if found else None
 
     def all(self) -> list[Delivery]:
         with self.storage.transaction() as tx:

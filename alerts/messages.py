@@ -17,7 +17,7 @@ from typing import Any
 from monitor.clock import shown
 from monitor.durations import human_duration
 from monitor.invariants.header import DEFAULT_TARGET
-from monitor.store.incidents import retired_reason, while_open
+from monitor.store.incidents import EventKind, retired_reason, while_open
 from monitor.text import counted, cut
 
 SECTION_LIMIT = 3000
@@ -312,30 +312,39 @@ def _keys(keys: Sequence[str]) -> str:
     return escape(listed) + (f" and {more:,} more" if more > 0 else "")
 
 
-def reply_message(kind: str, payload: dict[str, Any], view: IncidentView) -> Message:
+def reply_message(kind: EventKind, payload: dict[str, Any], view: IncidentView) -> Message:
+    """A thread reply for an event after the opening: one wording for each kind in
+    FOLLOWING_EVENTS (a test holds the table to that set)."""
+    text = reply_wording(payload, view)[kind]
+    return Message(cut(text, TEXT_LIMIT), [_section(text)])
+
+
+def reply_wording(payload: dict[str, Any], view: IncidentView) -> dict[EventKind, str]:
+    """Slack's wording table, keyed by event kind, for one event's payload."""
     count = payload.get("count")
     total = "" if count is None else f" (now {count:,} in total)"
     keys = list(payload.get("keys") or [])
     lasted = payload.get("lasted_seconds")
     took = human_duration(timedelta(seconds=lasted)) if lasted is not None else "?"
-    text = {
+    reason = escape(str(payload.get("reason") or ""))
+    return {
         "keys_appeared": f"➕ {counted(len(keys), 'new offending row')}{total}: {_keys(keys)}",
         "keys_gone": f"➖ {counted(len(keys), 'row')} no longer "
         f"{'offends' if len(keys) == 1 else 'offend'}{total}: "
         f"{_keys(keys)}",
-        "resolved": f"✅ Closed after {took}: {escape(str(payload['reason']))}; it is no longer "
-        "evaluated."
-        if payload.get("reason")
+        "resolved": f"✅ Closed after {took}: {reason}; it is no longer evaluated."
+        if reason
         else f"✅ Resolved after {took}: the query returns no rows.",
         "recovered": f"✅ Evaluating again after {took}.",
         "replica_fresh": f"✅ The replica caught up after {took}; evaluation resumed.",
         "file_fixed": f"✅ The file validates again after {took}.",
         "target_reachable": f"✅ The database answers again after {took}; evaluation resumed.",
+        "unquarantined": f"✅ Out of quarantine after {took}: {reason or 'lifted'}; "
+        "it is scheduled again.",
         "retired": f"🗄️ Closed after {took}: "
-        f"{escape(str(payload.get('reason') or retired_reason(view.kind, count)))}; "
+        f"{reason or escape(retired_reason(view.kind, count))}; "
         "it is no longer evaluated.",
-    }.get(kind, f"{escape(kind)}")
-    return Message(cut(text, TEXT_LIMIT), [_section(text)])
+    }
 
 
 def with_subject(message: Message, subject: str) -> Message:

@@ -27,6 +27,7 @@ from alerts.messages import (
 from alerts.plans import CHURN
 from monitor.clock import parse_stamp, stamp
 from monitor.durations import human_duration
+from monitor.store.incidents import EventKind
 from monitor.store.records import StoredEvent
 from monitor.text import counted, cut
 
@@ -129,7 +130,11 @@ def changes_message(payload: dict[str, Any], view: IncidentView) -> Message:
     if count is not None:
         head += f"; now {counted(int(count), 'offending row')}"
     lines = [head + "."]
-    for kind, field in (("keys_appeared", "appeared"), ("keys_gone", "gone")):
+    changed: tuple[tuple[EventKind, str], ...] = (
+        ("keys_appeared", "appeared"),
+        ("keys_gone", "gone"),
+    )
+    for kind, field in changed:
         keys = payload.get(field)
         if keys:
             # The lone-change wording, without its total (said once, above).

@@ -77,6 +77,8 @@ RETIRED_EVENT: EventKind = "retired"
 OPENING_EVENTS: frozenset[EventKind] = frozenset(OPEN_EVENT.values())
 CLOSING_EVENTS: frozenset[EventKind] = frozenset(CLOSE_EVENT.values()) | {RETIRED_EVENT}
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
+# The events told in an open incident's thread: every kind but the openings.
+FOLLOWING_EVENTS: frozenset[EventKind] = frozenset(EVENT_KINDS) - OPENING_EVENTS
 
 
 def event_kind(text: str) -> EventKind:

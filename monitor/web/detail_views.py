@@ -10,6 +10,7 @@ from typing import Any
 
 from monitor.durations import human_duration
 from monitor.store.acks import MODE_WORDS
+from monitor.store.incidents import EventKind
 from monitor.store.records import Incident, Run, StoredEvent
 from monitor.text import counted, cut
 from monitor.web.formats import (
@@ -104,14 +105,15 @@ def _keys_text(keys: Sequence[Any]) -> str:
     return listed + (f" and {more:,} more" if more > 0 else "")
 
 
-def event_line(event: StoredEvent) -> EventLine:
-    p = event.payload
+def event_wording(p: dict[str, Any]) -> dict[EventKind, tuple[str, str]]:
+    """The page's wording table, keyed by event kind (every kind: a test holds it to
+    EVENT_KINDS): an icon and a line, for one event's payload."""
     count = p.get("count")
     total = f" ({counted(count, 'offending row')} in total)" if isinstance(count, int) else ""
     keys = list(p.get("keys") or [])
     lasted = p.get("lasted_seconds")
     took = human_duration(timedelta(seconds=lasted)) if isinstance(lasted, int | float) else "?"
-    icon, text = {
+    return {
         "opened": ("⚑", f"Opened{total}"),
         "keys_appeared": ("+", f"{counted(len(keys), 'new offending row')}{total}"),
         "keys_gone": ("−", f"{counted(len(keys), 'row')} no longer offending{total}"),
@@ -136,7 +138,13 @@ def event_line(event: StoredEvent) -> EventLine:
             f"Retired after {took}: {p.get('reason') or 'the invariant was removed'}; "
             "it is no longer evaluated",
         ),
-    }.get(event.kind, ("•", event.kind))
+    }
+
+
+def event_line(event: StoredEvent) -> EventLine:
+    p = event.payload
+    keys = list(p.get("keys") or [])
+    icon, text = event_wording(p)[event.kind]
     if keys and event.kind in ("opened", "keys_appeared", "keys_gone"):
         text += f": {_keys_text(keys)}"
     if p.get("ack_cleared"):

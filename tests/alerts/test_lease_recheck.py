@@ -21,10 +21,11 @@ from fake_slack import TOKEN, FakeSlack
 from helpers import FakeClock, items_table, wait_for
 from scenario import INVARIANT, World, script
 
+from alerts.content import Views
 from alerts.ledger import Ledger
 from alerts.messages import IncidentView
 from alerts.slack import SlackTransport
-from alerts.worker import DeliveryWorker, Views, WorkerSettings, send_margin
+from alerts.worker import DeliveryWorker, WorkerSettings, send_margin
 from monitor.authoring.pgtemp import scratch_database
 from monitor.store.state import StateStore
 

@@ -9,9 +9,9 @@ from datetime import timedelta
 
 import pytest
 
+from alerts.retrying import backoff
 from alerts.routing import Route, route
 from alerts.slack import classify_api_error, classify_exception
-from alerts.worker import backoff
 from monitor.config import RoutesConfig, SlackConfig
 from monitor.store.records import IncidentContext
 

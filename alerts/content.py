@@ -1,0 +1,154 @@
+"""What a delivery shows, read when it is sent: the incident as the state store has it now
+(`Views`), and from that the delivery's message or CSV file (`Content`), so a retried update
+shows the latest state. Not pure: reads the state store; the messages themselves are built
+by alerts/messages.py (pure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from alerts.csvfile import csv_title, left_out_because, offending_csv
+from alerts.deliveries import Delivery
+from alerts.messages import (
+    SUMMARY_GROUPS,
+    IncidentView,
+    Message,
+    digest_message,
+    escape,
+    reminder_message,
+    reply_message,
+    root_message,
+    summary_message,
+    with_subject,
+)
+from alerts.thread_batching import CHANGED, changes_message
+from monitor.clock import Clock
+from monitor.invariants.header import InvariantHeader
+from monitor.store.acks import ack_line
+from monitor.store.incidents import event_kind
+from monitor.store.records import IncidentContext
+from monitor.store.state import StateStore
+
+Describe = Callable[[str], InvariantHeader | None]
+
+
+class Views:
+    """Reads what a message shows from the state store."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        describe: Describe,
+        clock: Clock,
+        sample: int = 20,
+        buttons: tuple[str, ...] = (),
+        several_targets: bool = False,
+    ) -> None:
+        self.store = store
+        self.describe = describe
+        self.sample = sample
+        self.buttons = buttons
+        self.clock = clock
+        self.several_targets = several_targets
+
+    def incident(self, incident_id: int) -> IncidentView:
+        incident = self.store.incident(incident_id)
+        if incident is None:
+            raise LookupError(f"incident #{incident_id} is not in the state store")
+        # Stored before contexts were kept: the file as it is now.
+        context = incident.context or IncidentContext.of(self.describe(incident.invariant))
+        keys = self.store.incident_keys(incident_id)
+        open_rows = [k.row for k in keys if k.gone_at is None and k.row]
+        columns = list(open_rows[0]) if open_rows else []
+        return IncidentView(
+            incident_id=incident_id,
+            invariant=incident.invariant,
+            kind=incident.kind,
+            severity=context.severity,
+            description=context.description,
+            owner=context.owner,
+            runbook=context.runbook,
+            opened_at=incident.opened_at,
+            resolved_at=incident.resolved_at,
+            ended_as=None if incident.state == "open" else incident.state,
+            count=incident.last_count,
+            detail=incident.detail,
+            columns=columns,
+            rows=open_rows[: self.sample],
+            acknowledged=ack_line(incident, self.clock()),
+            acked=bool(incident.acked_by),
+            buttons=self.buttons,
+            target=incident.target,
+            several_targets=self.several_targets,
+        )
+
+    def csv_file(self, incident_id: int, max_rows: int, max_bytes: int) -> tuple[bytes, str]:
+        """(the CSV, its title): the rows that offended when the incident opened, as they
+        were then and duplicates kept, whenever the upload happens, so a retried or a
+        reconciled upload attaches the same file with the same title."""
+        incident = self.store.incident(incident_id)
+        if incident is None:
+            raise LookupError(f"incident #{incident_id} is not in the state store")
+        opening = self.store.opening_rows(incident_id)
+        if opening is not None:
+            rows = opening[1]
+        else:  # stored before opening rows were kept: the keys first seen at opening
+            keys = self.store.incident_keys(incident_id)
+            rows = [k.row for k in keys if k.first_seen_at == incident.opened_at and k.row]
+        data, attached = offending_csv(rows, max_rows, max_bytes)
+        why = left_out_because(len(rows), attached, max_rows, max_bytes)
+        return data, csv_title(incident.invariant, attached, incident.first_count, why)
+
+
+class Content:
+    """A delivery's message or file, built from what `Views` reads at send time."""
+
+    def __init__(self, views: Views, csv_max_rows: int, csv_max_bytes: int) -> None:
+        self.views = views
+        self.csv_max_rows = csv_max_rows
+        self.csv_max_bytes = csv_max_bytes
+
+    def csv(self, delivery: Delivery) -> tuple[bytes, str]:
+        """An upload's file and its title."""
+        assert delivery.incident_id is not None
+        return self.views.csv_file(delivery.incident_id, self.csv_max_rows, self.csv_max_bytes)
+
+    def root(self, root: Delivery, now: datetime) -> Message:
+        """What a top-level message shows: its incident, a digest or a day's summary."""
+        if root.action == "post_summary":
+            payload = root.payload
+            groups = {
+                group: [self.views.incident(int(i)) for i in payload.get(group, [])]
+                for group, _ in SUMMARY_GROUPS
+            }
+            return summary_message(str(payload.get("day")), groups, now)
+        if root.action == "post_digest":
+            ids = [int(i) for i in root.payload.get("incidents", [])]
+            return digest_message([self.views.incident(i) for i in ids], now)
+        assert root.incident_id is not None
+        return root_message(self.views.incident(root.incident_id), now)
+
+    def detail(self, incident_id: int, now: datetime) -> Message:
+        """The incident's own message (with its buttons), as its detail post in a digest's
+        thread shows it."""
+        return root_message(self.views.incident(incident_id), now)
+
+    def reply(self, delivery: Delivery, now: datetime, in_digest: bool) -> Message:
+        """A message in a thread; in a digest's thread it names the incident it is about."""
+        assert delivery.incident_id is not None
+        view = self.views.incident(delivery.incident_id)
+        kind = str(delivery.payload.get("kind"))
+        if delivery.action == "post_detail":
+            return root_message(view, now)
+        if kind == "reminder":
+            message = reminder_message(view, now)
+        elif kind == CHANGED:
+            message = changes_message(delivery.payload, view)
+        else:
+            message = reply_message(event_kind(kind), delivery.payload, view)
+        if not in_digest:
+            return message
+        # A digest thread holds several incidents: say which one this is about.
+        return with_subject(message, f"*{escape(view.invariant)}* (incident #{view.incident_id})")
