@@ -4,6 +4,7 @@ monitored `items` table, run SQL, run the real CLI, an invariant built without l
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -143,6 +144,17 @@ def start_daemon(
             cwd=log.parent,
             env={**os.environ, "INVMON_DSN": dsn, **(env or {})},
         )
+
+
+def listening_url(log: Path) -> str:
+    """The address a daemon started by `start_daemon` says in `log` it listens on, once it
+    does (within 30 s)."""
+    found = wait_for(
+        lambda: re.search(r"listening on (http://[\d.]+:\d+)", log.read_text()),
+        30,
+        "the daemon's listener",
+    )
+    return found.group(1)
 
 
 def http_get(url: str) -> tuple[int, str]:

@@ -1,4 +1,5 @@
-"""The scripted incident the alert tests drive, and what Slack must show at the end."""
+"""The scripted incident the alert tests drive, and what Slack must show at the end; the
+World it runs in (also on a PostgreSQL store), and daemons that deliver at once."""
 
 from __future__ import annotations
 
@@ -6,16 +7,19 @@ import contextlib
 import csv
 import io
 import random
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from fake_slack import TOKEN, FakeSlack
-from helpers import PRIVILEGED, FakeClock, sql
+from builders import build_daemon, daemon_config, quick_slack
+from fake_slack import FakeSlack
+from helpers import FakeClock, sql
 
-from alerts.slack import SlackTransport
 from alerts.transport import TransportError
-from monitor.config import Config, DaemonConfig, HttpConfig, SlackConfig, TargetConfig
+from monitor.authoring.pgtemp import scratch_database
+from monitor.config import DaemonConfig, TargetConfig
 from monitor.daemon.daemon import Daemon
 from monitor.store.state import StateStore
 
@@ -81,33 +85,44 @@ class World:
         self, fake: FakeSlack, targets: dict[str, dict[str, object]] | None = None, **slack: object
     ) -> Daemon:
         """`targets`: named targets beside the default one (this world's database)."""
-        config = Config(
-            invariants=self.folder,
-            http=HttpConfig(listen=None),
+        config = daemon_config(
+            self.folder,
             daemon=DaemonConfig(),
-            database=PRIVILEGED,
             targets={n: TargetConfig.model_validate(t) for n, t in (targets or {}).items()},
             dsn=self.dsn if targets else None,  # beside named targets, `default` is named too
-            slack=SlackConfig.model_validate(
-                {
-                    "token": TOKEN,
-                    "api_url": fake.api_url,
-                    "channel": "#invariants",
-                    "settle": timedelta(seconds=2),
-                    "timeout": timedelta(seconds=0.3),
-                    **slack,
-                }
-            ),
+            slack=quick_slack(fake, **slack),
         )
-        daemon = Daemon.build(
-            config,
-            self.dsn,
-            self.store,
-            clock=self.clock,
-            transport=SlackTransport(TOKEN, fake.api_url, timeout=0.3),
-        )
+        daemon = build_daemon(config, self.dsn, self.store, self.clock, call_timeout=0.3)
         daemon.reload()
         return daemon
+
+
+@contextlib.contextmanager
+def postgres_world(database: str, folder: Path, admin_dsn: str) -> Iterator[World]:
+    """A World watching `database` with `folder`'s invariants, its state in a PostgreSQL
+    store of its own, dropped at the end."""
+    with scratch_database(admin_dsn, prefix="invmon_state") as state_dsn:
+        store = StateStore.open(dsn=state_dsn)
+        try:
+            yield World(database, folder, store, FakeClock())
+        finally:
+            store.close()
+
+
+def deliver_together(daemons: Sequence[Daemon], rounds: int) -> None:
+    """Each daemon delivers `rounds` times on a thread of its own, all starting at once."""
+    barrier = threading.Barrier(len(daemons))
+
+    def work(daemon: Daemon) -> None:
+        barrier.wait()
+        for _ in range(rounds):
+            daemon.deliver()
+
+    threads = [threading.Thread(target=work, args=(d,)) for d in daemons]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def settle(daemon: Daemon, clock: FakeClock, label: str, rounds: int = 300) -> None:

@@ -18,7 +18,7 @@ from psycopg_pool import PoolTimeout
 
 from monitor.clock import Clock, utc_now
 from monitor.config import Config, Target
-from monitor.daemon.replica_gate import ReplicaGate
+from monitor.daemon.replica_gate import ConditionRecorder, ReplicaGate
 from monitor.execution.redaction import Redaction
 from monitor.execution.runner import Runner, describe_error
 from monitor.fence.role_check import RoleVerdict, verdict
@@ -123,7 +123,8 @@ class Databases:
                 name,
                 target.channel,
             )
-            gate = ReplicaGate(runner, store, target.max_replica_lag, health, name, context)
+            recorder = ConditionRecorder(store, health, name, context)
+            gate = ReplicaGate(runner, target.max_replica_lag, recorder)
             built[name] = Database(target, runner, gate)
         return cls(built)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 
 from monitor.config import DaemonConfig, Target
@@ -98,6 +99,15 @@ class Evaluator:
             self.store.quarantine(
                 inv.name, version_of(inv), reason, self.clock(), context_of(inv, target)
             )
+
+    def lift_changed_quarantines(self, current: Mapping[str, Invariant]) -> None:
+        """A quarantine whose file has changed since is lifted (after each reload)."""
+        with self.health.guard("reading the quarantined invariants"):
+            for name, q in self.store.quarantined().items():
+                inv = current.get(name)
+                if inv is not None and version_of(inv) != q.version:
+                    self.store.lift_quarantine(name, "its file changed", self.clock())
+                    log.info("quarantine lifted: %s changed", name)
 
     def _run(self, inv: Invariant) -> RunResult:
         started = self.clock()

@@ -1,8 +1,9 @@
 """Replica gating: an invariant is evaluated only on data fresh enough to trust.
 
-Before a run the gate reads the monitored server's recovery state and lag (replica.py),
-at most once a second however many invariants run in that second, and opens or resolves the
-single `replica_stale` incident only when staleness changes, not with a write per run.
+Before a run the gate (the checker: it reads) reads the monitored server's recovery state
+and lag (replica.py), at most once a second however many invariants run in that second; its
+recorder (it writes) opens or resolves the target's single `replica_stale` and
+`target_unreachable` incidents only when they change, not with a write per run.
 """
 
 from __future__ import annotations
@@ -34,27 +35,60 @@ class Gate:
     unreachable: bool = False  # the error is that the database does not answer
 
 
-class ReplicaGate:
+class ConditionRecorder:
+    """The target's two conditions in the store, written only when a reading changes one.
+    Called by one thread at a time (the gate's single flight), so its two fields have one
+    writer; it takes no lock."""
+
     def __init__(
         self,
-        runner: Runner,
         store: StateStore,
-        max_lag: timedelta,
         health: StoreHealth,
         target: str = "default",
         context: IncidentContext | None = None,
     ) -> None:
+        self.store = store
+        self.health = health
         self.target = target
         self.context = context  # where its incidents go: the target's channel and owner
-        self.health = health
+        self.stale: bool | None = None  # the staleness last written to the store
+        self.down: bool | None = None  # the unreachability last written to the store
+
+    def record(self, gate: Gate, now: datetime) -> None:
+        if gate.error is None and (gate.stale is not None) != self.stale:
+            stale = gate.stale is not None
+            with self.health.guard("recording the replica's staleness"):
+                self.store.record_condition(
+                    "replica_stale",
+                    replica_subject(self.target),
+                    stale,
+                    now,
+                    gate.stale,
+                    self.context,
+                )
+                self.stale = stale  # written: else tried again at the next check
+        if gate.unreachable != self.down and (gate.unreachable or self.down is not None):
+            with self.health.guard("recording whether the target answers"):
+                self.store.record_condition(
+                    "target_unreachable",
+                    target_subject(self.target),
+                    gate.unreachable,
+                    now,
+                    gate.error,
+                    self.context,
+                )
+                self.down = gate.unreachable
+
+
+class ReplicaGate:
+    def __init__(self, runner: Runner, max_lag: timedelta, recorder: ConditionRecorder) -> None:
+        self.target = recorder.target
         self.runner = runner
-        self.store = store
         self.max_lag = max_lag
+        self.recorder = recorder
         self._lock = threading.Lock()  # guards `_read` only, never held across a call
         self._flight: SingleFlight[Gate] = SingleFlight()
         self._read: tuple[datetime, Gate] | None = None
-        self._recorded: bool | None = None  # the staleness last written to the store
-        self._down: bool | None = None  # the unreachability last written to the store
 
     def check(self, now: datetime) -> Gate:
         """The gate for a run at `now`: one reading serves every run of a second, and the
@@ -79,41 +113,18 @@ class ReplicaGate:
             return self._read[1].stale if self._read is not None else None
 
     def _read_and_record(self, now: datetime) -> Gate:
-        # One thread at a time (the single flight), so `_recorded` and `_down` have one
-        # writer; the store is written with no lock held.
+        # One thread at a time (the single flight); the store is written with no lock held.
         gate = self._measure()
         with self._lock:
             self._read = (now, gate)
-        if gate.error is None and (gate.stale is not None) != self._recorded:
-            stale = gate.stale is not None
-            with self.health.guard("recording the replica's staleness"):
-                self.store.record_condition(
-                    "replica_stale",
-                    replica_subject(self.target),
-                    stale,
-                    now,
-                    gate.stale,
-                    self.context,
-                )
-                self._recorded = stale  # written: else tried again at the next check
-        if gate.unreachable != self._down and (gate.unreachable or self._down is not None):
-            with self.health.guard("recording whether the target answers"):
-                self.store.record_condition(
-                    "target_unreachable",
-                    target_subject(self.target),
-                    gate.unreachable,
-                    now,
-                    gate.error,
-                    self.context,
-                )
-                self._down = gate.unreachable
+        self.recorder.record(gate, now)
         return gate
 
     def _measure(self) -> Gate:
         # A target that was down, or not yet seen up, is first probed with a connection of
         # its own: the pool would wait its whole timeout for a connection that a refused
         # port refuses at once. A target known to be up costs no extra connection.
-        if self._down is not False:
+        if self.recorder.down is not False:
             down = self.runner.probe()
             if down is not None:
                 return Gate(error=f"target {self.target} does not answer: {down}", unreachable=True)

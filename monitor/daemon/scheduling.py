@@ -160,6 +160,12 @@ class Scheduler:
         with self._lock:
             return [c for n, c in self._holding.items() if n not in self._in_flight]
 
+    def hand_back_queued(self, now: datetime) -> None:
+        """The claims whose runs were still queued when the workers stopped: handed back,
+        so another daemon can take the slot at once instead of after the lease."""
+        for claim in self.queued():
+            self.release(claim, now)
+
     def holding(self) -> dict[str, Claim]:
         with self._lock:
             return dict(self._holding)

@@ -4,18 +4,15 @@ Socket Mode) and from the command line: recorded once, shown in place, reminders
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import json
 import threading
-import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from builders import config_file, signed_click
 from fake_slack import APP_TOKEN, FakeSlack
 from fake_socket_mode import FakeSocketMode
 from helpers import invmon, wait_for
@@ -41,20 +38,6 @@ def click_payload(
     }
 
 
-def signed(
-    payload: dict[str, object], secret: str = SECRET, age: int = 0
-) -> tuple[bytes, dict[str, str]]:
-    body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
-    stamp = str(int(time.time()) - age)
-    digest = hmac.new(secret.encode(), f"v0:{stamp}:".encode() + body, hashlib.sha256)
-    headers = {
-        "X-Slack-Request-Timestamp": stamp,
-        "X-Slack-Signature": "v0=" + digest.hexdigest(),
-        "Content-Type": "application/x-www-form-urlencoded",
-    }
-    return body, headers
-
-
 def post(url: str, body: bytes, headers: dict[str, str]) -> int:
     request = urllib.request.Request(f"{url}/slack/actions", data=body, headers=headers)
     try:
@@ -69,7 +52,7 @@ class Setup:
         self.world = world
         self.fake = fake
         self.daemon = world.daemon(fake, targets=None, signing_secret=SECRET, **slack)
-        self.listener = Listener("127.0.0.1:0", self.daemon.routes())
+        self.listener = Listener("127.0.0.1:0", self.daemon.probes.routes())
         self.listener.start()
         self.url = f"http://{self.listener.address}"
 
@@ -106,7 +89,7 @@ def test_a_signed_ack_click_acks_once_updates_the_message_and_stops_reminders(
 ) -> None:
     incident = setup.open_incident()
     assert '"action_id": "invmon_ack_until_resolved"' in setup.root_text()
-    body, headers = signed(click_payload("invmon_ack_until_resolved", incident))
+    body, headers = signed_click(click_payload("invmon_ack_until_resolved", incident), SECRET)
     assert post(setup.url, body, headers) == 200
     acked = setup.incident(incident)
     assert (acked.acked_by, acked.acked_by_name, acked.ack_mode) == (
@@ -142,11 +125,11 @@ def test_a_forged_or_stale_request_changes_nothing(setup: Setup, case: str, stat
     incident = setup.open_incident()
     payload = click_payload("invmon_ack_until_resolved", incident)
     if case == "bad signature":
-        body, headers = signed(payload, secret="not-the-secret")
+        body, headers = signed_click(payload, "not-the-secret")
     elif case == "stale timestamp":
-        body, headers = signed(payload, age=6 * 60)
+        body, headers = signed_click(payload, SECRET, age=6 * 60)
     else:
-        body, headers = signed(payload)
+        body, headers = signed_click(payload, SECRET)
         headers = {"Content-Type": headers["Content-Type"]}
     assert post(setup.url, body, headers) == status
     assert setup.incident(incident).acked_by is None
@@ -155,7 +138,7 @@ def test_a_forged_or_stale_request_changes_nothing(setup: Setup, case: str, stat
 
 def test_a_replayed_request_is_refused(setup: Setup) -> None:
     incident = setup.open_incident()
-    body, headers = signed(click_payload("invmon_snooze_1h", incident))
+    body, headers = signed_click(click_payload("invmon_snooze_1h", incident), SECRET)
     assert post(setup.url, body, headers) == 200
     assert post(setup.url, body, headers) == 401
     # A restarted daemon remembers it too (the state store keeps seen signatures).
@@ -171,7 +154,9 @@ def test_two_people_clicking_at_once_yield_one_ack(setup: Setup) -> None:
     statuses: list[int] = []
 
     def click(user: str) -> None:
-        body, headers = signed(click_payload("invmon_ack_until_resolved", incident, user, user))
+        body, headers = signed_click(
+            click_payload("invmon_ack_until_resolved", incident, user, user), SECRET
+        )
         barrier.wait()
         statuses.append(post(setup.url, body, headers))
 
@@ -194,7 +179,7 @@ def test_two_people_clicking_at_once_yield_one_ack(setup: Setup) -> None:
 def test_a_click_on_a_resolved_incident_gets_an_answer_and_changes_nothing(setup: Setup) -> None:
     incident = setup.open_incident()
     script(setup.world, setup.daemon, 2)
-    body, headers = signed(click_payload("invmon_ack_until_resolved", incident))
+    body, headers = signed_click(click_payload("invmon_ack_until_resolved", incident), SECRET)
     assert post(setup.url, body, headers) == 200
     assert setup.incident(incident).acked_by is None
     wait_for(lambda: setup.fake.ephemerals, 5, "the answer")
@@ -209,10 +194,14 @@ def test_only_the_allowlist_may_acknowledge(world: World) -> None:
         setup = Setup(world, fake, ack_allowlist=["U_ALICE", "S_ONCALL"])
         try:
             incident = setup.open_incident()
-            body, headers = signed(click_payload("invmon_ack_until_resolved", incident, "U_EVE"))
+            body, headers = signed_click(
+                click_payload("invmon_ack_until_resolved", incident, "U_EVE"), SECRET
+            )
             assert post(setup.url, body, headers) == 200
             assert setup.incident(incident).acked_by is None
-            body, headers = signed(click_payload("invmon_ack_until_resolved", incident, "U_BOB"))
+            body, headers = signed_click(
+                click_payload("invmon_ack_until_resolved", incident, "U_BOB"), SECRET
+            )
             assert post(setup.url, body, headers) == 200
             assert setup.incident(incident).acked_by == "U_BOB"
             wait_for(lambda: len(fake.ephemerals) == 2, 5, "both answers")
@@ -230,7 +219,7 @@ def test_only_the_allowlist_may_acknowledge(world: World) -> None:
 
 def test_an_ack_until_new_rows_ends_when_a_new_row_appears(setup: Setup) -> None:
     incident = setup.open_incident()
-    body, headers = signed(click_payload("invmon_ack_until_new_rows", incident))
+    body, headers = signed_click(click_payload("invmon_ack_until_new_rows", incident), SECRET)
     assert post(setup.url, body, headers) == 200
     script(setup.world, setup.daemon, 1)  # row 3 appears, row 1 goes
     settle(setup.daemon, setup.world.clock, "new rows")
@@ -243,8 +232,8 @@ def test_an_ack_until_new_rows_ends_when_a_new_row_appears(setup: Setup) -> None
 
 def test_the_cli_acks_snoozes_and_unacks_and_slack_reflects_it(setup: Setup) -> None:
     incident = setup.open_incident()
-    config = setup.world.folder.parent / "invmon.yaml"
-    config.write_text(f"state:\n  path: {setup.world.folder.parent / 'state.db'}\n")
+    home = setup.world.folder.parent
+    config = config_file(home, state={"path": home / "state.db"})
     done = invmon("ack", str(incident), "--until-new-rows", "--config", str(config))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"You acknowledged incident #{incident} until new rows appear.")

@@ -16,9 +16,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from builders import build_daemon, config_file, daemon_config, process_config, quick_slack, slack_to
 from fake_slack import TOKEN, FakeSlack
 from fake_switch import Pings
-from helpers import PRIVILEGED, PRIVILEGED_YAML, cli, items_table, start_daemon, wait_for
+from helpers import cli, items_table, start_daemon, wait_for
 from helpers import http_get as get
 from scenario import World, script, settle
 
@@ -34,7 +35,6 @@ from alerts.transport import TransportError
 from monitor.config import (
     Config,
     ConfigError,
-    HttpConfig,
     SlackConfig,
     WatchdogConfig,
     parse_config,
@@ -59,36 +59,16 @@ class Seconds:
         self.now += seconds
 
 
-def slack_config(fake: FakeSlack, **slack: object) -> SlackConfig:
-    return SlackConfig.model_validate(
-        {
-            "token": TOKEN,
-            "api_url": fake.api_url,
-            "channel": "#invariants",
-            "settle": timedelta(seconds=2),
-            "timeout": timedelta(seconds=0.3),
-            **slack,
-        }
-    )
-
-
 def daemon_for(
     world: World, slack: SlackConfig, transport: SlackTransport | None = None, **config: object
 ) -> Daemon:
-    built = Daemon.build(
-        Config.model_validate(
-            {
-                "invariants": world.folder,
-                "http": HttpConfig(listen=None),
-                "database": PRIVILEGED,
-                "slack": slack,
-                **config,
-            }
-        ),
+    built = build_daemon(
+        daemon_config(world.folder, slack=slack, **config),
         world.dsn,
         world.store,
-        clock=world.clock,
-        transport=transport or SlackTransport(slack.token or "", slack.api_url, timeout=0.3),
+        world.clock,
+        call_timeout=0.3,
+        transport=transport,
     )
     built.reload()
     return built
@@ -197,8 +177,7 @@ def test_it_takes_the_urls_that_work(data: dict[str, object]) -> None:
 
 def test_lint_with_the_config_refuses_an_api_url_without_a_scheme(tmp_path: Path) -> None:
     (tmp_path / "invariants").mkdir()
-    config = tmp_path / "invmon.yaml"
-    config.write_text(f"invariants: invariants\nslack:\n  api_url: {NO_SCHEME}\n")
+    config = config_file(tmp_path, invariants="invariants", slack={"api_url": NO_SCHEME})
     ran = cli("lint", "--config", str(config), cwd=tmp_path)
     assert (ran.returncode, ran.stderr) == (
         2,
@@ -225,9 +204,7 @@ def test_the_alerts_job_logs_no_traceback_when_slack_cannot_be_called(
 ) -> None:
     caplog.set_level(logging.INFO)
     with FakeSlack(clock=world.clock) as fake:
-        daemon = daemon_for(
-            world, slack_config(fake), SlackTransport(TOKEN, NO_SCHEME, timeout=0.3)
-        )
+        daemon = daemon_for(world, quick_slack(fake), SlackTransport(TOKEN, NO_SCHEME, timeout=0.3))
         script(world, daemon, 0)
         world.clock.advance(2)  # past the quiet window: the opening is planned
         daemon.deliver()  # today: SlackRequestError escapes the job, as a traceback
@@ -245,7 +222,7 @@ def test_the_alerts_job_logs_no_traceback_when_slack_cannot_be_called(
 
 def test_an_answer_without_its_ts_is_reconciled_not_dropped(world: World) -> None:
     with FakeSlack(clock=world.clock) as fake:
-        daemon = daemon_for(world, slack_config(fake))
+        daemon = daemon_for(world, quick_slack(fake))
         fake.answer_without("chat.postMessage", "ts")  # the post lands; the answer is broken
         script(world, daemon, 0)
         settle(daemon, world.clock, "an answer without ts")
@@ -286,7 +263,7 @@ def test_it_checks_the_token_and_each_channel_afresh(
     caplog.set_level(logging.INFO)
     seconds, console = Seconds(), io.StringIO()
     with FakeSlack(clock=world.clock) as fake:
-        slack = slack_config(
+        slack = quick_slack(
             fake, routes={"severity": {"critical": "#payments"}, "owner": {"@p": "C0PAYMENTS"}}
         )
         daemon = daemon_for(world, slack)
@@ -321,7 +298,7 @@ def test_a_wrong_token_is_one_error_counted_once_and_invmons_own_alert_on_the_co
     seconds, console = Seconds(), io.StringIO()
     reason = "alerts cannot be delivered: Slack refused the call: invalid_auth (slack.token)"
     with FakeSlack(clock=world.clock) as fake:
-        slack = slack_config(fake, token=WRONG_TOKEN)
+        slack = quick_slack(fake, token=WRONG_TOKEN)
         daemon = daemon_for(world, slack)
         health = health_for(daemon, seconds, console)
         health.tick()
@@ -361,7 +338,7 @@ def test_a_channel_that_cannot_take_messages_names_its_field_until_it_can(
     seconds, console = Seconds(), io.StringIO()
     with FakeSlack(clock=world.clock) as fake:
         fake.archived.add("C0PAYMENTS")
-        slack = slack_config(
+        slack = quick_slack(
             fake,
             routes={
                 "severity": {"critical": "#nope"},
@@ -403,7 +380,7 @@ def test_slack_unreachable_at_start_is_retried_and_only_noted(
     caplog.set_level(logging.INFO)
     seconds, console = Seconds(), io.StringIO()
     with FakeSlack(clock=world.clock) as fake:
-        daemon = daemon_for(world, slack_config(fake))
+        daemon = daemon_for(world, quick_slack(fake))
         caplog.clear()  # the reload's own lines: its allowed superuser is said at WARNING
         health = health_for(daemon, seconds, console)
         fake.fail_next("auth.test", "error_500")
@@ -432,7 +409,7 @@ def test_a_delivery_failing_for_good_brings_a_check_of_the_path(
 ) -> None:
     seconds, console = Seconds(), io.StringIO()
     with FakeSlack(clock=world.clock) as fake:
-        daemon = daemon_for(world, slack_config(fake))
+        daemon = daemon_for(world, quick_slack(fake))
         health = health_for(daemon, seconds, console)
         health.tick()
         assert health.verified() is True
@@ -452,12 +429,7 @@ def test_a_delivery_failing_for_good_brings_a_check_of_the_path(
 
 
 def test_the_console_has_nothing_to_check(world: World) -> None:
-    daemon = Daemon.build(
-        Config(invariants=world.folder, http=HttpConfig(listen=None), database=PRIVILEGED),
-        world.dsn,
-        world.store,
-        clock=world.clock,
-    )
+    daemon = build_daemon(daemon_config(world.folder), world.dsn, world.store, world.clock)
     health = DeliveryHealth(daemon.config, daemon.alerter, daemon.metrics)
     daemon.databases.close()
     assert (health.problem(), health.note(), health.verified(), health.tick()) == (
@@ -480,15 +452,13 @@ def test_the_daemon_says_a_wrong_token_at_start_in_readyz_and_to_the_switch(
     folder.mkdir()
     store = StateStore.open(path=tmp_path / "state.db")
     with FakeSlack() as fake:
-        config = Config(
-            invariants=folder,
-            http=HttpConfig(listen=None),
+        config = daemon_config(
+            folder,
             watchdog=WatchdogConfig(interval=timedelta(seconds=1), ping_url=pings.url),
-            slack=SlackConfig(token=WRONG_TOKEN, api_url=fake.api_url, channel="#invariants"),
-            database=PRIVILEGED,
+            slack=slack_to(fake, token=WRONG_TOKEN),
         )
-        daemon = Daemon.build(config, database, store)
-        routes = daemon.routes()
+        daemon = build_daemon(config, database, store)
+        routes = daemon.probes.routes()
         daemon.start()
         try:
             problem = wait_for(routes.readyz.check, 20, "/readyz to fail")
@@ -516,16 +486,14 @@ def test_invmon_run_with_a_wrong_token_fails_readyz_counts_it_and_logs_it_once(
     folder = tmp_path / "invariants"
     folder.mkdir()
     port = free_port()
-    config = tmp_path / "invmon.yaml"
     log = tmp_path / "daemon.log"
     with FakeSlack() as fake:
-        config.write_text(
-            f"invariants: {folder}\n"
-            f"state:\n  path: {tmp_path / 'state.db'}\n"
-            f"http:\n  listen: 127.0.0.1:{port}\n"
-            f"slack:\n  token: {WRONG_TOKEN}\n  api_url: {fake.api_url}\n"
-            "daemon:\n  shutdown_grace: 5s\n"
-            f"{PRIVILEGED_YAML}"
+        config = process_config(
+            tmp_path,
+            folder,
+            http={"listen": f"127.0.0.1:{port}"},
+            slack={"token": WRONG_TOKEN, "api_url": fake.api_url},
+            daemon={"shutdown_grace": "5s"},
         )
         process = start_daemon(config, log, database)
         try:

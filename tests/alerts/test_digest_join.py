@@ -6,7 +6,6 @@ store, the fake Slack Web API, a clock the test moves."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -14,12 +13,10 @@ from pathlib import Path
 import pytest
 from fake_slack import FakeSlack
 from fake_slack import Message as Posted
-from helpers import FakeClock, items_table
-from scenario import World, settle
+from helpers import items_table
+from scenario import World, deliver_together, postgres_world, settle
 
-from monitor.authoring.pgtemp import scratch_database
 from monitor.daemon.daemon import Daemon
-from monitor.store.state import StateStore
 
 BURST = 7
 
@@ -34,12 +31,8 @@ def pg_world(database: str, admin_dsn: str, tmp_path: Path) -> Iterator[World]:
         (folder / f"burst_{n}.sql").write_text(
             f"-- description: burst {n}\n-- key: [id]\nSELECT id FROM items WHERE id <= {n + 1}\n"
         )
-    with scratch_database(admin_dsn, prefix="invmon_state") as state_dsn:
-        store = StateStore.open(dsn=state_dsn)
-        try:
-            yield World(database, folder, store, FakeClock())
-        finally:
-            store.close()
+    with postgres_world(database, folder, admin_dsn) as world:
+        yield world
 
 
 def listed(message: Posted) -> list[str]:
@@ -139,18 +132,7 @@ def test_two_daemons_planning_the_late_opening_add_it_once(pg_world: World) -> N
         digest = first_burst(world, a, fake)
         a.evaluate(f"burst_{BURST - 1}")
         world.clock.advance(2)  # past the quiet window: both may plan it now
-        barrier = threading.Barrier(2)
-
-        def work(daemon: Daemon) -> None:
-            barrier.wait()
-            for _ in range(5):
-                daemon.deliver()
-
-        threads = [threading.Thread(target=work, args=(d,)) for d in (a, b)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        deliver_together([a, b], rounds=5)
         settle(a, world.clock, "two planners")
         for daemon in (a, b):
             daemon.databases.close()

@@ -9,8 +9,9 @@ import logging
 from pathlib import Path
 
 import pytest
+from builders import config_file
 from fake_slack import FakeSlack
-from helpers import CHECK, PRIVILEGED_YAML, cli
+from helpers import CHECK, PRIVILEGED, cli
 from scenario import World, script, settle
 
 CHANNELS = {
@@ -109,12 +110,13 @@ def test_check_json_says_where_each_invariant_would_alert_and_why(
     }
     for name, head in files.items():
         (folder / name).write_text(head + body)
-    (tmp_path / "invmon.yaml").write_text(
-        PRIVILEGED_YAML
-        + f"dsn: {json.dumps(database)}\n"
-        + f"targets:\n  shop:\n    dsn: {json.dumps(database)}\n    channel: '#shop'\n"
-        + "slack:\n  channel: '#invariants'\n  routes:\n"
-        + "    owner: {'@payments': '#payments'}\n    severity: {critical: '#incidents'}\n"
+    rules = {"owner": {"@payments": "#payments"}, "severity": {"critical": "#incidents"}}
+    config_file(
+        tmp_path,
+        database=PRIVILEGED,
+        dsn=database,
+        targets={"shop": {"dsn": database, "channel": "#shop"}},
+        slack={"channel": "#invariants", "routes": rules},
     )
     ran = cli(*CHECK, "--format", "json", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr

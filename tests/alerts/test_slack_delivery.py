@@ -12,14 +12,21 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from builders import build_daemon, daemon_config
 from fake_slack import TOKEN, FakeSlack
-from helpers import PRIVILEGED, FakeClock, items_table
-from scenario import INVARIANT, World, assert_one_clean_incident, crash, script, settle
+from helpers import FakeClock, items_table
+from scenario import (
+    INVARIANT,
+    World,
+    assert_one_clean_incident,
+    crash,
+    deliver_together,
+    script,
+    settle,
+)
 
 from alerts.slack import SlackTransport
 from alerts.transport import TransportError
-from monitor.config import Config, HttpConfig
-from monitor.daemon.daemon import Daemon
 from monitor.store.acks import Action
 from monitor.store.state import StateStore
 
@@ -157,18 +164,7 @@ def test_two_workers_sharing_a_postgres_store_never_send_the_same_row(
         b = world_b.daemon(fake, digest_threshold=100)
         for name in sorted(a.invariants):
             a.evaluate(name)
-        barrier = threading.Barrier(2)
-
-        def work(daemon: Daemon) -> None:
-            barrier.wait()
-            for _ in range(30):
-                daemon.deliver()
-
-        threads = [threading.Thread(target=work, args=(d,)) for d in (a, b)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        deliver_together([a, b], rounds=30)
         settle(a, clock, "shared store")
         for daemon in (a, b):
             daemon.databases.close()
@@ -227,8 +223,7 @@ def test_reminders_go_in_the_thread_once_per_interval(world: World) -> None:
 def test_without_slack_alerts_are_printed_through_the_same_ledger(
     world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = Config(invariants=world.folder, http=HttpConfig(listen=None), database=PRIVILEGED)
-    daemon = Daemon.build(config, world.dsn, world.store, clock=world.clock)
+    daemon = build_daemon(daemon_config(world.folder), world.dsn, world.store, world.clock)
     daemon.reload()
     script(world, daemon, 0)
     settle(daemon, world.clock, "console")

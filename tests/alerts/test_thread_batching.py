@@ -15,12 +15,10 @@ from pathlib import Path
 import pytest
 from fake_slack import FakeSlack
 from fake_slack import Message as Posted
-from helpers import FakeClock, sql
-from scenario import World, settle
+from helpers import sql
+from scenario import World, postgres_world, settle
 
-from monitor.authoring.pgtemp import scratch_database
 from monitor.daemon.daemon import Daemon
-from monitor.store.state import StateStore
 
 INTERVAL = timedelta(minutes=5)
 # No `key:`: each row's key is the whole row, so a moving sum is a new key at every run.
@@ -37,12 +35,8 @@ def pg_world(database: str, admin_dsn: str, tmp_path: Path) -> Iterator[World]:
     folder = tmp_path / "invariants"
     folder.mkdir()
     (folder / "moves.sql").write_text(MOVES)
-    with scratch_database(admin_dsn, prefix="invmon_state") as state_dsn:
-        store = StateStore.open(dsn=state_dsn)
-        try:
-            yield World(database, folder, store, FakeClock())
-        finally:
-            store.close()
+    with postgres_world(database, folder, admin_dsn) as world:
+        yield world
 
 
 def load(world: World, rng: random.Random) -> int:

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from builders import config_file
 from helpers import cli, invmon
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,8 +156,7 @@ def test_a_case_runs_the_invariant_read_only_as_the_daemon_does(
     )
     # User code runs only when trusted by name; trusted, its STABLE label is still stopped
     # by the READ ONLY transaction.
-    config = tmp_path / "invmon.yaml"
-    config.write_text("fence:\n  allow_functions: [log_and_return]\n")
+    config = config_file(tmp_path, fence={"allow_functions": ["log_and_return"]})
     done = invmon(
         "test",
         *("--config", str(config), "--invariants", str(folder)),

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from builders import build_daemon, daemon_config
 from helpers import PRIVILEGED, FakeClock, items_table, sql, wait_for
 
 from monitor.clock import Clock, utc_now
-from monitor.config import Config, DaemonConfig, HttpConfig
+from monitor.config import DaemonConfig
 from monitor.daemon.daemon import Daemon
 from monitor.store.state import REPLICA_SUBJECT, StateStore
 
@@ -39,13 +40,8 @@ def monitored(database: str, tmp_path: Path) -> tuple[str, Path]:
 def make_daemon(
     dsn: str, folder: Path, store: StateStore, clock: Clock | None = None, **daemon: object
 ) -> Daemon:
-    config = Config(
-        invariants=folder,
-        http=HttpConfig(listen=None),
-        daemon=DaemonConfig(**daemon),  # type: ignore[arg-type]
-        database=PRIVILEGED,
-    )
-    return Daemon.build(config, dsn, store, clock=clock or FakeClock(START))
+    config = daemon_config(folder, daemon=daemon)
+    return build_daemon(config, dsn, store, clock=clock or FakeClock(START))
 
 
 @pytest.fixture
@@ -228,7 +224,7 @@ def test_scheduled_runs_fire_and_a_slow_run_never_overlaps_itself(
             )
         }
     )
-    daemon = Daemon.build(config, dsn, store)
+    daemon = build_daemon(config, dsn, store)
     with psycopg.connect(dsn) as holder:
         # Every run waits 1.5s on this lock, longer than the 1s schedule.
         holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
@@ -273,16 +269,12 @@ def test_shutdown_cancels_queries_still_running_after_the_grace_period(
     monitored: tuple[str, Path], store: StateStore
 ) -> None:
     dsn, folder = monitored
-    config = Config(
-        invariants=folder,
-        http=HttpConfig(listen=None),
+    config = daemon_config(
+        folder,
         daemon=DaemonConfig(shutdown_grace=timedelta(milliseconds=300)),
-        database=PRIVILEGED,
+        database=PRIVILEGED.model_copy(update={"lock_timeout": timedelta(hours=1)}),
     )
-    config = config.model_copy(
-        update={"database": config.database.model_copy(update={"lock_timeout": timedelta(hours=1)})}
-    )
-    daemon = Daemon.build(config, dsn, store)
+    daemon = build_daemon(config, dsn, store)
 
     def waiting_on_lock() -> bool:
         with psycopg.connect(dsn, autocommit=True) as conn:

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
-from helpers import PRIVILEGED, wait_for
+from builders import build_daemon, daemon_config
+from helpers import wait_for
 
-from monitor.config import Config, DaemonConfig, HttpConfig
+from monitor.config import DaemonConfig
 from monitor.daemon.daemon import Daemon
 from monitor.execution.results import RunResult
 from monitor.store.state import REPLICA_SUBJECT, StateStore
@@ -33,27 +34,33 @@ def go_stale(standby_pair: StandbyPair, daemon: Daemon, table: str, name: str) -
     )
 
 
-def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident(
-    standby_pair: StandbyPair, tmp_path: Path
-) -> None:
-    table = f"items_{uuid.uuid4().hex[:8]}"  # the pair is shared by the module: own a table
+def bad_rows_of(table: str) -> str:
+    return f"-- description: nothing is bad\n-- key: [id]\nSELECT id FROM {table} WHERE bad\n"
+
+
+def watching_one_bad_row(
+    standby_pair: StandbyPair, tmp_path: Path, max_replica_lag: float
+) -> tuple[str, Daemon, StateStore]:
+    """A table of this test's own (the pair is shared by the module) with one bad row on the
+    primary, replayed on the standby, and a daemon watching the standby with `bad.sql`."""
+    table = f"items_{uuid.uuid4().hex[:8]}"
     with standby_pair.primary() as conn:
         conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, bad bool NOT NULL)")
         conn.execute(f"INSERT INTO {table} VALUES (1, true)")
     standby_pair.wait_caught_up()
     folder = tmp_path / "invariants"
     folder.mkdir()
-    (folder / "bad.sql").write_text(
-        f"-- description: nothing is bad\n-- key: [id]\nSELECT id FROM {table} WHERE bad\n"
-    )
+    (folder / "bad.sql").write_text(bad_rows_of(table))
     store = StateStore.open(path=tmp_path / "state.db")
-    config = Config(
-        invariants=folder,
-        http=HttpConfig(listen=None),
-        daemon=DaemonConfig(max_replica_lag=timedelta(seconds=3)),
-        database=PRIVILEGED,
-    )
-    daemon = Daemon.build(config, standby_pair.standby_dsn, store)
+    lag = timedelta(seconds=max_replica_lag)
+    config = daemon_config(folder, daemon=DaemonConfig(max_replica_lag=lag))
+    return table, build_daemon(config, standby_pair.standby_dsn, store), store
+
+
+def test_a_lagging_standby_is_not_evaluated_and_opens_one_replica_stale_incident(
+    standby_pair: StandbyPair, tmp_path: Path
+) -> None:
+    table, daemon, store = watching_one_bad_row(standby_pair, tmp_path, max_replica_lag=3)
     try:
         daemon.reload()
         first = daemon.evaluate("bad")
@@ -117,22 +124,13 @@ def test_a_stale_target_pauses_only_its_own_invariants(
     folder = tmp_path / "invariants"
     for target in ("payments", "billing"):
         (folder / target).mkdir(parents=True)
-        (folder / target / "bad.sql").write_text(
-            f"-- description: nothing is bad\n-- key: [id]\nSELECT id FROM {table} WHERE bad\n"
-        )
+        (folder / target / "bad.sql").write_text(bad_rows_of(table))
     store = StateStore.open(path=tmp_path / "state.db")
-    config = Config.model_validate(
-        {
-            "invariants": folder,
-            "http": HttpConfig(listen=None),
-            "database": PRIVILEGED,
-            "targets": {
-                "payments": {"dsn": standby_pair.standby_dsn, "max_replica_lag": "3s"},
-                "billing": {"dsn": database, "max_replica_lag": "3s"},
-            },
-        }
-    )
-    daemon = Daemon.build(config, None, store)
+    targets = {
+        "payments": {"dsn": standby_pair.standby_dsn, "max_replica_lag": "3s"},
+        "billing": {"dsn": database, "max_replica_lag": "3s"},
+    }
+    daemon = build_daemon(daemon_config(folder, targets=targets), None, store)
     try:
         daemon.reload()
         fresh = daemon.evaluate("payments/bad")
@@ -162,24 +160,7 @@ def test_a_caught_up_standby_of_a_silent_primary_is_evaluated_and_never_goes_sta
 ) -> None:
     """max_replica_lag 2s, no writes: the primary sends nothing for up to 30 s (until the
     standby's receiver pings it), which the old rule read as a lag of up to 30 s."""
-    table = f"items_{uuid.uuid4().hex[:8]}"
-    with standby_pair.primary() as conn:
-        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, bad bool NOT NULL)")
-        conn.execute(f"INSERT INTO {table} VALUES (1, true)")
-    standby_pair.wait_caught_up()
-    folder = tmp_path / "invariants"
-    folder.mkdir()
-    (folder / "bad.sql").write_text(
-        f"-- description: nothing is bad\n-- key: [id]\nSELECT id FROM {table} WHERE bad\n"
-    )
-    store = StateStore.open(path=tmp_path / "state.db")
-    config = Config(
-        invariants=folder,
-        http=HttpConfig(listen=None),
-        daemon=DaemonConfig(max_replica_lag=timedelta(seconds=2)),
-        database=PRIVILEGED,
-    )
-    daemon = Daemon.build(config, standby_pair.standby_dsn, store)
+    _, daemon, store = watching_one_bad_row(standby_pair, tmp_path, max_replica_lag=2)
     try:
         daemon.reload()
 

@@ -3,8 +3,6 @@ every request answered with a status and a body; nothing dropped with a tracebac
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import socket
 import threading
 import time
@@ -12,6 +10,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 
 import pytest
+from builders import slack_signature
 from helpers import wait_for
 
 from monitor.daemon.http import MAX_BODY, Listener, Probe, Routes
@@ -129,12 +128,6 @@ def test_slow_clients_neither_block_the_probes_nor_stay_forever(listener: Listen
 # --- the signed Slack endpoint, with its real verifier --------------------------------------
 
 
-def signed(body: bytes, timestamp: str) -> dict[str, str]:
-    base = f"v0:{timestamp}:".encode() + body
-    digest = hmac.new(SECRET.encode(), base, hashlib.sha256).hexdigest()
-    return {"X-Slack-Request-Timestamp": timestamp, "X-Slack-Signature": f"v0={digest}"}
-
-
 @pytest.fixture
 def slack_http(world: object) -> Iterator[object]:
     from alerts.alerter import Alerter
@@ -151,7 +144,7 @@ def slack_http(world: object) -> Iterator[object]:
 @pytest.mark.parametrize("timestamp", ["", "abc", "1e10", "-5", "99999999999999999999999"])
 def test_a_malformed_timestamp_is_a_401_not_a_traceback(slack_http: object, timestamp: str) -> None:
     body = b"payload=%7B%7D"
-    status, text = slack_http.http(body, signed(body, timestamp))  # type: ignore[attr-defined]
+    status, text = slack_http.http(body, slack_signature(body, SECRET, timestamp))  # type: ignore[attr-defined]
     assert (status, text) == (401, "invalid signature")
 
 
@@ -169,7 +162,7 @@ def test_a_signed_payload_of_the_wrong_shape_is_answered(
 ) -> None:
     body = urllib.parse.urlencode({"payload": payload}).encode()
     now = str(int(time.time()))
-    answered, _ = slack_http.http(body, signed(body, now))  # type: ignore[attr-defined]
+    answered, _ = slack_http.http(body, slack_signature(body, SECRET, now))  # type: ignore[attr-defined]
     assert answered == status
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
-from helpers import PRIVILEGED, wait_for
+from builders import build_daemon, daemon_config
+from helpers import wait_for
 
-from monitor.config import Config, HttpConfig
 from monitor.daemon.daemon import Daemon
 from monitor.execution.results import RunResult
 from monitor.store.state import StateStore
@@ -49,15 +49,8 @@ def test_readyz_names_the_stale_target_and_the_unreachable_one_saying_which(
         )
 
     def daemon_for(targets: dict[str, object], state: str) -> Daemon:
-        config = Config.model_validate(
-            {
-                "invariants": folder,
-                "http": HttpConfig(listen=None),
-                "database": PRIVILEGED,
-                "targets": targets,
-            }
-        )
-        daemon = Daemon.build(config, None, StateStore.open(path=tmp_path / state))
+        config = daemon_config(folder, targets=targets)
+        daemon = build_daemon(config, None, StateStore.open(path=tmp_path / state))
         daemon.reload()
         return daemon
 
@@ -72,7 +65,7 @@ def test_readyz_names_the_stale_target_and_the_unreachable_one_saying_which(
     )
     alone: Daemon | None = None
     try:
-        routes = daemon.routes()
+        routes = daemon.probes.routes()
         down = daemon.databases["jobs"].runner.probe()
         assert down is not None
         assert routes.readyz.check() is None
@@ -98,7 +91,7 @@ def test_readyz_names_the_stale_target_and_the_unreachable_one_saying_which(
         # The stale target alone: nothing can be evaluated, so /readyz is not ready.
         alone = daemon_for({"payments": payments}, "alone.db")
         stale_run(alone, "payments/bad")
-        lone = alone.routes().readyz
+        lone = alone.probes.routes().readyz
         problem = lone.check()
         assert problem is not None and problem.startswith("no target can be evaluated: payments (")
         [why] = re.findall(r"payments \(stale: (.*)\)$", problem)

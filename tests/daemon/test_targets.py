@@ -11,13 +11,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import CHECK, PRIVILEGED, cli, sql
+from builders import config_file
+from helpers import CHECK, cli, sql
 
 from monitor.authoring.pgtemp import scratch_database
 from monitor.config import parse_config
 from monitor.invariants.loader import Loading, load_directory
 
 QUERY = "SELECT id FROM items WHERE bad\n"
+# The dead target of these tests: nothing listens on its port.
+NOBODY = {"dsn": "host=127.0.0.1 port=1 dbname=x", "connect_timeout": "1s"}
 
 
 def header(extra: str = "") -> str:
@@ -100,12 +103,8 @@ def test_each_invariant_runs_on_its_own_database_and_a_dead_one_stays_its_own(
     (root / "loose.sql").unlink()
     (root / "jobs").mkdir()
     (root / "jobs" / "stuck.sql").write_text(header() + QUERY)
-    (tmp_path / "invmon.yaml").write_text(
-        "targets:\n"
-        f"  payments: {{dsn: '{database}'}}\n"
-        f"  billing: {{dsn: '{second}'}}\n"
-        "  jobs: {dsn: 'host=127.0.0.1 port=1 dbname=x', connect_timeout: 1s}\n"
-    )
+    targets = {"payments": {"dsn": database}, "billing": {"dsn": second}, "jobs": NOBODY}
+    config_file(tmp_path, targets=targets)
     done = cli(*CHECK, "--format", "json", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     results = {r["invariant"]: r for r in json.loads(done.stdout)["results"]}
@@ -149,8 +148,9 @@ def test_lint_and_test_use_each_targets_own_schema(tmp_path: Path, database: str
     )
     (tmp_path / "payments.sql").write_text("CREATE TABLE payments (id int, amount numeric);\n")
     (tmp_path / "billing.sql").write_text("CREATE TABLE invoices (id int, late bool);\n")
-    (tmp_path / "invmon.yaml").write_text(
-        "targets:\n  payments: {schema: payments.sql}\n  billing: {schema: billing.sql}\n"
+    config_file(
+        tmp_path,
+        targets={"payments": {"schema": "payments.sql"}, "billing": {"schema": "billing.sql"}},
     )
     linted = cli("lint", cwd=tmp_path)
     assert linted.returncode == 0, linted.stdout
@@ -164,10 +164,9 @@ def test_lint_and_test_use_each_targets_own_schema(tmp_path: Path, database: str
 def test_the_daemon_keeps_targets_apart_and_a_dead_one_is_one_incident(
     tmp_path: Path, database: str, second: str
 ) -> None:
+    from builders import build_daemon, daemon_config
     from helpers import FakeClock
 
-    from monitor.config import Config, HttpConfig
-    from monitor.daemon.daemon import Daemon
     from monitor.store.state import StateStore
 
     items(database, bad=2)
@@ -177,24 +176,18 @@ def test_the_daemon_keeps_targets_apart_and_a_dead_one_is_one_incident(
         (root / target).mkdir(parents=True)
         for n in (1, 2):
             (root / target / f"bad_{n}.sql").write_text(header("-- schedule: every 1m\n") + QUERY)
-    config = Config.model_validate(
-        {
-            "invariants": root,
-            "http": HttpConfig(listen=None),
-            "database": PRIVILEGED,
-            "targets": {
-                "payments": {"dsn": database},
-                "billing": {"dsn": second, "channel": "#billing"},
-                "jobs": {"dsn": "host=127.0.0.1 port=1 dbname=x", "connect_timeout": "1s"},
-            },
-        }
-    )
+    targets = {
+        "payments": {"dsn": database},
+        "billing": {"dsn": second, "channel": "#billing"},
+        "jobs": NOBODY,
+    }
+    config = daemon_config(root, targets=targets)
     store = StateStore.open(path=tmp_path / "state.db")
     # Half a minute past: each pass below lands past its slot's start and jitter (at most a
     # tenth of the minute). A clock starting at the real time of day made a pass miss its
     # slots whenever the test began in the last seconds of a minute.
     clock = FakeClock(datetime.now(UTC).replace(second=30, microsecond=0))
-    daemon = Daemon.build(config, "", store, clock=clock)
+    daemon = build_daemon(config, "", store, clock=clock)
     try:
         daemon.reload()
         passes = []
@@ -203,7 +196,7 @@ def test_the_daemon_keeps_targets_apart_and_a_dead_one_is_one_incident(
             passes.append(
                 {r.invariant: (r.target, r.status, r.count) for r in daemon.run_due(clock())}
             )
-        routes = daemon.routes()
+        routes = daemon.probes.routes()
         ready, note = routes.readyz.check(), routes.readyz.note()
     finally:
         daemon.databases.close()
@@ -282,8 +275,8 @@ def test_a_refused_port_is_found_down_at_once_not_after_the_pool_timeout(
 ) -> None:
     """The connect timeout is two minutes; a refused port must not cost it, at load (the
     fence's vetting) or at the run (the replica gate): the test's deadline is half that."""
-    from monitor.config import Config, HttpConfig
-    from monitor.daemon.daemon import Daemon
+    from builders import build_daemon, daemon_config
+
     from monitor.store.state import StateStore
 
     items(database, bad=1)
@@ -291,19 +284,12 @@ def test_a_refused_port_is_found_down_at_once_not_after_the_pool_timeout(
     for target in ("payments", "jobs"):
         (root / target).mkdir(parents=True)
         (root / target / "bad.sql").write_text(header() + QUERY)
-    config = Config.model_validate(
-        {
-            "invariants": root,
-            "http": HttpConfig(listen=None),
-            "database": PRIVILEGED,
-            "targets": {
-                "payments": {"dsn": database},
-                "jobs": {"dsn": "host=127.0.0.1 port=1 dbname=x", "connect_timeout": "120s"},
-            },
-        }
-    )
+    targets = {
+        "payments": {"dsn": database},
+        "jobs": {"dsn": "host=127.0.0.1 port=1 dbname=x", "connect_timeout": "120s"},
+    }
     store = StateStore.open(path=tmp_path / "state.db")
-    daemon = Daemon.build(config, None, store)
+    daemon = build_daemon(daemon_config(root, targets=targets), None, store)
     try:
         _, results = daemon.run_once()
     finally:
@@ -328,10 +314,8 @@ def two_target_store(tmp_path: Path) -> Path:
     from monitor.store.state import StateStore
 
     (tmp_path / "invariants").mkdir()
-    (tmp_path / "invmon.yaml").write_text(
-        "state:\n  path: state.db\n"
-        "targets:\n  payments:\n    dsn: host=p\n  billing:\n    dsn: host=b\n"
-    )
+    targets = {"payments": {"dsn": "host=p"}, "billing": {"dsn": "host=b"}}
+    config_file(tmp_path, state={"path": "state.db"}, targets=targets)
     store = StateStore.open(path=tmp_path / "state.db")
     now = datetime(2026, 11, 30, 12, tzinfo=UTC)
     store.record_run(
@@ -385,10 +369,8 @@ def test_status_and_history_say_and_filter_by_target(tmp_path: Path) -> None:
 
 def test_the_daemon_refuses_to_start_with_a_target_that_has_no_dsn(tmp_path: Path) -> None:
     (tmp_path / "invariants").mkdir()
-    (tmp_path / "invmon.yaml").write_text(
-        "state:\n  path: state.db\n"
-        "targets:\n  payments:\n    dsn: host=p\n  billing: {}\n  jobs: {}\n"
-    )
+    targets = {"payments": {"dsn": "host=p"}, "billing": {}, "jobs": {}}
+    config_file(tmp_path, state={"path": "state.db"}, targets=targets)
     ran = cli("run", "--once", cwd=tmp_path)
     assert ran.returncode == 2
     assert ran.stderr.strip() == (

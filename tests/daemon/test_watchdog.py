@@ -6,14 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from fake_slack import TOKEN, FakeSlack
+from builders import build_daemon, daemon_config, slack_to
+from fake_slack import FakeSlack
 from fake_switch import Pings
-from helpers import PRIVILEGED, items_table, sql, wait_for
+from helpers import items_table, sql, wait_for
 from scenario import World
 
-from alerts.slack import SlackTransport
-from monitor.config import Config, HttpConfig, SlackConfig, WatchdogConfig
-from monitor.daemon.daemon import Daemon
+from monitor.config import WatchdogConfig
 from monitor.daemon.self_checks import Loaded, stalled, stuck
 from monitor.durations import parse_schedule
 from monitor.store.state import StateStore
@@ -80,16 +79,12 @@ def test_a_stopped_scheduler_is_said_in_slack_and_to_the_dead_mans_switch(
     )
     store = StateStore.open(path=tmp_path / "state.db")
     with FakeSlack() as fake:
-        config = Config(
-            invariants=folder,
-            http=HttpConfig(listen=None),
+        config = daemon_config(
+            folder,
             watchdog=WatchdogConfig(interval=timedelta(seconds=1), ping_url=pings.url),
-            slack=SlackConfig(token=TOKEN, api_url=fake.api_url, channel="#invariants"),
-            database=PRIVILEGED,
+            slack=slack_to(fake),
         )
-        daemon = Daemon.build(
-            config, database, store, transport=SlackTransport(TOKEN, fake.api_url, timeout=2)
-        )
+        daemon = build_daemon(config, database, store, call_timeout=2)
         daemon.start()
         try:
             wait_for(lambda: store.last_recorded().get("bad_items"), 20, "the first run")

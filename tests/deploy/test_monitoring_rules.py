@@ -11,7 +11,7 @@ from pathlib import Path
 import promql_parser
 import pytest
 import yaml
-from helpers import PRIVILEGED, items_table
+from helpers import items_table
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,9 +33,9 @@ def dashboard_exprs() -> list[str]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, admin_dsn: str) -> set[str]:
     """The sample names on /metrics of a daemon that has run, beaten and delivered once."""
+    from builders import build_daemon, daemon_config
+
     from monitor.authoring.pgtemp import scratch_database
-    from monitor.config import Config, HttpConfig
-    from monitor.daemon.daemon import Daemon
     from monitor.store.state import StateStore
 
     tmp = tmp_path_factory.mktemp("served")
@@ -46,13 +46,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, admin_dsn: str) -> set[str]
             "-- description: nothing is bad\n-- key: [id]\nSELECT id FROM items WHERE bad\n"
         )
         store = StateStore.open(path=tmp / "state.db")
-        daemon = Daemon.build(
-            Config(
-                invariants=tmp / "invariants", http=HttpConfig(listen=None), database=PRIVILEGED
-            ),
-            dsn,
-            store,
-        )
+        daemon = build_daemon(daemon_config(tmp / "invariants"), dsn, store)
         try:
             daemon.run_once()
             daemon.scheduler.heartbeat(datetime.now(UTC))

@@ -4,7 +4,6 @@ SIGKILL that neither repeat nor lose an event."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import signal
@@ -15,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import PRIVILEGED_YAML, items_table, sql, wait_for
+from builders import process_config
 from helpers import http_get as get
+from helpers import items_table, sql, start_daemon, wait_for
 from psycopg.conninfo import make_conninfo
 
 from monitor.store.state import StateStore
@@ -70,28 +70,18 @@ def setup(database: str, tmp_path: Path) -> tuple[str, Path]:
 @pytest.fixture
 def start(setup: tuple[str, Path], tmp_path: Path) -> Iterator[Callable[[], DaemonProcess]]:
     dsn, folder = setup
-    config = tmp_path / "invmon.yaml"
-    config.write_text(
-        f"invariants: {folder}\n"
-        f"state:\n  path: {tmp_path / 'state.db'}\n"
-        "http:\n  listen: 127.0.0.1:0\n"
-        "log:\n  format: json\n"
-        "daemon:\n  shutdown_grace: 5s\n"
-        f"{PRIVILEGED_YAML}"
+    config = process_config(
+        tmp_path,
+        folder,
+        http={"listen": "127.0.0.1:0"},
+        log={"format": "json"},
+        daemon={"shutdown_grace": "5s"},
     )
     started: list[DaemonProcess] = []
 
     def launch() -> DaemonProcess:
         log_path = tmp_path / f"daemon-{len(started)}.log"
-        env = {**os.environ, "INVMON_DSN": dsn}
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "monitor.cli", "run", "--config", str(config)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=tmp_path,
-            )
+        process = start_daemon(config, log_path, dsn)
         started.append(DaemonProcess(process, log_path, tmp_path / "state.db"))
         return started[-1]
 
@@ -166,7 +156,10 @@ def test_sighup_with_a_broken_file_reports_it_and_keeps_the_rest_running(
     assert daemon.stop() == 0
 
 
-@pytest.mark.parametrize("seed", [11, 23, 47])
+# One seed in the default run (the suite's time budget), all three with --soak.
+@pytest.mark.parametrize(
+    "seed", [11, pytest.param(23, marks=pytest.mark.soak), pytest.param(47, marks=pytest.mark.soak)]
+)
 def test_a_restart_after_sigkill_repeats_no_event_and_loses_none(
     seed: int, start: Callable[[], DaemonProcess], setup: tuple[str, Path]
 ) -> None:
@@ -240,7 +233,7 @@ def send_from_this_thread():
     # The kernel may deliver a process signal to any thread; this makes it this one, which
     # is not the main thread, every time.
     deadline = time.monotonic() + 20
-    while daemon.health_problem() is not None and time.monotonic() < deadline:
+    while daemon.probes.health_problem() is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     if which == "hup":
         # Written only now, after the start-up load: only the SIGHUP can bring it in.

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from fake_slack import TOKEN, FakeSlack
-from helpers import PRIVILEGED_YAML, items_table, start_daemon, wait_for
+from builders import process_config, slack_to
+from fake_slack import FakeSlack
+from helpers import items_table, start_daemon, wait_for
 
 from monitor.authoring.pgtemp import scratch_database
 from monitor.clock import parse_stamp
@@ -80,26 +81,6 @@ def fleet(
                 process.wait()
 
 
-def write_config(tmp_path: Path, folder: Path, state: str, fake: FakeSlack) -> Path:
-    config = tmp_path / "invmon.yaml"
-    config.write_text(
-        f"invariants: {folder}\n"
-        f"state:\n  dsn: '{state}'\n"
-        "http:\n  listen: null\n"
-        f"{PRIVILEGED_YAML}"
-        "log:\n  format: json\n"
-        f"daemon:\n  shutdown_grace: 5s\n  lease: {LEASE.seconds}s\n  handoff: 2s\n"
-        "slack:\n"
-        f"  token: {TOKEN}\n"
-        f"  api_url: {fake.api_url}\n"
-        "  channel: '#invariants'\n"
-        "  settle: 1s\n"
-        "  timeout: 0.5s\n"
-        "  lease: 3s\n"
-    )
-    return config
-
-
 def run_fleet(
     seed: int,
     fleet: tuple[str, Path, Callable[[Path, int], subprocess.Popen[bytes]]],
@@ -110,7 +91,15 @@ def run_fleet(
     label = f"seed {seed}"
     state, folder, launch = fleet
     with FakeSlack(seed=seed) as fake:
-        config = write_config(tmp_path, folder, state, fake)
+        config = process_config(
+            tmp_path,
+            folder,
+            state={"dsn": state},
+            http={"listen": None},
+            log={"format": "json"},
+            daemon={"shutdown_grace": "5s", "lease": f"{LEASE.seconds}s", "handoff": "2s"},
+            slack=slack_to(fake, settle="1s", timeout="0.5s", lease="3s"),
+        )
         daemons = [launch(config, n) for n in range(3)]
         kills = rng.randint(1, 3)
         # Claims a killed daemon held when it died, with its pid: each must be taken over,

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import PRIVILEGED, PRIVILEGED_YAML, FakeClock, active_runs, start_daemon, wait_for
+from builders import build_daemon, config_file, daemon_config, process_config
+from helpers import FakeClock, active_runs, start_daemon, wait_for
 from helpers import http_get as get
 
-from monitor.config import Config, DaemonConfig, FenceConfig, HttpConfig
+from monitor.config import DaemonConfig, FenceConfig
 from monitor.daemon.daemon import Daemon
 from monitor.daemon.liveness import Liveness, Stall
 from monitor.daemon.supervision import EXIT_WEDGED, Notifier, Supervisor
@@ -74,14 +75,12 @@ def sleepers(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def daemon(database: str, sleepers: Path, store: StateStore) -> Iterator[Daemon]:
-    config = Config(
-        invariants=sleepers,
-        http=HttpConfig(listen=None),
+    config = daemon_config(
+        sleepers,
         daemon=DaemonConfig(jitter=timedelta(seconds=0.001)),
         fence=FenceConfig(allow_functions=["pg_sleep"]),
-        database=PRIVILEGED,
     )
-    made = Daemon.build(config, database, store, clock=FakeClock(START))
+    made = build_daemon(config, database, store, clock=FakeClock(START))
     made.reload()
     yield made
     made.databases.close()
@@ -233,17 +232,14 @@ def test_a_watchdog_pid_of_another_process_is_not_ours_to_ping() -> None:
 
 
 def write_config(tmp_path: Path, folder: Path, grace: int = 5) -> Path:
-    config = tmp_path / "invmon.yaml"
-    config.write_text(
-        f"invariants: {folder}\n"
-        f"state:\n  path: {tmp_path / 'state.db'}\n"
-        "concurrency: 1\n"
-        "http:\n  listen: 127.0.0.1:0\n"
-        "fence:\n  allow_functions: [pg_sleep]\n"
-        f"daemon:\n  shutdown_grace: {grace}s\n"
-        f"{PRIVILEGED_YAML}"
+    return process_config(
+        tmp_path,
+        folder,
+        concurrency=1,
+        http={"listen": "127.0.0.1:0"},
+        fence={"allow_functions": ["pg_sleep"]},
+        daemon={"shutdown_grace": f"{grace}s"},
     )
-    return config
 
 
 def launch(
@@ -338,7 +334,7 @@ daemon.supervisor.exit_after = float(sys.argv[4])
 
 def wedge():
     deadline = time.monotonic() + 30
-    while daemon.health_problem() is not None and time.monotonic() < deadline:
+    while daemon.probes.health_problem() is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     print(f"healthy http://{daemon.listener.address}", flush=True)
     if sys.argv[5] != "wedge":
@@ -459,14 +455,13 @@ def silent_server() -> Iterator[str]:
 def store_config(tmp_path: Path, state_dsn: str, connect_timeout: str) -> Path:
     folder = tmp_path / "invariants"
     folder.mkdir(exist_ok=True)
-    config = tmp_path / "invmon.yaml"
-    config.write_text(
-        f"invariants: {folder}\n"
-        f"state:\n  dsn: {state_dsn}\n"
-        f"database:\n  connect_timeout: {connect_timeout}\n"
-        "http:\n  listen: null\n"
+    return config_file(
+        tmp_path,
+        invariants=folder,
+        state={"dsn": state_dsn},
+        database={"connect_timeout": connect_timeout},
+        http={"listen": None},
     )
-    return config
 
 
 def test_sigterm_while_the_state_store_is_being_reached_stops_cleanly(
@@ -564,7 +559,7 @@ def test_the_systemd_unit_asks_for_the_notifications_the_daemon_sends() -> None:
     import configparser
 
     from monitor.config import DaemonConfig
-    from monitor.daemon.daemon import STOP_MARGIN
+    from monitor.daemon.stopping import STOP_MARGIN
 
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str  # type: ignore[assignment,method-assign]
@@ -694,12 +689,12 @@ def test_a_stop_that_cannot_finish_in_time_exits_non_zero_naming_what_it_waited_
         "SELECT 1 AS x WHERE xpath('count(//a[. = //a])', (SELECT xmlelement(name r,"
         " xmlagg(xmlelement(name a, 'x'))) FROM generate_series(1, 25000)))::text = ''\n"
     )
-    config = tmp_path / "invmon.yaml"
-    config.write_text(
-        f"invariants: {folder}\nstate:\n  path: {tmp_path / 'state.db'}\n"
-        "http:\n  listen: null\nfence:\n  allow_functions: [xpath]\n"
-        "daemon:\n  shutdown_grace: 1s\n"
-        f"{PRIVILEGED_YAML}"
+    config = process_config(
+        tmp_path,
+        folder,
+        http={"listen": None},
+        fence={"allow_functions": ["xpath"]},
+        daemon={"shutdown_grace": "1s"},
     )
     log = tmp_path / "daemon.log"
     process = launch(config, database, log)

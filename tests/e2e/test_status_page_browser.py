@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PRIVILEGED_YAML, cli, start_daemon, wait_for
+from builders import process_config
+from helpers import cli, listening_url, start_daemon, wait_for
 
 from monitor.authoring.pgtemp import apply_sql
 
@@ -101,24 +102,17 @@ def daemon(database: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
         assert replaced == 1
         (folder / f"{name}.sql").write_text(text)
     (folder / f"{HOSTILE}.sql").write_text(HOSTILE_SQL)
-    config = tmp_path / "invmon.yaml"
-    config.write_text(
-        f"invariants: {folder}\n"
-        f"state:\n  path: {tmp_path / 'state.db'}\n"
-        "http:\n  listen: 127.0.0.1:0\n  page_refresh: 1s\n"
-        "log:\n  format: json\n"
-        "daemon:\n  shutdown_grace: 5s\n"
-        f"{PRIVILEGED_YAML}"
+    config = process_config(
+        tmp_path,
+        folder,
+        http={"listen": "127.0.0.1:0", "page_refresh": "1s"},
+        log={"format": "json"},
+        daemon={"shutdown_grace": "5s"},
     )
     log = tmp_path / "daemon.log"
     process = start_daemon(config, log, database)
     try:
-        found = wait_for(
-            lambda: re.search(r"listening on (http://[\d.]+:\d+)", log.read_text()),
-            30,
-            "the daemon's listener",
-        )
-        yield found.group(1), config
+        yield listening_url(log), config
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0, log.read_text()[-2000:]
     finally:

@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import PRIVILEGED, FakeClock, cli, invariant
+from builders import build_daemon, config_file, daemon_config
+from helpers import FakeClock, cli, invariant
 
 from monitor.authoring.pgtemp import scratch_database
-from monitor.config import Config, DaemonConfig, FenceConfig, HttpConfig, StateConfig
+from monitor.config import DaemonConfig, FenceConfig, StateConfig
 from monitor.daemon.daemon import Daemon
 from monitor.execution.quarantine import overrun, still_running, version_of
 from monitor.store.state import StateStore
@@ -54,15 +55,13 @@ def test_the_version_changes_with_what_runs_and_only_with_it() -> None:
 
 
 def make(folder: Path, store: StateStore, dsn: str, state: StateConfig | None = None) -> Daemon:
-    config = Config(
-        invariants=folder,
-        http=HttpConfig(listen=None),
+    config = daemon_config(
+        folder,
         state=state or StateConfig(),
         daemon=DaemonConfig(overrun_margin=timedelta(seconds=1)),
         fence=FenceConfig(allow_functions=["xpath"]),
-        database=PRIVILEGED,
     )
-    daemon = Daemon.build(config, dsn, store, clock=FakeClock(START))
+    daemon = build_daemon(config, dsn, store, clock=FakeClock(START))
     daemon.reload()
     return daemon
 
@@ -162,8 +161,7 @@ def test_a_quarantine_on_one_daemon_holds_on_all_three_until_an_operator_lifts_i
         "quarantined"
     ]  # one alert, however many daemons
     # An operator lifts it from the command line; every daemon runs it again.
-    config = tmp_path / "invmon.yaml"
-    config.write_text(f"state:\n  dsn: {state_dsn}\n")
+    config = config_file(tmp_path, state={"dsn": state_dsn})
     lifted = cli("unquarantine", "unstoppable", "--config", str(config))
     assert (lifted.returncode, lifted.stdout) == (
         0,

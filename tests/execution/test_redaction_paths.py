@@ -18,34 +18,26 @@ import logging
 import re
 import sqlite3
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
-from fake_slack import TOKEN, FakeSlack
-from helpers import CHECK, PRIVILEGED, FakeClock, cli, sql
+from builders import build_daemon, config_file, daemon_config, quick_slack
+from fake_slack import FakeSlack
+from helpers import CHECK, FakeClock, cli, sql
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scenario import settle
 
-from alerts.slack import SlackTransport
 from monitor.authoring.pgtemp import scratch_database
-from monitor.config import (
-    Config,
-    DaemonConfig,
-    HttpConfig,
-    LimitsConfig,
-    RedactConfig,
-    SlackConfig,
-    StateConfig,
-)
-from monitor.daemon.daemon import Daemon
+from monitor.config import DaemonConfig, LimitsConfig, RedactConfig, StateConfig
 from monitor.execution.redaction import CutValue, Redaction, iban_valid
 from monitor.store.state import StateStore
 
 MASKER = Redaction(b"k").masker()
 MASK = re.compile(r"\[masked:[0-9a-f]{12}\]")
+# Every path here, `check` and the daemon alike: a value longer than this is cut.
+LIMITS = LimitsConfig(cell_bytes=64)
 
 
 # --- the pure rules ---------------------------------------------------------------------
@@ -343,17 +335,11 @@ def folders(tmp_path: Path) -> tuple[Path, Path]:
     return flagged, cast
 
 
-def _config_file(tmp_path: Path, extra: str = "") -> Path:
-    path = tmp_path / "invmon.yaml"
-    path.write_text(f"limits:\n  cell_bytes: 64\n{extra}")
-    return path
-
-
 def test_check_masks_every_hostile_shape_in_every_format(
     people: str, folders: tuple[Path, Path], tmp_path: Path
 ) -> None:
     flagged, cast = folders
-    config = _config_file(tmp_path)
+    config = config_file(tmp_path, limits=LIMITS)
     outputs = {}
     for fmt in ("table", "json", "markdown"):
         for folder in (flagged, cast):
@@ -434,30 +420,10 @@ def test_the_daemon_masks_every_hostile_shape_on_every_path(
         StateStore.open(path=state.path) if state.dsn is None else StateStore.open(dsn=state.dsn)
     )
     with FakeSlack(clock=clock) as fake:
-        config = Config(
-            invariants=flagged,
-            http=HttpConfig(listen=None),
-            daemon=DaemonConfig(),
-            database=PRIVILEGED,
-            limits=LimitsConfig(cell_bytes=64),
-            state=state,
-            slack=SlackConfig.model_validate(
-                {
-                    "token": TOKEN,
-                    "api_url": fake.api_url,
-                    "channel": "#invariants",
-                    "settle": timedelta(seconds=2),
-                    "timeout": timedelta(seconds=0.3),
-                }
-            ),
+        config = daemon_config(
+            flagged, daemon=DaemonConfig(), limits=LIMITS, state=state, slack=quick_slack(fake)
         )
-        daemon = Daemon.build(
-            config,
-            people,
-            store,
-            clock=clock,
-            transport=SlackTransport(TOKEN, fake.api_url, timeout=0.3),
-        )
+        daemon = build_daemon(config, people, store, clock, call_timeout=0.3)
         daemon.reload()
         daemon.evaluate("people")
         daemon.evaluate("refs")
@@ -470,10 +436,9 @@ def test_the_daemon_masks_every_hostile_shape_on_every_path(
     }
     store.close()
     outputs["store"] = _store_dump(state)
-    where = f"state:\n  dsn: {state.dsn}\n" if state.dsn else f"state:\n  path: {state.path}\n"
-    config_file = _config_file(tmp_path, f"invariants: {flagged}\n{where}")
+    written = config_file(tmp_path, limits=LIMITS, invariants=flagged, state=state)
     for command in (["status"], ["history", "people"], ["history", "refs"]):
-        done = cli(*command, "--config", str(config_file), "--format", "json")
+        done = cli(*command, "--config", str(written), "--format", "json")
         assert done.returncode == 0, done.stderr
         outputs[" ".join(command)] = done.stdout
     assert "[masked:" in outputs["csv"] and "[masked:" in outputs["store"]
@@ -486,7 +451,7 @@ def test_md5_of_a_bare_long_email_is_not_shown(
 ) -> None:
     flagged, _ = folders
     done = cli(
-        *CHECK, "--config", str(_config_file(tmp_path)), "--dsn", people,
+        *CHECK, "--config", str(config_file(tmp_path, limits=LIMITS)), "--dsn", people,
         "--invariants", str(flagged), "--format", "json",
     )  # fmt: skip
     [row] = json.loads(done.stdout)["results"][0]["rows"]

@@ -330,7 +330,9 @@ def test_hostile_queries_forced_past_the_parser_are_stopped_by_the_role_and_read
                 continue
             try:
                 with conn.transaction():
-                    conn.execute("SET LOCAL statement_timeout = '3s'")
+                    # Only the queries that fail at once (privileges, READ ONLY) are judged
+                    # below; a sleeper is cut short, and what ran is checked by `effects`.
+                    conn.execute("SET LOCAL statement_timeout = '1s'")
                     conn.execute(case["sql"].encode())
                 outcomes[name] = "ran"
             except psycopg.Error as exc:

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from builders import build_daemon, config_file, daemon_config
 from helpers import FakeClock, cli, invariant, items_table
 from psycopg import sql as pgsql
 from test_readonly_role import _as, _create_role, _drop_roles
 
 from monitor.authoring.pgtemp import scratch_database
-from monitor.config import Config, DatabaseConfig, HttpConfig, StateConfig
+from monitor.config import DatabaseConfig, StateConfig
 from monitor.daemon.daemon import Daemon
 from monitor.execution.runner import Runner
 from monitor.fence.role_check import Found, RoleFacts, abilities, read_role, verdict
@@ -192,14 +193,9 @@ def _daemon(dsn: str, tmp_path: Path, database: DatabaseConfig) -> tuple[Daemon,
     folder = tmp_path / "invariants"
     folder.mkdir(exist_ok=True)
     (folder / "bad.sql").write_text(BAD)
-    config = Config(
-        invariants=folder,
-        http=HttpConfig(listen=None),
-        state=StateConfig(path=tmp_path / "state.db"),
-        database=database,
-    )
+    config = daemon_config(folder, state=StateConfig(path=tmp_path / "state.db"), database=database)
     store = StateStore.open(path=config.state.path)
-    return Daemon.build(config, dsn, store, clock=FakeClock()), store
+    return build_daemon(config, dsn, store, clock=FakeClock()), store
 
 
 def test_a_daemon_connected_as_a_superuser_refuses_its_target(
@@ -211,7 +207,7 @@ def test_a_daemon_connected_as_a_superuser_refuses_its_target(
     daemon, store = _daemon(database, tmp_path, DatabaseConfig())
     try:
         _, results = daemon.run_once()
-        ready = daemon.readiness()
+        ready = daemon.probes.readiness()
         # Not read at start (the database did not answer then): read before the next run.
         daemon.databases["default"].role = None
         later = daemon.databases["default"].refusal()
@@ -233,7 +229,7 @@ def test_allowed_it_runs_and_readyz_says_with_what(database: str, tmp_path: Path
     daemon, store = _daemon(database, tmp_path, DatabaseConfig(allow_privileged_role=True))
     try:
         _, results = daemon.run_once()
-        ready, note = daemon.readiness(), daemon.readiness_note()
+        ready, note = daemon.probes.readiness(), daemon.probes.readiness_note()
         notes = daemon.databases.role_notes()
     finally:
         daemon.close()
@@ -253,7 +249,7 @@ def test_a_daemon_as_the_least_privilege_role_runs_and_notes_nothing(
     daemon, store = _daemon(dsn, tmp_path, DatabaseConfig())
     try:
         _, results = daemon.run_once()
-        note, notes = daemon.readiness_note(), daemon.databases.role_notes()
+        note, notes = daemon.probes.readiness_note(), daemon.databases.role_notes()
     finally:
         daemon.close()
         store.close()
@@ -290,9 +286,7 @@ def test_a_targets_config_allowance_is_honoured_by_check(database: str, tmp_path
     folder = tmp_path / "invariants"
     folder.mkdir()
     (folder / "bad.sql").write_text(BAD)
-    (tmp_path / "invmon.yaml").write_text(
-        f"targets:\n  shop:\n    dsn: {database}\n    allow_privileged_role: true\n"
-    )
+    config_file(tmp_path, targets={"shop": {"dsn": database, "allow_privileged_role": True}})
     (folder / "shop").mkdir()
     (folder / "bad.sql").rename(folder / "shop" / "bad.sql")
     done = cli("check", "--invariants", str(folder), cwd=tmp_path)

@@ -12,7 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import PRIVILEGED, cli
+from builders import config_file
+from helpers import cli
 
 from monitor.daemon.fleet import Queue, preferred
 from monitor.execution.results import RunResult
@@ -196,7 +197,7 @@ def test_the_daemon_refuses_a_store_migrated_by_a_newer_release(tmp_path: Path) 
     with pytest.raises(StoreTooNew):
         StateStore.open(path=tmp_path / "state.db")
     (tmp_path / "invariants").mkdir()
-    (tmp_path / "invmon.yaml").write_text("dsn: host=x\nstate:\n  path: state.db\n")
+    config_file(tmp_path, dsn="host=x", state={"path": "state.db"})
     ran = cli("run", "--once", cwd=tmp_path)
     assert ran.returncode == 2
     assert ran.stderr.strip() == (
@@ -245,11 +246,11 @@ def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
     """The daemon's own path, driven by a clock the test holds: both daemons see every slot
     due, each slot is stored once, and a slot claimed by a daemon that then stops (no
     heartbeat, no run) is run by the other once the lease has passed."""
+    from builders import build_daemon, daemon_config
     from helpers import FakeClock, items_table
 
     from monitor.authoring.pgtemp import scratch_database
-    from monitor.config import Config, DaemonConfig, HttpConfig
-    from monitor.daemon.daemon import Daemon
+    from monitor.config import DaemonConfig
 
     items_table(database, bad=(1,))
     folder = tmp_path / "invariants"
@@ -262,15 +263,12 @@ def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
     # Half a minute past a slot, ahead of the real time the timetable starts from at reload.
     now = datetime.now(UTC)
     clock = FakeClock(now.replace(second=0, microsecond=0) + timedelta(minutes=1, seconds=30))
-    config = Config(
-        invariants=folder,
-        http=HttpConfig(listen=None),
-        daemon=DaemonConfig(lease=timedelta(seconds=30), handoff=timedelta(seconds=5)),
-        database=PRIVILEGED,
+    config = daemon_config(
+        folder, daemon=DaemonConfig(lease=timedelta(seconds=30), handoff=timedelta(seconds=5))
     )
     with scratch_database(admin_dsn, prefix="invmon_state") as state:
         stores = [StateStore.open(dsn=state) for _ in range(2)]
-        a, b = (Daemon.build(config, database, s, clock=clock) for s in stores)
+        a, b = (build_daemon(config, database, s, clock=clock) for s in stores)
         try:
             for daemon in (a, b):
                 daemon.reload()

@@ -13,8 +13,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from fake_slack import TOKEN, FakeSlack
-from helpers import PRIVILEGED_YAML, cli, http_get, items_table, start_daemon, wait_for
+from builders import process_config, slack_to
+from fake_slack import FakeSlack
+from helpers import cli, http_get, items_table, listening_url, start_daemon, wait_for
 from scenario import World, script, settle
 
 from alerts.alerter import summary_group
@@ -365,31 +366,19 @@ def test_removing_a_violated_invariant_and_sighup_retire_it_everywhere(
     (folder / "shop" / "paid_twice.sql").write_text(PAID_TWICE)
     (folder / "shop" / "holds.sql").write_text(HOLDS)  # an emptied folder is kept loaded
     with FakeSlack() as fake:
-        config = tmp_path / "invmon.yaml"
-        config.write_text(
-            f"invariants: {folder}\n"
-            f"state:\n  path: {tmp_path / 'state.db'}\n"
-            "http:\n  listen: 127.0.0.1:0\n"
-            f"{PRIVILEGED_YAML}"
-            "log:\n  format: json\n"
-            "defaults:\n  schedule: every 1s\n"
-            "daemon:\n  shutdown_grace: 2s\n"
-            "slack:\n"
-            f"  token: {TOKEN}\n"
-            f"  api_url: {fake.api_url}\n"
-            "  channel: '#invariants'\n"
-            "  settle: 1s\n"
-            "  timeout: 2s\n"
-            "  digest_window: 1s\n"
+        config = process_config(
+            tmp_path,
+            folder,
+            http={"listen": "127.0.0.1:0"},
+            log={"format": "json"},
+            defaults={"schedule": "every 1s"},
+            daemon={"shutdown_grace": "2s"},
+            slack=slack_to(fake, settle="1s", timeout="2s", digest_window="1s"),
         )
         log = tmp_path / "daemon.log"
         process = start_daemon(config, log, database)
         try:
-            base = wait_for(
-                lambda: re.search(r"listening on (http://[\d.]+:\d+)", log.read_text()),
-                30,
-                "the daemon's listener",
-            ).group(1)
+            base = listening_url(log)
             root = wait_for(
                 lambda: next(
                     (r for r in fake.roots() if any(m.files for m in fake.thread(r))), None

@@ -10,10 +10,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import PRIVILEGED, cli, items_table
+from builders import build_daemon, config_file, daemon_config
+from helpers import cli, items_table
 
-from monitor.config import Config, HttpConfig, StateConfig
-from monitor.daemon.daemon import Daemon
+from monitor.config import StateConfig
 from monitor.store.state import StateStore
 
 INVARIANT = "-- description: no item is bad\n-- key: [id]\nSELECT id FROM items WHERE bad\n"
@@ -35,13 +35,7 @@ def test_a_damaged_store_makes_the_daemon_unhealthy_and_it_keeps_evaluating(
     (folder / "bad.sql").write_text(INVARIANT)
     state = tmp_path / "state.db"
     store = StateStore.open(path=state)
-    config = Config(
-        invariants=folder,
-        http=HttpConfig(listen=None),
-        state=StateConfig(path=state),
-        database=PRIVILEGED,
-    )
-    daemon = Daemon.build(config, database, store)
+    daemon = build_daemon(daemon_config(folder, state=StateConfig(path=state)), database, store)
     try:
         daemon.reload()
         assert daemon.evaluate("bad") is not None
@@ -59,7 +53,7 @@ def test_a_damaged_store_makes_the_daemon_unhealthy_and_it_keeps_evaluating(
         problem = daemon.store_health.problem
         assert problem is not None
         assert problem.startswith(f"the state store (state.path {str(state)!r}) failed while ")
-        assert daemon.health_problem() == problem
+        assert daemon.probes.health_problem() == problem
         assert b"invmon_state_store_ok 0.0" in daemon.metrics.render()
         said = [r.getMessage() for r in caplog.records if r.name == "invmon.state"]
         assert len(said) == 1  # per minute
@@ -67,16 +61,10 @@ def test_a_damaged_store_makes_the_daemon_unhealthy_and_it_keeps_evaluating(
     finally:
         daemon.close()
         store.close()
-    done = cli("status", "--config", str(write_config(tmp_path, state)))
+    done = cli("status", "--config", str(config_file(tmp_path, state={"path": state})))
     assert done.returncode == 2
     assert done.stderr.startswith("invmon: cannot ") and "state.path" in done.stderr
     assert "Traceback" not in done.stderr
-
-
-def write_config(folder: Path, state: Path) -> Path:
-    path = folder / "invmon.yaml"
-    path.write_text(f"state:\n  path: {state}\n")
-    return path
 
 
 def test_status_reads_a_store_it_may_not_write(database: str, tmp_path: Path) -> None:
@@ -88,7 +76,7 @@ def test_status_reads_a_store_it_may_not_write(database: str, tmp_path: Path) ->
     try:
         config_folder = tmp_path.parent / f"{tmp_path.name}-config"
         config_folder.mkdir()
-        done = cli("status", "--config", str(write_config(config_folder, state)))
+        done = cli("status", "--config", str(config_file(config_folder, state={"path": state})))
     finally:
         tmp_path.chmod(0o755)
         state.chmod(0o644)
