@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from alerts.console import ConsoleTransport
 from alerts.content import Describe, Views
 from alerts.ledger import Ledger
+from alerts.muting import Mutes
 from alerts.planned import PlannedDeliveries
 from alerts.plans import (
     CHURN,
@@ -90,6 +91,7 @@ class Alerter:
         self.ledger = Ledger(store.storage)
         self.roots = Roots(store.storage)
         self.planned = PlannedDeliveries(self.roots)
+        self.mutes = Mutes(store, self.roots, self.planned, self.channel)
         self.transport = transport or transport_for(config)
         self.worker = DeliveryWorker(
             self.ledger,
@@ -162,9 +164,10 @@ class Alerter:
             # Claim first, then group: only the events this call planned are grouped, and a
             # digest that another daemon planned while these claims waited on it is seen.
             planned = [e for e in events if self.store.claim_event(tx, e.id, now)]
+            muted = self.mutes.silencing(tx, planned, incidents, now)
             openings: dict[str, list[StoredEvent]] = defaultdict(list)
             for event in planned:
-                if event.kind in OPENING:
+                if event.kind in OPENING and event.id not in muted:
                     incident = incidents[event.incident_id]
                     openings[self.channel(incident, event.invariant)].append(event)
             digested: set[int] = set()
@@ -172,9 +175,12 @@ class Alerter:
                 if self._group(tx, channel, group, now):
                     digested.update(e.id for e in group)
             for event in planned:
+                posted = bool(self.roots.channels(tx, event.incident_id))
                 for channel in self.channels(tx, event, incidents[event.incident_id]):
                     specs = plan_event(event, channel)
-                    if event.id in quiet:
+                    if event.id in muted:
+                        specs = self.mutes.still_said(specs, posted)
+                    elif event.id in quiet:
                         # Acknowledged or snoozed: the root still shows the new count, but
                         # the thread gets no notice (a cleared "until new rows" ack is not
                         # quiet).
@@ -284,6 +290,9 @@ class Alerter:
         for incident in self.store.open_incidents():
             if incident.kind != "violation" or is_quiet(incident, now):
                 continue
+            with self.store.storage.transaction() as tx:
+                if self.mutes.muted(tx, incident, now) is not None:
+                    continue
             nth = int((now - incident.opened_at).total_seconds() // every)
             if nth < 1:
                 continue
@@ -324,4 +333,5 @@ class Alerter:
         return queued
 
     def deliver(self) -> int:
+        self.mutes.release(self.clock())
         return self.worker.run_due()

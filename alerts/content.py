@@ -17,6 +17,7 @@ from alerts.messages import (
     Message,
     digest_message,
     escape,
+    mute_ended_message,
     reminder_message,
     reply_message,
     root_message,
@@ -144,6 +145,8 @@ class Content:
             return root_message(view, now)
         if kind == "reminder":
             message = reminder_message(view, now)
+        elif kind == "mute_ended":
+            message = mute_ended_message(delivery.payload, view)
         elif kind == CHANGED:
             message = changes_message(delivery.payload, view)
         else:

@@ -347,6 +347,18 @@ def reply_wording(payload: dict[str, Any], view: IncidentView) -> dict[EventKind
     }
 
 
+def mute_ended_message(payload: dict[str, Any], view: IncidentView) -> Message:
+    """The one reply when a mute that kept this incident quiet ends and it is still open;
+    the root above it was kept up to date while muted."""
+    count = "" if view.count is None else f" with {counted(view.count, 'offending row')}"
+    reason = escape(cut(str(payload.get("reason") or ""), 200))
+    text = (
+        f"🔔 Mute #{payload.get('mute')} ({reason}) ended: this is still open{count}. "
+        "Nothing was posted about it while it was muted; the message above shows it now."
+    )
+    return Message(cut(text, TEXT_LIMIT), [_section(text)])
+
+
 def with_subject(message: Message, subject: str) -> Message:
     """The same message, introduced by what it is about."""
     blocks = [_section(f"{subject}: {message.blocks[0]['text']['text']}"), *message.blocks[1:]]

@@ -21,7 +21,7 @@ class NothingSelected(Exception):
     """A selector matched no invariant; the message lists what there is."""
 
 
-def _relative_name(selector: str, folder: Path) -> str:
+def selector_name(selector: str, folder: Path) -> str:
     """A path given from here (`invariants/payments/x.sql`) as a name (`payments/x`)."""
     text = selector.removesuffix(".sql")
     try:
@@ -42,7 +42,7 @@ def name_matches(name: str, tags: Collection[str], selector: str, folder: Path) 
     load has a name but no tags)."""
     if selector.startswith("tag:"):
         return selector[4:] in tags
-    wanted = _relative_name(selector, folder)
+    wanted = selector_name(selector, folder)
     if wanted == "" or wanted.endswith("/"):
         return name.startswith(wanted)
     if (folder / wanted).is_dir():

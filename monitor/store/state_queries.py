@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from monitor.clock import maybe_parse, parse_stamp, stamp
-from monitor.store.incidents import IncidentState, event_kind
+from monitor.store.incidents import OPENING_EVENTS, IncidentState, event_kind
 from monitor.store.records import Incident, IncidentContext, IncidentKey, Run, StoredEvent
 from monitor.store.storage import Storage, Tx
 
@@ -141,7 +141,8 @@ class StateQueries:
         found = self._runs("WHERE r.id = ?", (run_id,))
         return found[0] if found else None
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, now: datetime | None = None) -> dict[str, int]:
+        """The store's gauges; with `now`, also the mutes active then."""
         with self._db.transaction() as tx:
             [(pending,)] = tx.rows("SELECT count(*) FROM events WHERE dispatched_at IS NULL")
             [(open_,)] = tx.rows("SELECT count(*) FROM incidents WHERE resolved_at IS NULL")
@@ -152,12 +153,21 @@ class StateQueries:
                     " WHERE resolved_at IS NOT NULL GROUP BY COALESCE(ended_as, 'resolved')"
                 )
             )
-        return {
-            "events_pending": int(pending),
-            "open_incidents": int(open_),
-            "resolved_incidents": int(ended.get("resolved", 0)),
-            "retired_incidents": int(ended.get("retired", 0)),
-        }
+            counted = {
+                "events_pending": int(pending),
+                "open_incidents": int(open_),
+                "resolved_incidents": int(ended.get("resolved", 0)),
+                "retired_incidents": int(ended.get("retired", 0)),
+            }
+            if now is not None:
+                at = stamp(now)
+                [(muting,)] = tx.rows(
+                    "SELECT count(*) FROM mutes WHERE starts_at <= ? AND ends_at > ?"
+                    " AND (ended_early_at IS NULL OR ended_early_at > ?)",
+                    (at, at, at),
+                )
+                counted["mutes_active"] = int(muting)
+        return counted
 
     def prune_runs(self, before: datetime) -> int:
         """Drop old runs, keeping each invariant's latest; incidents and events stay."""
@@ -175,13 +185,30 @@ class StateQueries:
             )
         return int(doomed[0][0])
 
+    def incident_in(self, tx: Tx, incident_id: int) -> Incident | None:
+        """`incident` read inside the caller's transaction."""
+        found = self._incidents_in(tx, "WHERE id = ?", (incident_id,))
+        return found[0] if found else None
+
+    def opening_event_in(self, tx: Tx, incident_id: int) -> StoredEvent | None:
+        """The event that opened an incident (None once pruned), in the caller's
+        transaction: a mute that held it plans it when it ends (alerts/muting.py)."""
+        kinds = ", ".join(f"'{k}'" for k in sorted(OPENING_EVENTS))
+        found = self._events_in(
+            tx, f"WHERE incident_id = ? AND kind IN ({kinds}) ORDER BY id LIMIT 1", (incident_id,)
+        )
+        return found[0] if found else None
+
     def _events(self, where: str, params: Sequence[Any]) -> list[StoredEvent]:
         with self._db.transaction() as tx:
-            found = tx.rows(
-                "SELECT id, incident_id, invariant, kind, created_at, payload_json FROM events "
-                + where,
-                params,
-            )
+            return self._events_in(tx, where, params)
+
+    def _events_in(self, tx: Tx, where: str, params: Sequence[Any]) -> list[StoredEvent]:
+        found = tx.rows(
+            "SELECT id, incident_id, invariant, kind, created_at, payload_json FROM events "
+            + where,
+            params,
+        )
         return [
             StoredEvent(
                 int(i), int(inc), inv, event_kind(kind), parse_stamp(at), json.loads(payload)

@@ -16,6 +16,8 @@ from typing import Any
 
 from monitor.clock import maybe_parse, parse_stamp
 from monitor.store.incidents import event_kind
+from monitor.store.mute_table import MuteTable
+from monitor.store.mutes import Mute
 from monitor.store.records import Incident, Run, StoredEvent
 from monitor.store.state import StateStore
 from monitor.store.storage import Tx
@@ -77,6 +79,7 @@ class Overview:
     latest: dict[str, RunPoint]  # each invariant's last run
     points: dict[str, list[RunPoint]]  # its recent runs, oldest first
     open_incidents: list[Incident]
+    mutes: list[Mute] = field(default_factory=list)  # in force or scheduled
 
 
 @dataclass(frozen=True)
@@ -129,9 +132,9 @@ def _points(tx: Tx, invariant: str, limit: int) -> list[RunPoint]:
     return [_point(r) for r in found]
 
 
-def read_overview(store: StateStore, names: Iterable[str]) -> Overview:
+def read_overview(store: StateStore, names: Iterable[str], now: datetime | None = None) -> Overview:
     """The latest run of every invariant the store knows or the daemon runs, the last
-    SPARK_RUNS runs of each, and the open incidents."""
+    SPARK_RUNS runs of each, the open incidents, and (with `now`) the mutes not over."""
 
     def reading(tx: Tx) -> dict[str, list[RunPoint]]:
         known = {str(n) for (n,) in tx.rows("SELECT invariant FROM invariant_state")}
@@ -141,7 +144,9 @@ def read_overview(store: StateStore, names: Iterable[str]) -> Overview:
     by_name = store.read(reading)
     latest = {name: points[0] for name, points in by_name.items() if points}
     oldest_first = {name: list(reversed(points)) for name, points in by_name.items() if points}
-    return Overview(latest, oldest_first, store.open_incidents())
+    table = MuteTable(store.storage)
+    mutes = table.listed(now) if now is not None and table.kept() else []
+    return Overview(latest, oldest_first, store.open_incidents(), mutes)
 
 
 def _events(tx: Tx, where: str, params: tuple[Any, ...]) -> list[StoredEvent]:

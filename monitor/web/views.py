@@ -8,7 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from monitor.clock import shown
 from monitor.invariants.loader import RESERVED_PREFIX
+from monitor.store.mutes import Mute
 from monitor.store.records import Incident
 from monitor.text import cut
 from monitor.web.filters import Filters
@@ -146,6 +148,7 @@ class OverviewPage:
     refresh_seconds: int
     # Targets refused for their database role, or run as a privileged one by allowance.
     roles: list[str] = field(default_factory=list)
+    mutes: list[str] = field(default_factory=list)  # one line each, in force or scheduled
 
 
 def overview_page(
@@ -191,7 +194,18 @@ def overview_page(
         when(now),
         refresh_seconds,
         [cut(r, TEXT_LIMIT) for r in roles],
+        [cut(mute_words(m, now), TEXT_LIMIT) for m in overview.mutes],
     )
+
+
+def mute_words(mute: Mute, now: datetime) -> str:
+    """One mute, as the page says it: what, until when, why, and who set it."""
+    span = (
+        f"until {shown(mute.ends)}"
+        if mute.state(now) == "active"
+        else f"from {shown(mute.starts_at)} until {shown(mute.ends)}"
+    )
+    return f"#{mute.id} {mute.what}, {span}: {mute.reason} (set by {mute.created_by})"
 
 
 def _count(rows: Sequence[Row], status: str) -> int:
