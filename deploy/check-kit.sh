@@ -6,11 +6,14 @@
 #   2. deploy/container/check-without-engine.sh, on a database seeded from deploy/demo/;
 #   3. the image built from deploy/container/Dockerfile with buildah, then run: `invmon demo`
 #      in it, and its own ENTRYPOINT and CMD against the seeded database, with its
-#      HEALTHCHECK, /readyz and the planted counts on /metrics. No registry but the package
+#      HEALTHCHECK, /readyz and the planted counts on /metrics, and that it has the s3 extra
+#      (boto3), which the image installs for S3 sources. No registry but the package
 #      registries is reachable here, so BASE is Debian bookworm's python3 made by debootstrap
 #      (cached under /var/cache/invmon-ci). When buildah and debootstrap are missing and
 #      cannot be installed (no apt-get, not root, apt fails), 3 is skipped and says why; once
 #      they are there, any failure fails.
+# 2 and 3 build with this checkout's version (`python -m setuptools_scm`) as INVMON_VERSION,
+# and their /metrics must say it in invmon_build_info.
 # The last line says whether the image build ran: "image build: ran: …" or "… skipped: …".
 # Usage: INVMON_TEST_DSN=postgresql://postgres@127.0.0.1:5432/postgres deploy/check-kit.sh
 # INVMON_TEST_DSN is a server where scratch databases may be created and dropped (the suite's
@@ -88,6 +91,16 @@ seed_fresh() {
         fail "could not create and seed a scratch database on INVMON_TEST_DSN"
 }
 
+# The version both builds below are given, as the Dockerfile takes it (INVMON_VERSION): their
+# sources are copied without .git, so setuptools-scm is asked here, in the checkout. Outside a
+# checkout there is none to pass, and they get pyproject's fallback_version (so do the probes).
+version=""
+if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
+    version=$("$python" -m setuptools_scm 2>"$work/version.err") ||
+        fail "$python -m setuptools_scm (a dev dependency): $(tail -n 1 "$work/version.err")"
+fi
+say "building as version ${version:-(none: not a git checkout, so the fallback)}"
+
 # 1. Render and validate every kustomization.
 step=$SECONDS
 command -v kubectl >/dev/null || fail "kubectl is needed: it renders with kustomize itself"
@@ -109,13 +122,14 @@ if [ -n "$server" ]; then
     step=$SECONDS
     port_free
     seed_fresh
-    EXPECT_PLANTED=deploy/demo/planted.yaml INVMON_DSN=$seeded \
+    EXPECT_PLANTED=deploy/demo/planted.yaml INVMON_DSN=$seeded INVMON_VERSION=$version \
         deploy/container/check-without-engine.sh >"$work/without-engine.log" 2>&1 || {
         tail -n 30 "$work/without-engine.log" >&2
         fail "deploy/container/check-without-engine.sh"
     }
     say "check-without-engine.sh passed in $(elapsed "$step"):" \
-        "$(grep '^invmon_offending_rows' "$work/without-engine.log")"
+        "$(grep '^invmon_offending_rows' "$work/without-engine.log");" \
+        "$(grep '^invmon_build_info' "$work/without-engine.log")"
 else
     say "check-without-engine.sh not run: INVMON_TEST_DSN is not set (no server to seed)"
 fi
@@ -203,7 +217,7 @@ step=$SECONDS
 image="localhost/invmon-ci:$run_id"
 images+=("$image")
 buildah bud --isolation=chroot --network=host --format docker --layers=false --force-rm \
-    --build-arg BASE="$base" "${mounts[@]}" \
+    --build-arg BASE="$base" --build-arg INVMON_VERSION="$version" "${mounts[@]}" \
     -f deploy/container/Dockerfile -t "$image" . >"$work/build.log" 2>&1 || {
     tail -n 30 "$work/build.log" >&2
     fail "buildah bud deploy/container/Dockerfile"
@@ -231,6 +245,9 @@ containers+=("$ctr")
 
 buildah run --isolation=chroot "$ctr" -- test ! -s /etc/pip.conf ||
     fail "the host's pip settings are in the image: the build's mounts leaked"
+# The image installs the s3 extra, so that an invariant with an S3 source runs in it.
+buildah run --isolation=chroot --user "${user[0]}" "$ctr" -- python -c 'import boto3, botocore' ||
+    fail "the image has no boto3: the Dockerfile must install invariant-monitor[s3]"
 timeout 180 buildah run --isolation=chroot --network=host --user "${user[0]}" "$ctr" -- \
     invmon demo --dsn "$server" >"$work/demo.log" 2>&1 || {
     tail -n 30 "$work/demo.log" >&2
@@ -243,7 +260,7 @@ setsid buildah run --isolation=chroot --network=host --user "${user[0]}" \
     --env INVMON_DSN="$seeded" "$ctr" -- "${command[@]}" >"$work/daemon.log" 2>&1 &
 daemon=$!
 "$python" deploy/check_kit.py probe http://127.0.0.1:9187 --deadline 60 --pid "$daemon" \
-    --planted deploy/demo/planted.yaml >"$work/probe.log" || {
+    --planted deploy/demo/planted.yaml --version "$version" >"$work/probe.log" || {
     tail -n 20 "$work/daemon.log" >&2
     fail "the image's daemon (${command[*]})"
 }
@@ -251,7 +268,8 @@ timeout 30 buildah run --isolation=chroot --network=host --user "${user[0]}" "$c
     "${healthcheck[@]}" || fail "the image's HEALTHCHECK (${healthcheck[*]})"
 stop_daemon
 counts=$(sed -n 's/^invmon_offending_rows: //p' "$work/probe.log")
+built=$(sed -n 's/^invmon_build_info: //p' "$work/probe.log")
 say "ran the image in $(elapsed "$step"): invmon demo; ${command[*]} as ${user[0]}:" \
-    "$(head -n 1 "$work/probe.log"), HEALTHCHECK passed; $counts"
+    "$(head -n 1 "$work/probe.log"), HEALTHCHECK passed; $counts; $built"
 echo "image build: ran: built on Debian bookworm's python3 ($made), ran demo and daemon," \
     "HEALTHCHECK and planted counts passed, $((SECONDS)) s in all" >&2

@@ -6,8 +6,9 @@
                          ENTRYPOINT+CMD (run), HEALTHCHECK (healthcheck) or its USER (user)
   seed SERVER NAME       a database NAME on SERVER with the demo schema and its planted rows
   drop SERVER NAME       that database dropped
-  probe URL              a running daemon: /readyz 200 by a deadline, /healthz 200, and
-                         (--planted) every shipped invariant's count the seed planted
+  probe URL              a running daemon: /readyz 200 by a deadline, /healthz 200,
+                         (--planted) every shipped invariant's count the seed planted, and
+                         (--version) the version invmon_build_info says it was built as
 
 deploy/container/check-without-engine.sh uses `probe` too, from the venv it installs, so the
 module imports nothing at the top beyond the standard library: each subcommand imports what
@@ -22,6 +23,7 @@ import json
 import os
 import sys
 import time
+import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -213,6 +215,25 @@ def offending_rows(metrics: str) -> dict[str, float]:
     }
 
 
+def build_info(metrics: str) -> dict[str, str]:
+    """The labels of invmon_build_info (version, commit, store_schema); {} when absent."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(metrics):
+        if family.name == "invmon_build_info":
+            return {k: v for sample in family.samples for k, v in sample.labels.items()}
+    return {}
+
+
+def expected_version(given: str) -> str:
+    """The version a build was given (INVMON_VERSION), or, given none, the one setuptools-scm
+    falls back to for sources without git metadata: pyproject's fallback_version."""
+    if given:
+        return given
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return str(pyproject["tool"]["setuptools_scm"]["fallback_version"])
+
+
 def get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=4) as answer:
@@ -233,8 +254,15 @@ def alive(pid: int | None) -> bool:
     return True
 
 
-def probe(base: str, deadline_s: float, planted: Path | None, pid: int | None) -> list[str]:
-    """Poll until ready and (with `planted`) every planted count is served, or fail."""
+def probe(
+    base: str,
+    deadline_s: float,
+    planted: Path | None,
+    pid: int | None,
+    version: str | None = None,
+) -> list[str]:
+    """Poll until ready and (with `planted`) every planted count is served, or fail; with
+    `version` (empty: pyproject's fallback), invmon_build_info must say that version."""
     deadline = time.monotonic() + deadline_s
     want = planted_counts(planted) if planted else {}
     last = "nothing answered"
@@ -251,7 +279,18 @@ def probe(base: str, deadline_s: float, planted: Path | None, pid: int | None) -
             if health != 200:
                 raise KitError(f"/healthz answered {health} while /readyz answered 200")
             rows = ", ".join(f"{name} {int(n)}" for name, n in sorted(served.items()))
-            return ["/healthz 200, /readyz 200", f"invmon_offending_rows: {rows}"]
+            built = build_info(metrics)
+            if version is not None and built.get("version") != expected_version(version):
+                raise KitError(
+                    f"invmon_build_info says {built or 'nothing'}, not the version "
+                    f"{expected_version(version)!r} the build was given"
+                )
+            about = ", ".join(f"{k} {v}" for k, v in built.items())
+            return [
+                "/healthz 200, /readyz 200",
+                f"invmon_offending_rows: {rows}",
+                f"invmon_build_info: {about}",
+            ]
         time.sleep(0.25)  # the poll's interval; the deadline bounds the wait
     raise KitError(f"not ready with the planted counts {want} in {deadline_s:.0f} s: {last}")
 
@@ -271,6 +310,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     ask.add_argument("--deadline", type=float, default=60.0, help="seconds (default 60)")
     ask.add_argument("--planted", type=Path, help="deploy/demo/planted.yaml: assert its counts")
     ask.add_argument("--pid", type=int, help="fail as soon as this process has exited")
+    ask.add_argument(
+        "--version", help="the version the build was given (empty: pyproject's fallback)"
+    )
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         if args.command == "validate":
@@ -295,7 +337,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         elif args.command == "drop":
             drop(args.server, args.name)
         else:
-            print("\n".join(probe(args.url, args.deadline, args.planted, args.pid)))
+            print("\n".join(probe(args.url, args.deadline, args.planted, args.pid, args.version)))
     except KitError as exc:
         print(f"{parser.prog} {args.command}: {exc}", file=sys.stderr)
         return 1

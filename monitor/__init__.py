@@ -1,3 +1,1 @@
 """invmon: SQL invariants that return offending rows, run against a read replica on a schedule."""
-
-__version__ = "0.1.0"

@@ -22,8 +22,9 @@ _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 
 
-def parse_duration(value: str | int | float | timedelta) -> timedelta:
-    """Read "250ms", "30s", "5m", "1h30m", "2d" or a bare number of seconds."""
+def parse_duration(value: str | int | float | timedelta, zero: bool = False) -> timedelta:
+    """Read "250ms", "30s", "5m", "1h30m", "2d" or a bare number of seconds; `zero`: "0s"
+    (or 0) is a value too, for a setting where none means off (daemon.jitter)."""
     if isinstance(value, timedelta):
         return value
     if isinstance(value, bool) or not isinstance(value, str | int | float):
@@ -42,9 +43,12 @@ def parse_duration(value: str | int | float | timedelta) -> timedelta:
                     f"{shorten(value, 40)} is not a duration; write it like 30s, 5m, 1h or 1h30m"
                 )
             seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if zero and seconds == 0:
+        return timedelta(0)
     if not 0 < seconds < MAX_SECONDS:
+        lowest = "0 (off) or more" if zero else "positive"
         raise ValueError(
-            f"a duration must be positive and under 100 years, got {shorten(value, 40)}"
+            f"a duration must be {lowest} and under 100 years, got {shorten(value, 40)}"
         )
     return timedelta(seconds=seconds)
 

@@ -6,6 +6,9 @@
 # Usage: INVMON_DSN=postgresql://… deploy/container/check-without-engine.sh
 # With EXPECT_PLANTED=deploy/demo/planted.yaml (INVMON_DSN then a database seeded from
 # deploy/demo/), the offending-row counts must be the planted ones; deploy/check-kit.sh does so.
+# INVMON_VERSION is the Dockerfile's build-arg of that name (deploy/check-kit.sh passes the
+# checkout's): the copy has no .git, so without it the wheel gets pyproject's fallback_version.
+# Either way /metrics' invmon_build_info must say the version the build was given.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${INVMON_DSN:?set INVMON_DSN to a database the shipped invariants can read}"
@@ -29,10 +32,17 @@ sed -n 's/^COPY \([^-/][^ ]*\) \.\/.*$/\1/p; s/^COPY \(pyproject.toml\) README.m
     mkdir -p "$work/context/$(dirname "$source")"
     cp -r "$source" "$work/context/$source"
 done
-python3 -m pip wheel --quiet --no-cache-dir --wheel-dir "$work/wheels" "$work/context"
+# With the s3 extra, as the Dockerfile builds and installs it: the image supports S3 sources.
+SETUPTOOLS_SCM_PRETEND_VERSION_FOR_INVARIANT_MONITOR="${INVMON_VERSION:-}" \
+    python3 -m pip wheel --quiet --no-cache-dir --wheel-dir "$work/wheels" "$work/context[s3]"
 python3 -m venv "$work/venv"
+set -- "$work"/wheels/invariant_monitor-*.whl
 "$work/venv/bin/pip" install --quiet --no-cache-dir --no-index --find-links="$work/wheels" \
-    "$work"/wheels/invariant_monitor-*.whl
+    "$1[s3]"
+"$work/venv/bin/python" -c 'import boto3, botocore' || {
+    echo "the image's install has no boto3: the s3 extra was not installed" >&2
+    exit 1
+}
 
 mkdir "$work/run"
 cp -r invariants "$work/run/invariants"
@@ -43,7 +53,8 @@ sed -e "s|/etc/invmon/invariants|$work/run/invariants|" \
 daemon=$!
 # The installed venv has what the probe imports (PyYAML, prometheus-client): invmon's own.
 if ! "$work/venv/bin/python" deploy/check_kit.py probe http://127.0.0.1:9187 --deadline 60 \
-    --pid "$daemon" ${EXPECT_PLANTED:+--planted "$EXPECT_PLANTED"}; then
+    --pid "$daemon" --version "${INVMON_VERSION:-}" \
+    ${EXPECT_PLANTED:+--planted "$EXPECT_PLANTED"}; then
     echo "the daemon's log:" >&2
     tail -n 20 "$work/run/log" >&2
     exit 1

@@ -69,6 +69,7 @@ def report_document(reports: Sequence[InvariantReport], strict: bool) -> dict[st
                         "unexpected": _parsed(r.unexpected),
                         "count": r.count,
                         "warnings": r.warnings,
+                        "hint": r.hint,
                         "seconds": round(r.seconds, 4),
                     }
                     for r in report.results

@@ -31,6 +31,7 @@ from typing import Any, TypeAlias
 import yaml
 
 from monitor import yamlsafe
+from monitor.authoring.value_hints import text_hint
 from monitor.invariants.validate import check_sql
 from monitor.problems import Problem
 from monitor.yamlsafe import StrictLoader, YamlProblem
@@ -359,6 +360,7 @@ class CaseResult:
     found: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    hint: str | None = None  # how to write what the diff shows (text_hint)
 
     def describe(self) -> str:
         return "\n  ".join([self._verdict(), *(f"warning: {w}" for w in self.warnings)])
@@ -382,7 +384,7 @@ class CaseResult:
                 f"expected {self.case.count} offending rows, got {self.count}"
                 + (f": {shown}" if shown else "")
             )
-        return f"❌ {self.case.name}: " + "; ".join(parts)
+        return f"❌ {self.case.name}: " + "; ".join([*parts, *([self.hint] if self.hint else [])])
 
 
 def compare(
@@ -410,6 +412,7 @@ def compare(
         unexpected,
         count,
         found=sorted(found_keys),
+        hint=text_hint(missing, unexpected),
     )
 
 

@@ -64,6 +64,16 @@ slack:
   channel: "#invariants"
 """
 
+# What the daemon writes beside the config (`state.path`, a SQLite file, and the files
+# SQLite and the single-daemon lock keep next to it): never code to review.
+GITIGNORE = """\
+# invmon's state store (state.path in invmon.yaml): runs and incidents, not code.
+invmon-state.db
+invmon-state.db-wal
+invmon-state.db-shm
+invmon-state.db.lock
+"""
+
 
 @dataclass(frozen=True)
 class Planned:
@@ -94,8 +104,10 @@ def workflow(template: str, source: str) -> str:
     install = (
         "      - run: |\n"
         '          if [ -z "$INVMON_SOURCE" ]; then\n'
-        '            echo "set the repository variable INVMON_SOURCE to where invmon is '
-        'installed from (a git URL at a tag, or a wheel URL)" >&2\n'
+        '            echo "set the repository variable INVMON_SOURCE to the invmon release to '
+        "install: a release tag (invariant-monitor @ "
+        "git+https://github.com/your-org/invmon@vX.Y.Z; see invmon's CHANGELOG.md) or a "
+        'wheel URL" >&2\n'
         "            exit 1\n"
         "          fi\n"
         '          pip install "$INVMON_SOURCE"\n'
@@ -109,6 +121,10 @@ def workflow(template: str, source: str) -> str:
     )
     replaced, count = pattern.subn(install, template)
     assert count == 2, "the workflow template changed; update scaffold.workflow"
+    # The schema is the one invmon.yaml names (`schema:`), as for `invmon lint` and `test`
+    # run by hand: one place to change it.
+    replaced, count = re.subn(r"\n      SCHEMA: [^\n]*", "", replaced)
+    assert count == 1, "the workflow template changed; update scaffold.workflow"
     own = "# GitHub Actions: the PR checks of this repository of invariants.\n"
     return re.sub(r"\A# GitHub Actions: copy to [^\n]*\n# [^\n]*\n", own, replaced)
 
@@ -122,6 +138,7 @@ def repository(kit: Path, source: str, has_invariants: bool = False) -> list[Pla
     ]
     return [
         Planned(Path("invmon.yaml"), CONFIG),
+        Planned(Path(".gitignore"), GITIGNORE),
         Planned(Path("db/schema.sql"), EXAMPLE_SCHEMA),
         *([] if has_invariants else example),
         Planned(

@@ -10,7 +10,17 @@ from typing import IO
 
 import click
 
-from monitor.cli.options import CONFIG, DSN, INVARIANTS, SELECT, TARGETS, fail, output_format
+from monitor.cli.options import (
+    CONFIG,
+    DSN,
+    INVARIANTS,
+    SELECT,
+    TABLE_ALIAS,
+    TARGETS,
+    InvmonError,
+    fail,
+    output_format,
+)
 from monitor.cli.render import (
     problems_text,
     results_document,
@@ -27,11 +37,12 @@ from monitor.cli.resolving import (
     resolve_config,
     store_where,
 )
-from monitor.config import Config
+from monitor.config import Config, ConfigError
 from monitor.execution.check import CheckOutcome, run_check
 from monitor.execution.results import exit_code
 from monitor.invariants.selection import NothingSelected
 from monitor.store.storage import StoreInUse, hold_single_daemon
+from monitor.version import commit, version
 
 
 @click.command()
@@ -41,7 +52,7 @@ from monitor.store.storage import StoreInUse, hold_single_daemon
 @SELECT
 @TARGETS
 @click.option("--only", multiple=True, metavar="NAME", hidden=True)  # the old spelling
-@output_format("table", "json", "markdown")
+@output_format("text", "json", "markdown", aliases=TABLE_ALIAS)
 @click.option(
     "--counts-only",
     is_flag=True,
@@ -132,6 +143,10 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
     config = resolve_config(config_path, dsn, invariants_dir)
     require(config)  # a daemon starts with every reference set, or not at all
     setup_logging(config.log.format, config.log.level)
+    # Which invmon this is, first: before anything slow or anything that can fail.
+    logging.getLogger("invmon.daemon").info(
+        "invmon starting", extra={"fields": {"version": version, "commit": commit}}
+    )
     require_every_target(config)
     if once:
         sys.exit(_run_once(config))
@@ -149,7 +164,13 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
             logging.getLogger("invmon.daemon").info("stopped before start, %s", stopped.doing)
             sys.exit(0)
         try:
-            daemon = Daemon.build(config, config.dsn, store, signals=signals)
+            daemon = Daemon.build(
+                config,
+                config.dsn,
+                store,
+                signals=signals,
+                reread=lambda: reread_config(config_path, dsn, invariants_dir),
+            )
             code = daemon.serve(supervise=True)
         except OSError as exc:
             fail(f"cannot listen on http.listen {config.http.listen}: {exc.strerror or exc}")
@@ -164,6 +185,15 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
             handler.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def reread_config(config_path: Path | None, dsn: str | None, invariants_dir: Path | None) -> Config:
+    """The config as `run` read it at start, read again for SIGHUP: an error is a
+    ConfigError (the daemon logs it and keeps the config it has), never an exit."""
+    try:
+        return resolve_config(config_path, dsn, invariants_dir)
+    except InvmonError as exc:
+        raise ConfigError(exc.format_message()) from None
 
 
 def _single_daemon_lock(config: Config) -> IO[str] | None:

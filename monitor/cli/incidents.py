@@ -6,11 +6,12 @@ import getpass
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from monitor.cli.options import CONFIG, TARGETS, fail, output_format
+from monitor.cli.muting import mute_document, mute_line
+from monitor.cli.options import CONFIG, TABLE_ALIAS, TARGETS, fail, output_format
 from monitor.cli.render import (
     history_text,
     status_text,
@@ -23,18 +24,31 @@ from monitor.durations import parse_duration
 from monitor.store.acks import Action
 from monitor.store.records import as_document
 
+if TYPE_CHECKING:
+    from monitor.store.mutes import Mute
+    from monitor.store.state import StateStore
+
 
 @click.command()
 @CONFIG
 @TARGETS
-@output_format("table", "json")
+@output_format("text", "json", aliases=TABLE_ALIAS)
 def status(config_path: Path | None, targets: tuple[str, ...], fmt: str) -> None:
     """Open incidents and each invariant's last run, from the state store."""
     config = resolve_config(config_path)
     known_targets(config, targets)
-    since = utc_now() - timedelta(days=1)
-    incidents, runs, closed = read_store(
-        config, lambda s: (s.open_incidents(), s.latest_runs(), s.closed_since(since))
+    now = utc_now()
+    since = now - timedelta(days=1)
+
+    def mutes_of(store: StateStore) -> list[Mute]:
+        from monitor.store.mute_table import MuteTable
+
+        table = MuteTable(store.storage)
+        return table.listed(now) if table.kept() else []
+
+    incidents, runs, closed, mutes = read_store(
+        config,
+        lambda s: (s.open_incidents(), s.latest_runs(), s.closed_since(since), mutes_of(s)),
     )
     if targets:
         incidents = [i for i in incidents if i.target in targets]
@@ -47,10 +61,17 @@ def status(config_path: Path | None, targets: tuple[str, ...], fmt: str) -> None
             # file removed while it was open).
             "closed_incidents": [as_document(i) for i in closed],
             "last_runs": [as_document(r) for r in runs],
+            # Active and scheduled: their incidents are recorded and listed above, and
+            # post once the mute ends.
+            "mutes": [mute_document(m, now) for m in mutes],
         }
         click.echo(to_json(document))
         return
     click.echo(status_text(incidents, runs, closed))
+    if mutes:
+        click.echo("\nMutes (notifications wait; runs and incidents are recorded):")
+        for m in mutes:
+            click.echo("  " + mute_line(m, now))
 
 
 @click.command()
@@ -58,7 +79,7 @@ def status(config_path: Path | None, targets: tuple[str, ...], fmt: str) -> None
 @CONFIG
 @TARGETS
 @click.option("--limit", default=20, show_default=True, help="How many runs and incidents.")
-@output_format("table", "json")
+@output_format("text", "json", aliases=TABLE_ALIAS)
 def history(
     name: str | None, config_path: Path | None, targets: tuple[str, ...], limit: int, fmt: str
 ) -> None:
@@ -97,8 +118,15 @@ def _act(config_path: Path | None, incident: int, action: Action) -> None:
     finally:
         store.close()
     click.echo(outcome.message)
-    if outcome.changed:
+    if outcome.changed and config.slack.token:
         click.echo("The alert in Slack is updated by the running daemon within seconds.")
+    elif outcome.changed:
+        # No Slack: the daemon's console transport prints the alert's update on its stdout.
+        click.echo(
+            "No Slack is configured (slack.token is not set), so the running daemon prints "
+            "the updated alert on its standard output (its journal or container log) within "
+            "seconds."
+        )
     sys.exit(0 if outcome.changed else 1)
 
 
@@ -137,16 +165,22 @@ def unack(incident: int, config_path: Path | None) -> None:
 
 
 @click.command()
-@click.argument("incident", type=int)
+@click.argument("incident")
 @click.argument("duration")
 @CONFIG
-def snooze(incident: int, duration: str, config_path: Path | None) -> None:
-    """Silence an incident's reminders and change notices for DURATION (e.g. 4h)."""
+def snooze(incident: str, duration: str, config_path: Path | None) -> None:
+    """Silence an open incident's reminders and change notices for DURATION (e.g. 4h).
+    For planned work on an invariant, a folder or a target, see `invmon mute`."""
+    if not incident.isdigit():
+        fail(
+            "snooze takes an open incident's number (see `invmon status`); to silence an "
+            f"invariant for planned work: invmon mute {incident} --for {duration} --reason …"
+        )
     try:
         length = parse_duration(duration)
     except ValueError as exc:
         fail(str(exc))
-    _act(config_path, incident, _cli_action("snooze", snooze_for=length))
+    _act(config_path, int(incident), _cli_action("snooze", snooze_for=length))
 
 
 @click.command()

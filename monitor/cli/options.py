@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn, TypeVar
 
@@ -107,10 +107,35 @@ TEST_SERVER = click.option(
 )
 
 
-def output_format(*choices: str) -> Callable[[F], F]:
+class _Formats(click.Choice[str]):
+    """The formats `--help` shows, and old names still accepted for what they are now."""
+
+    def __init__(self, choices: Sequence[str], aliases: Mapping[str, str]) -> None:
+        super().__init__(choices)
+        self.aliases = dict(aliases)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value in self.aliases:
+            return self.aliases[value]
+        return super().convert(value, param, ctx)
+
+
+def output_format(*choices: str, aliases: Mapping[str, str] | None = None) -> Callable[[F], F]:
+    """`--format`, the first choice the default: `text` for people, `json` for programs, and
+    any other the command has; one vocabulary for every command (tests/cli hold them to it).
+    `aliases` are former names, accepted without being shown (`table`, which `text`
+    replaced), so scripts keep working."""
     return click.option(
-        "--format", "fmt", type=click.Choice(choices), default=choices[0], show_default=True
+        "--format",
+        "fmt",
+        type=_Formats(choices, aliases or {}),
+        default=choices[0],
+        show_default=True,
     )
+
+
+# `check`, `status` and `history` called their text format `table`: still accepted.
+TABLE_ALIAS = {"table": "text"}
 
 
 def write_junit(path: Path, suite: str, cases: Sequence[JunitCase]) -> None:

@@ -3,8 +3,10 @@ selected invariants, the state store. Each refusal is one sentence naming the fl
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -94,7 +96,18 @@ def require_database(config: Config, purpose: str) -> str:
 
 def require_folder(config: Config) -> None:
     if not config.invariants.is_dir():
-        fail(f"invariants folder {str(config.invariants)!r} not found; pass --invariants DIR")
+        fail(
+            f"invariants folder {str(config.invariants)!r} not found "
+            f"(looked for {str(config.invariants.absolute())!r}{_read_from(config)}); "
+            "pass --invariants DIR"
+        )
+
+
+def _read_from(config: Config) -> str:
+    """Where a relative path in the config was read from, for a "not found"."""
+    if config.file is None:
+        return ", from the working directory: no config file"
+    return f", relative paths of {str(config.file)!r} are read from its folder"
 
 
 def schema_paths(config: Config, override: Path | None) -> dict[str, Path | None]:
@@ -156,26 +169,56 @@ def store_where(config: Config) -> str:
     return f"state.path {str(config.state.path)!r}"
 
 
-def open_store(config: Config, must_exist: bool = False, read_only: bool = False) -> StateStore:
+def open_store(
+    config: Config, must_exist: bool = False, read_only: bool = False, announce: bool = True
+) -> StateStore:
     """The state store; `must_exist` for commands that use what `invmon run` stored,
-    `read_only` for those that only look (a read-only file, a shared store not migrated)."""
+    `read_only` for those that only look (a read-only file, a shared store not migrated).
+    Opening it migrates it, and says so (`announce`: see _migrations_told)."""
     require(config, "state")
     from monitor.store.state import StateStore
 
     if must_exist and not config.state.dsn and not config.state.path.exists():
         fail(
-            f"no state store at {str(config.state.path)!r}: run this where `invmon run` runs, "
-            "or pass the same --config"
+            f"no state store at {str(config.state.path)!r} "
+            f"(looked for {str(config.state.path.absolute())!r}{_read_from(config)}): "
+            "pass the --config that `invmon run` uses, or start it first"
         )
     try:
-        return StateStore.open(
-            path=config.state.path,
-            dsn=config.state.dsn,
-            read_only=read_only,
-            connect_timeout=config.database.connect_timeout.total_seconds(),
-        )
+        with _migrations_told(announce and not read_only):
+            return StateStore.open(
+                path=config.state.path,
+                dsn=config.state.dsn,
+                read_only=read_only,
+                connect_timeout=config.database.connect_timeout.total_seconds(),
+            )
     except Exception as exc:  # sqlite3 and psycopg errors alike: say where, not a traceback
         fail(f"cannot open the state store ({store_where(config)}): {redact(str(exc))}")
+
+
+@contextmanager
+def _migrations_told(announce: bool) -> Iterator[None]:
+    """A migration is logged, `state store migrated 8→13` (logger invmon.store): the daemon's
+    logging shows it; a one-shot command (ack, mute…) has none set up, so meanwhile the
+    line goes to stderr as `invmon: state store migrated 8→13`."""
+    logger = logging.getLogger("invmon.store")
+    if not announce or logger.hasHandlers():
+        yield
+        return
+    handler = _ToStderr(logging.INFO)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+class _ToStderr(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"invmon: {redact(record.getMessage())}", err=True)
 
 
 def read_store(config: Config, reading: Callable[[StateStore], T]) -> T:

@@ -257,8 +257,8 @@ def write_planned(root: Path, planned: Sequence[Planned]) -> None:
 @click.command()
 @click.argument("directory", default=".", type=click.Path(path_type=Path, file_okay=False))
 def init(directory: Path) -> None:
-    """Start a repository of invariants: config, schema placeholder, an example invariant
-    with its cases, the PR workflow, its check script, PR template and CODEOWNERS."""
+    """Start a repository of invariants: config, .gitignore, schema placeholder, an example
+    invariant with its cases, the PR workflow, its check script, PR template and CODEOWNERS."""
     from monitor.authoring.scaffold import invmon_source, repository
     from monitor.cli.demo import shipped_folder
 

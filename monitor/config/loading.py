@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 from pydantic import (
+    BaseModel,
     ValidationError,
 )
 
@@ -50,21 +54,25 @@ def interpolate(
     where: str = "",
     tainted: set[str] | None = None,
     unresolved: dict[str, str] | None = None,
+    base: Path = Path(),
 ) -> Any:
     """Replace ${VAR}, ${VAR:-default} and ${file:PATH} in every string of a YAML tree.
     Each field that took a value from a reference is added to `tainted`: its value may be a
     secret and is never shown in a message. With `unresolved`, a field whose variable is not
-    set is left out and recorded there (field -> variable) instead of failing the load."""
+    set is left out and recorded there (field -> variable) instead of failing the load.
+    A relative `${file:PATH}` is read from `base`, the config file's folder."""
     tainted = set() if tainted is None else tainted
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            inner = interpolate(v, f"{where}.{k}" if where else str(k), tainted, unresolved)
+            inner = interpolate(v, f"{where}.{k}" if where else str(k), tainted, unresolved, base)
             if inner is not UNSET:
                 out[k] = inner
         return out
     if isinstance(value, list):
-        items = [interpolate(v, f"{where}.{i}", tainted, unresolved) for i, v in enumerate(value)]
+        items = [
+            interpolate(v, f"{where}.{i}", tainted, unresolved, base) for i, v in enumerate(value)
+        ]
         if any(item is UNSET for item in items):
             assert unresolved is not None
             unresolved.setdefault(where, next(iter(_missing(value))))
@@ -82,7 +90,7 @@ def interpolate(
         tainted.add(where)
         reference = match.group(1).strip()
         if reference.startswith("file:"):
-            return _read_secret(Path(reference[5:]).expanduser(), where)
+            return _read_secret(base / Path(reference[5:]).expanduser(), where)
         name, _, default = reference.partition(":-")
         if name in os.environ:
             return os.environ[name]
@@ -128,7 +136,8 @@ def _read_secret(path: Path, where: str) -> str:
         raise ConfigError(f"field {where!r}: secret file {shown!r} is not UTF-8 text") from None
 
 
-def parse_config(data: Any, source: str) -> Config:
+def parse_config(data: Any, source: str, base: Path = Path()) -> Config:
+    """A config from its YAML tree; `base`: the folder its relative paths are read from."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -136,7 +145,8 @@ def parse_config(data: Any, source: str) -> Config:
     tainted: set[str] = set()
     unresolved: dict[str, str] = {}
     try:
-        config = Config.model_validate(interpolate(data, tainted=tainted, unresolved=unresolved))
+        tree = interpolate(data, tainted=tainted, unresolved=unresolved, base=base)
+        config = rebased(Config.model_validate(tree), base)
         config._unresolved = unresolved
         config._source = source
         return config
@@ -147,7 +157,7 @@ def parse_config(data: Any, source: str) -> Config:
         for error in exc.errors():
             field = ".".join(str(part) for part in error["loc"]) or "(top level)"
             if error["type"] == "extra_forbidden":
-                messages.append(f"{source}: unknown field {shorten(field, 60)}; check its spelling")
+                messages.append(f"{source}: unknown field {shorten(field, 60)}; {_guess(error)}")
                 continue
             reason = str(error["msg"]).removeprefix("Value error, ")
             from_reference = any(field == t or field.startswith(t + ".") for t in tainted)
@@ -169,8 +179,86 @@ def parse_config(data: Any, source: str) -> Config:
         raise ConfigError("\n".join(messages)) from None
 
 
+def _guess(error: Any) -> str:
+    """For a misspelt key: the closest field of the section it is in, as written in YAML."""
+    *parent, key = error["loc"]
+    close = difflib.get_close_matches(str(key), sorted(_fields_at(parent)), n=1)
+    return f"did you mean {close[0]!r}?" if close else "check its spelling"
+
+
+def _fields_at(loc: Sequence[str | int]) -> set[str]:
+    """The keys the config's model takes at `loc` (a validation error's path, through
+    sections, `targets.NAME` and list items); empty when it cannot be told."""
+    annotation: Any = Config
+    for part in loc:
+        annotation = _without_none(annotation)
+        model = _model(annotation)
+        if model is not None:
+            fields = _fields(model)
+            if str(part) not in fields:
+                return set()
+            annotation = fields[str(part)]
+        elif get_origin(annotation) is dict:
+            annotation = get_args(annotation)[1]  # part is a key: a target's name, …
+        elif get_origin(annotation) is list:
+            annotation = get_args(annotation)[0]  # part is an item's index
+        else:
+            return set()
+    model = _model(_without_none(annotation))
+    return set(_fields(model)) if model is not None else set()
+
+
+def _without_none(annotation: Any) -> Any:
+    """X for `X | None`; anything else as it is."""
+    if get_origin(annotation) in (Union, UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _fields(model: type[BaseModel]) -> dict[str, Any]:
+    """Each field's key as written in YAML (its alias: `schema`) and its type."""
+    return {f.alias or name: f.annotation for name, f in model.model_fields.items()}
+
+
+def rebased(config: Config, base: Path) -> Config:
+    """Every relative path of a config read from `base`, as docker compose and systemd read
+    theirs: `invmon run --config /srv/shop/invmon.yaml` finds /srv/shop/invariants from any
+    working directory. Absolute paths are kept; flags (`--invariants`) stay relative to the
+    working directory, as a shell user expects."""
+    if base == Path():
+        return config
+
+    def of(path: Path) -> Path:
+        return path if path.is_absolute() else base / path
+
+    def schema(path: Path | None) -> Path | None:
+        return None if path is None else of(path)
+
+    targets = {
+        name: t.model_copy(update={"schema_path": schema(t.schema_path)})
+        for name, t in config.targets.items()
+    }
+    return config.model_copy(
+        update={
+            "invariants": of(config.invariants),
+            "schema_path": schema(config.schema_path),
+            "state": config.state.model_copy(update={"path": of(config.state.path)}),
+            "targets": targets,
+        }
+    )
+
+
 def load_config(path: Path | None) -> Config:
-    """Read `path`, or ./invmon.yaml when it exists, or use the defaults."""
+    """Read `path`, or ./invmon.yaml when it exists, or use the defaults. Its relative paths
+    are read from its folder (`rebased`)."""
     if path is None:
         if not DEFAULT_CONFIG.exists():
             return Config()
@@ -191,4 +279,6 @@ def load_config(path: Path | None) -> Config:
         data = yamlsafe.load(text, MAX_CONFIG_BYTES)
     except YamlProblem as exc:
         raise ConfigError(f"{shown}:{exc.line}: {exc.message}") from None
-    return parse_config(data, shown)
+    config = parse_config(data, shown, path.parent)
+    config._file = path
+    return config

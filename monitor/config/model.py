@@ -116,6 +116,13 @@ class Config(Model):
     # a CI job that has none of the production's variables.
     _unresolved: dict[str, str] = PrivateAttr(default_factory=dict)
     _source: str = PrivateAttr(default="invmon.yaml")
+    _file: Path | None = PrivateAttr(default=None)  # the file read, if one was
+
+    @property
+    def file(self) -> Path | None:
+        """The config file this came from (its relative paths are read from its folder),
+        or None for the defaults."""
+        return self._file
 
     def require(self, *fields: str) -> None:
         """Fail for each field (or field under these) whose reference is not set. With none

@@ -23,6 +23,7 @@ from monitor.config.values import (
     AckMode,
     Model,
     as_duration,
+    as_duration_or_off,
     check_dsn,
     check_url,
     checked_temp_file_limit,
@@ -75,7 +76,7 @@ class StateConfig(Model):
 class DaemonConfig(Model):
     max_replica_lag: timedelta = timedelta(minutes=5)
     cannot_evaluate_after: int = Field(default=3, ge=1)  # consecutive errors
-    jitter: timedelta = timedelta(seconds=10)  # capped at a tenth of an interval
+    jitter: timedelta = timedelta(seconds=10)  # capped at a tenth of an interval; 0s: off
     shutdown_grace: timedelta = timedelta(seconds=30)
     # A run that goes on this long past its timeout (plus its sources') is quarantined.
     overrun_margin: timedelta = timedelta(seconds=10)
@@ -88,13 +89,14 @@ class DaemonConfig(Model):
 
     _t = field_validator(
         "max_replica_lag",
-        "jitter",
         "shutdown_grace",
         "lease",
         "handoff",
         "overrun_margin",
         mode="before",
     )(as_duration)
+
+    _j = field_validator("jitter", mode="before")(as_duration_or_off)
 
     @field_validator("lease")
     @classmethod

@@ -34,6 +34,11 @@ def as_duration(value: Any) -> timedelta:
     return parse_duration(value)
 
 
+def as_duration_or_off(value: Any) -> timedelta:
+    """A duration where 0 turns the setting off."""
+    return parse_duration(value, zero=True)
+
+
 def check_dsn(value: str | None) -> str | None:
     """A DSN libpq can read; the error never repeats the value, which holds a password."""
     if value is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 
@@ -36,9 +37,10 @@ from monitor.daemon.housekeeping import Housekeeping
 from monitor.daemon.http import Listener
 from monitor.daemon.jobs import Jobs, Turns
 from monitor.daemon.liveness import Liveness
-from monitor.daemon.metrics import Metrics
+from monitor.daemon.metrics import Metrics, build_info
 from monitor.daemon.probes import Probes
 from monitor.daemon.process import SignalLoop
+from monitor.daemon.reconfiguring import Reconfigurer
 from monitor.daemon.reloading import Reloader
 from monitor.daemon.scheduling import Scheduler
 from monitor.daemon.services import Services
@@ -51,6 +53,7 @@ from monitor.invariants.loader import Invariant
 from monitor.store.claims import Claim
 from monitor.store.state import StateStore
 from monitor.store.store_health import StoreHealth
+from monitor.web.page import StatusPage
 
 log = logging.getLogger("invmon.daemon")
 
@@ -83,9 +86,11 @@ class Daemon:
         clock: Clock,
         store_health: StoreHealth,
         signals: SignalLoop | None = None,
+        reread: Callable[[], Config] | None = None,
     ) -> None:
         """Wire the parts; nothing runs until `start` (or `run_due`, `run_once`).
-        `signals`: the loop the process installed before anything slow, if it did."""
+        `signals`: the loop the process installed before anything slow, if it did;
+        `reread`: the config read again, for SIGHUP (none: SIGHUP reloads the folder only)."""
         self.definitions = definitions
         self.config = config
         self.store = store
@@ -93,7 +98,9 @@ class Daemon:
         self.alerter = alerter
         self.clock = clock
         self.store_health = store_health
-        self.metrics = Metrics(store.counts, lambda: self.store_health.problem is None)
+        self.metrics = Metrics(
+            lambda: store.counts(clock()), lambda: self.store_health.problem is None
+        )
         services = Services(store, store_health, self.metrics, clock)
         self.evaluator = Evaluator(databases, config.daemon, services)
         self.pump = DeliveryPump(alerter, store, self.metrics, clock, self.store_health)
@@ -138,6 +145,14 @@ class Daemon:
             config.daemon.jitter,
         )
         self.listener: Listener | None = None
+        self.page: StatusPage | None = None  # the listener's, once it listens
+        self.reconfigurer = (
+            Reconfigurer(
+                reread, alerter, self.interactions, self.reloader, databases, lambda: self.page
+            )
+            if reread is not None
+            else None
+        )
         self._started = False
         self._stopping = False
 
@@ -150,6 +165,7 @@ class Daemon:
         clock: Clock = utc_now,
         transport: Transport | None = None,
         signals: SignalLoop | None = None,
+        reread: Callable[[], Config] | None = None,
     ) -> Daemon:
         """The parts a real daemon needs, from its config; `dsn` is the default target's
         (from --dsn or INVMON_DSN), the other targets' come from `targets:`."""
@@ -168,7 +184,7 @@ class Daemon:
             transport,
             several_targets=len(databases.by_name) > 1,
         )
-        return cls(config, store, databases, alerter, definitions, clock, health, signals)
+        return cls(config, store, databases, alerter, definitions, clock, health, signals, reread)
 
     @property
     def invariants(self) -> dict[str, Invariant]:
@@ -263,7 +279,9 @@ class Daemon:
     def start(self) -> None:
         if self.config.http.listen:
             # Bound first: a port in use stops start-up before anything runs.
-            self.listener = Listener(self.config.http.listen, self.probes.routes())
+            routes = self.probes.routes()
+            self.page = routes.page if isinstance(routes.page, StatusPage) else None
+            self.listener = Listener(self.config.http.listen, routes)
         self.databases.start_workers()
         self._started = True
         self.reload()  # every loaded invariant is due at once: the first run is at start-up
@@ -296,6 +314,7 @@ class Daemon:
             "invmon running",
             extra={
                 "fields": {
+                    **build_info(),  # version, commit, store_schema: as /metrics says
                     "invariants": len(self.invariants),
                     "concurrency": self.config.concurrency,
                 }
@@ -323,6 +342,8 @@ class Daemon:
         self.signals.request_reload()
 
     def _reload_on_signal(self) -> None:
+        if self.reconfigurer is not None:
+            self.config = self.reconfigurer.reconfigure(self.config)
         log.info("SIGHUP: reloading invariants")
         self.reload()
 

@@ -9,7 +9,9 @@ from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
 
 from alerts.deliveries import DELIVERY_STATES
 from monitor.execution.results import RunResult
+from monitor.store.migrations import schema_version
 from monitor.store.store_health import STORE_ERRORS
+from monitor.version import commit, version
 
 STATUSES = ["ok", "violated", "error", "stale"]
 
@@ -20,6 +22,15 @@ class Metrics:
     ) -> None:
         self.registry = CollectorRegistry()
         self._target_of: dict[str, str] = {}  # the target each invariant was observed on
+        built = build_info()
+        Gauge(
+            "invmon_build_info",
+            "Always 1: which invmon this is, in its labels. version and commit as "
+            "`invmon --version` says them; store_schema, the state store's schema version "
+            "(its migrations, applied when the daemon opened it: a newer store is refused).",
+            list(built),
+            registry=self.registry,
+        ).labels(**built).set(1)
         self.status = Enum(
             "invmon_invariant_status",
             "The last run's status of each invariant.",
@@ -78,6 +89,12 @@ class Metrics:
         )
         for ended in ("resolved", "retired"):
             closed.labels(ended).set_function(_reading(counts, f"{ended}_incidents"))
+        Gauge(
+            "invmon_mutes_active",
+            "Mutes in force (`invmon mutes`): their incidents are recorded and shown, and "
+            "post once the mute ends.",
+            registry=self.registry,
+        ).set_function(_reading(counts, "mutes_active"))
         Gauge(
             "invmon_state_store_ok",
             "1 when the state store's last use succeeded; 0 when it fails (damaged, locked, "
@@ -187,6 +204,12 @@ class Metrics:
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
+
+
+def build_info() -> dict[str, str]:
+    """Which invmon this is: invmon_build_info's labels, and fields of the daemon's start-up
+    log line, so that the two and `invmon --version` say the same."""
+    return {"version": version, "commit": commit, "store_schema": str(schema_version())}
 
 
 def _reading(counts: Callable[[], dict[str, int]], name: str) -> Callable[[], float]:

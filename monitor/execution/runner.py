@@ -9,6 +9,7 @@ failure becomes an `error` result carrying the database's own message; it never 
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from monitor.clock import Clock, utc_now
 from monitor.config import DatabaseConfig
+from monitor.durations import format_duration
 from monitor.execution.execute import (
     CLIENT_ENCODING,
     TEMP_FILE_LIMIT_HINT,
@@ -60,14 +62,50 @@ def describe_error(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def explained(exc: psycopg.Error) -> str:
-    """The database's message, and for a limit of invmon's setting, where it comes from."""
+def explained(exc: psycopg.Error, invariant: Invariant, target: str = DEFAULT_TARGET) -> str:
+    """The database's message, and where the fix is: for a limit invmon set, which setting
+    it was and its value; for a missing relation, the target it was looked for on."""
     message = describe_error(exc)
     if exc.sqlstate == pg_errors.ConfigurationLimitExceeded.sqlstate and (
         "temp_file_limit" in message
     ):
         return f"{message}: {TEMP_FILE_LIMIT_HINT}"
+    if exc.sqlstate == pg_errors.QueryCanceled.sqlstate and message == _STATEMENT_TIMEOUT:
+        return f"{message}: {timeout_hint(invariant, target)}"
+    if exc.sqlstate == pg_errors.UndefinedTable.sqlstate and _MISSING_RELATION.match(message):
+        return f"{message}: {missing_relation_hint(target)}"
     return message
+
+
+# 57014 is also a cancel on request (a daemon stopping): only this one is the timeout's.
+_STATEMENT_TIMEOUT = "canceling statement due to statement timeout"
+# 42P01 is also "missing FROM-clause entry", a mistake in the query itself: no hint.
+_MISSING_RELATION = re.compile(r'relation ".+" does not exist\Z')
+
+
+def timeout_hint(invariant: Invariant, target: str) -> str:
+    """Which setting the run's statement_timeout came from (begin_read_only sets it to the
+    invariant's timeout, `SET LOCAL`, whatever the role's own is) and how to raise it. A
+    target's statement_timeout is the ceiling lint holds every file's timeout to."""
+    value = format_duration(invariant.timeout)
+    ceiling = f"up to targets.{target}.statement_timeout when that is set"
+    if invariant.header.timeout is not None:
+        return (
+            f"the query ran past its timeout, {value} (`timeout:` in its header); raise it "
+            f"there, {ceiling}"
+        )
+    return (
+        f"the query ran past its timeout, {value} (defaults.timeout in the config: its header "
+        f"has no `timeout:`); raise it with `timeout:` in the header or defaults.timeout, "
+        f"{ceiling}"
+    )
+
+
+def missing_relation_hint(target: str) -> str:
+    return (
+        f"not in the database of target {target!r}; check the invariant's `target:` and that "
+        "target's dsn; `invmon lint --schema FILE` checks its names against the schema offline"
+    )
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -243,7 +281,7 @@ class Runner:
                 error = f"no database connection within the connect timeout: {reason}"
             except psycopg.Error as exc:
                 # The database's message can quote a value of a row ("invalid input: …").
-                error = self._masker(invariant).text(explained(exc))
+                error = self._masker(invariant).text(explained(exc, invariant, self.target))
             else:
                 return RunResult.counted(
                     invariant.name,

@@ -5,6 +5,10 @@ none is ever in a header, and none is ever put in a message: botocore's errors n
 operation and the service's code, and what they could echo of the endpoint is refused with
 credentials in it (header.py). Pages are read one at a time (ListObjectsV2), each counted
 against max_objects and the listing's deadline as it arrives.
+
+boto3 and botocore (tens of megabytes) are the `s3` extra, `pip install
+'invariant-monitor[s3]'`, imported here only when a bucket is listed: without them an S3
+source is its invariant's error saying so (MISSING_EXTRA), and nothing else changes.
 """
 
 from __future__ import annotations
@@ -12,17 +16,27 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
-
 from monitor.sources.binding import ObjectRow
 from monitor.sources.header import SourceSpec
 from monitor.sources.listing import Bounds, Listing, ListingError, checked_key, scrubbed
 from monitor.text import shorten
 
+EXTRA = "pip install 'invariant-monitor[s3]'"
+MISSING_EXTRA = (
+    "source {name}: listing {where} needs the s3 extra (boto3), which is not installed: "
+)
+_SDK = ("boto3", "botocore")
+
+
+def missing_extra(name: str, spec: SourceSpec) -> str:
+    """What an S3 source says where boto3 is not installed: where, and the fix."""
+    return MISSING_EXTRA.format(name=name, where=spec.where) + EXTRA
+
 
 def _client(spec: SourceSpec, read_timeout: float) -> Any:
+    import boto3  # list_s3 found it importable
+    from botocore.config import Config
+
     config = Config(
         connect_timeout=min(10.0, read_timeout),
         read_timeout=read_timeout,
@@ -42,6 +56,16 @@ def _aware(moment: datetime | None) -> datetime | None:
 
 
 def list_s3(spec: SourceSpec, bounds: Bounds) -> Listing:
+    try:
+        # Where the SDK first loads (a few hundred milliseconds: only when a source needs it).
+        import boto3.session  # noqa: F401  (what _client uses)
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError as exc:
+        # Only the SDK's own absence is the missing extra; a module it fails to import
+        # (a broken install) is said as itself, by the caller's catch-all.
+        if exc.name is None or exc.name.split(".")[0] in _SDK:
+            raise ListingError(missing_extra(bounds.name, spec)) from None
+        raise
     bucket, prefix = spec.bucket_and_prefix
     listing = Listing()
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 SCHEMA_PACKAGE = "monitor.store"
 SCHEMA_FOLDER = "schema"
@@ -23,6 +24,19 @@ class BrokenSchema(Exception):
 @cache
 def migrations(pk: str, bigint: str, real: str) -> tuple[str, ...]:
     """Every step's statements, in order, with this store's type names."""
+    types = {"{pk}": pk, "{bigint}": bigint, "{real}": real}
+    return tuple(statements(f.read_text(encoding="utf-8"), types) for f in _steps())
+
+
+def schema_version() -> int:
+    """The schema version this invmon keeps a store at: its number of steps. Opening a
+    store for the daemon migrates an older one to it and refuses a newer one
+    (storage.migrate), so a running daemon's store is at this version."""
+    return len(_steps())
+
+
+@cache
+def _steps() -> tuple[Traversable, ...]:
     folder = resources.files(SCHEMA_PACKAGE) / SCHEMA_FOLDER
     files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     numbers = [f.name.partition("_")[0] for f in files]
@@ -32,8 +46,7 @@ def migrations(pk: str, bigint: str, real: str) -> tuple[str, ...]:
             f"the schema files in {SCHEMA_PACKAGE}/{SCHEMA_FOLDER} are not numbered "
             f"0001..{len(files):04d} without gaps: {[f.name for f in files]}"
         )
-    types = {"{pk}": pk, "{bigint}": bigint, "{real}": real}
-    return tuple(statements(f.read_text(encoding="utf-8"), types) for f in files)
+    return tuple(files)
 
 
 def statements(text: str, types: dict[str, str]) -> str:

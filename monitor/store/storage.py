@@ -3,7 +3,8 @@ by several daemons), behind one small interface, and the migrations that shape i
 
 It holds no table of its own. Each table has one owner that alone writes and reads it:
   runs, invariant_state, incidents, incident_keys, incident_actions, events  monitor/store/state.py
-  deliveries, alert_roots                                                    alerts/ledger.py
+  deliveries (planning's writes: alerts/planned.py)                          alerts/ledger.py
+  alert_roots                                                                alerts/roots.py
   slack_requests                                                             alerts/replays.py
 Owners that must change their tables together share one `Tx` (the events outbox and the
 delivery ledger are written in one transaction).
@@ -15,6 +16,7 @@ depend on what it watches.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import socket
@@ -29,6 +31,8 @@ import psycopg
 
 from monitor.clock import stamp, utc_now
 from monitor.store.migrations import migrations
+
+log = logging.getLogger("invmon.store")
 
 
 class Tx(Protocol):
@@ -262,10 +266,19 @@ def hold_single_daemon(path: Path) -> IO[str]:
 class StoreTooNew(Exception):
     """The store was migrated by a newer release than this one."""
 
+    @classmethod
+    def at(cls, version: int, known: int) -> StoreTooNew:
+        return cls(
+            f"the state store is at schema version {version}, newer than this invmon knows "
+            f"({known}): a newer release migrated it; run that release (or newer) here"
+        )
+
 
 def migrate(storage: Storage, steps: Sequence[str]) -> None:
-    """Bring the store to the code's schema. A store at a newer schema than the code knows
-    is refused, never used: this release cannot know what the newer one keeps there."""
+    """Bring the store to the code's schema, logging `state store migrated 8→13` when
+    steps were applied (nothing when it was up to date). A store at a newer schema than
+    the code knows is refused, never used: this release cannot know what the newer one
+    keeps there."""
     with storage.transaction() as tx:
         _serialise_migrations(storage, tx)
         tx.script(
@@ -274,10 +287,8 @@ def migrate(storage: Storage, steps: Sequence[str]) -> None:
         )
         [(newest,)] = tx.rows("SELECT max(version) FROM invmon_schema")
     if newest is not None and int(newest) > len(steps):
-        raise StoreTooNew(
-            f"the state store is at schema version {newest}, newer than this invmon knows "
-            f"({len(steps)}): a newer release migrated it; run that release (or newer) here"
-        )
+        raise StoreTooNew.at(int(newest), len(steps))
+    applied: list[int] = []
     for version, ddl in enumerate(steps, start=1):
         with storage.transaction() as tx:
             # Re-checked inside the transaction: two daemons may start together.
@@ -289,3 +300,6 @@ def migrate(storage: Storage, steps: Sequence[str]) -> None:
                 "INSERT INTO invmon_schema (version, applied_at) VALUES (?, ?)",
                 (version, stamp(utc_now())),
             )
+        applied.append(version)
+    if applied:
+        log.info("state store migrated %d→%d", applied[0] - 1, applied[-1])

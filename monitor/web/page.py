@@ -108,8 +108,7 @@ class StatusPage:
         self.store = store
         self.roles = roles  # the targets' role notes (databases.role_notes)
         self.loaded = loaded
-        self.access = Access(http.page_is_local, http.page_token)
-        self.refresh = int(http.page_refresh.total_seconds())
+        self.settle(http)
         self.clock = clock
         self.monotonic = monotonic
         self._static = {path: _static(path.rsplit("/", 1)[1]) for path in STATIC}
@@ -123,6 +122,13 @@ class StatusPage:
         self._pages: OrderedDict[tuple[str, Filters], tuple[float, Reply]] = OrderedDict()
         self._snapshot: tuple[float, Snapshot] | None = None
         self._waiting = 0  # requests waiting for a renderer
+
+    def settle(self, http: HttpConfig) -> None:
+        """Who may read the page and how often it refreshes: at start, and again when a
+        SIGHUP brings a new `http.page_token` or `http.page_refresh` (each one assignment,
+        read once per request)."""
+        self.access = Access(http.page_is_local, http.page_token)
+        self.refresh = int(http.page_refresh.total_seconds())
 
     @staticmethod
     def handles(path: str) -> bool:
@@ -220,7 +226,7 @@ class StatusPage:
 
     def _read_snapshot(self) -> Snapshot:
         infos = {name: info_of(inv) for name, inv in self.loaded().items()}
-        fresh = Snapshot(infos, read_overview(self.store, infos))
+        fresh = Snapshot(infos, read_overview(self.store, infos, self.clock()))
         with self._lock:
             self._snapshot = (self.monotonic() + CACHE_SECONDS, fresh)
         return fresh

@@ -229,9 +229,9 @@ def test_without_slack_alerts_are_printed_through_the_same_ledger(
     settle(daemon, world.clock, "console")
     daemon.databases.close()
     out = capsys.readouterr().out
-    assert "── alert to #invariants ──" in out
+    assert "── alert to #invariants · incident #1 (bad_items) ──" in out
     assert "🔴 CRITICAL · bad_items violated" in out
-    assert "📎 CSV attached: bad_items: 2 offending rows" in out
+    assert "📎 CSV of incident #1: bad_items: 2 offending rows" in out
     assert daemon.alerter.ledger.counts() == {"SENT": 2}
 
 

@@ -59,6 +59,52 @@ def test_expected_keys_that_differ_fail_with_a_readable_diff(folder: Path, admin
     )
 
 
+NUMERIC_KEYS = """\
+cases:
+  - name: a number for a numeric key
+    rows: {invoices: [{invoice_ref: 1000, amount: -5.00}]}
+    expect: {keys: [[1000]]}
+  - name: a number for a numeric value
+    rows: {invoices: [{invoice_ref: 1000, amount: -5.00}]}
+    expect: {rows: [{invoice_ref: "1000", amount: -5.00}]}
+  - name: another number
+    rows: {invoices: [{invoice_ref: 1000, amount: -5.00}]}
+    expect: {keys: [[999]]}
+  - name: written as returned
+    rows: {invoices: [{invoice_ref: 1000, amount: -5.00}]}
+    expect: {keys: [["1000"]], rows: [{invoice_ref: "1000", amount: "-5.00"}]}
+"""
+
+
+def test_a_number_where_the_database_returns_text_says_how_to_write_it(
+    tmp_path: Path, admin_dsn: str
+) -> None:
+    schema = tmp_path / "schema.sql"
+    schema.write_text(
+        "CREATE TABLE invoices (invoice_ref numeric PRIMARY KEY, amount numeric(12, 2));"
+    )
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "negative.sql").write_text(
+        "-- description: x\n-- key: [invoice_ref]\n"
+        "SELECT i.invoice_ref, i.amount FROM invoices AS i WHERE i.amount < 0\n"
+    )
+    (folder / "negative.test.yaml").write_text(NUMERIC_KEYS)
+    done = cli("test", "--invariants", str(folder), "--schema", str(schema), "--dsn", admin_dsn)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines()[1:5] == [
+        '  ❌ a number for a numeric key: missing keys [1000]; unexpected keys ["1000"]; values '
+        'are compared as the database returns them, and it returns these as text: write "1000"',
+        '  ❌ a number for a numeric value: missing rows {"amount": -5.0, "invoice_ref": "1000"}; '
+        'unexpected rows {"amount": "-5.00", "invoice_ref": "1000"}; values are compared as the '
+        'database returns them, and it returns these as text: write "-5.00"',
+        '  ❌ another number: missing keys [999]; unexpected keys ["1000"]; values are compared '
+        "as the database returns them, and it returns text where the case has a number, e.g. "
+        '"1000": quote them',
+        "  ✅ written as returned",
+    ]
+
+
 def test_deleting_the_where_clause_makes_the_fixture_fail(folder: Path, admin_dsn: str) -> None:
     query = folder / "duplicate_settled_refunds.sql"
     query.write_text(query.read_text().replace("WHERE r.status = 'settled'\n", ""))

@@ -3,11 +3,12 @@ the schema, and every message that could have a hint has one."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from helpers import cli
+from helpers import PRIVILEGED_YAML, cli, invmon, sql
 
 from monitor.authoring.fixtures import load_fixture
 
@@ -21,6 +22,7 @@ def test_init_makes_a_repository_whose_checks_pass_as_written(
         ".github/CODEOWNERS",
         ".github/pull_request_template.md",
         ".github/workflows/invariants.yml",
+        ".gitignore",
         "db/schema.sql",
         "deploy/ci/check-invariants.sh",
         "invariants/negative_totals.sql",
@@ -47,7 +49,58 @@ def test_init_makes_a_repository_whose_checks_pass_as_written(
     assert checked.returncode == 0, checked.stdout
     assert "invmon-base" not in workflow.read_text()  # its own repo holds no invmon
     again = cli("init", str(tmp_path))
-    assert again.stdout.count("kept ") == 6  # nothing is overwritten, no example comes back
+    assert again.stdout.count("kept ") == 7  # nothing is overwritten, no example comes back
+
+
+def test_the_new_repository_passes_its_own_check_script_and_ignores_the_state_store(
+    tmp_path: Path, database: str
+) -> None:
+    """The CI script as the workflow runs it (no SCHEMA: invmon.yaml names the schema), and
+    the state file a daemon leaves beside the config, which git must not offer to commit."""
+    cli("init", str(tmp_path))
+    script = tmp_path / "deploy" / "ci" / "check-invariants.sh"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INVMON")}
+    env.pop("SCHEMA", None)
+    env.pop("INVARIANTS", None)
+    checked = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**env, "INVMON": f"{sys.executable} -m monitor.cli", "INVMON_TEST_DSN": database},
+        timeout=300,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.splitlines()[-1] == "invariants check passed"
+    assert "2 of 2 cases passed; 0 invariants failing, 0 untested" in checked.stdout
+    assert "SCHEMA" not in (tmp_path / ".github" / "workflows" / "invariants.yml").read_text()
+
+    sql(database, "CREATE TABLE orders (id bigint PRIMARY KEY, status text, total numeric)")
+    with (tmp_path / "invmon.yaml").open("a") as config:
+        config.write(PRIVILEGED_YAML)  # the suite's role is a superuser
+    ran = invmon("run", "--once", cwd=tmp_path, env={"INVMON_REPLICA_DSN": database})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert (tmp_path / "invmon-state.db").is_file()
+    git = ["git", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    untracked = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert [line for line in untracked.stdout.splitlines() if "invmon-state" in line] == []
+    state = [
+        "invmon-state.db",
+        "invmon-state.db-wal",
+        "invmon-state.db-shm",
+        "invmon-state.db.lock",
+    ]
+    ignored = subprocess.run(
+        [*git, "check-ignore", *state], capture_output=True, text=True, check=False
+    )
+    assert ignored.stdout.splitlines() == state
 
 
 def test_new_writes_an_invariant_and_its_cases_from_the_schema(tmp_path: Path) -> None:

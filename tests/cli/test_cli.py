@@ -365,7 +365,8 @@ def test_every_reading_command_has_a_json_document_with_its_documented_keys(
     (tmp_path / "invmon.yaml").write_text(PRIVILEGED_YAML)
     assert cli("run", "--once", "--dsn", database, cwd=tmp_path).returncode == 0
     commands = {
-        ("status",): {"open_incidents", "closed_incidents", "last_runs"},
+        ("status",): {"open_incidents", "closed_incidents", "last_runs", "mutes"},
+        ("mutes",): {"mutes"},
         ("history", "expired_lease_jobs"): {"invariant", "targets", "runs", "incidents"},
         ("lint",): {"problems", "valid", "with_errors", "failed"},
         ("test", "--schema", str(schema), "--dsn", admin_dsn): {"invariants", "exit_code"},

@@ -72,8 +72,9 @@ def test_status_somewhere_without_a_store_says_so_instead_of_all_clear(tmp_path:
     done = cli("status", cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "invmon: no state store at 'invmon-state.db': run this where `invmon run` runs, "
-        "or pass the same --config"
+        f"invmon: no state store at 'invmon-state.db' (looked for "
+        f"'{tmp_path / 'invmon-state.db'}', from the working directory: no config file): "
+        "pass the --config that `invmon run` uses, or start it first"
     )
     assert list(tmp_path.iterdir()) == []
 

@@ -57,7 +57,7 @@ def test_an_unset_variable_names_the_field_and_the_variable(
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"concurency": 4}, "invmon.yaml: unknown field 'concurency'; check its spelling"),
+        ({"concurency": 4}, "invmon.yaml: unknown field 'concurency'; did you mean 'concurrency'?"),
         ({"concurrency": 0}, "invmon.yaml: field 'concurrency': Input should be greater than"),
         ({"defaults": {"timeout": "soon"}}, "invmon.yaml: field 'defaults.timeout': 'soon' is"),
         ({"defaults": {"schedule": "often"}}, "invmon.yaml: field 'defaults.schedule': 'often'"),
@@ -68,6 +68,29 @@ def test_a_bad_config_gets_one_message_naming_the_field(data: object, message: s
     with pytest.raises(ConfigError) as caught:
         parse_config(data, "invmon.yaml")
     assert str(caught.value).startswith(message)
+
+
+def test_a_misspelt_key_gets_the_closest_key_of_its_own_section() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            {
+                "shema": "db/schema.sql",
+                "daemon": {"jiter": "1s"},
+                "targets": {"payments": {"statment_timeout": "5m", "shema": "x.sql"}},
+                "slack": {"routes": {"severty": {"critical": "#incidents"}}},
+                "nothing_like_it": 1,
+            },
+            "invmon.yaml",
+        )
+    assert str(caught.value).splitlines() == [
+        "invmon.yaml: unknown field 'daemon.jiter'; did you mean 'jitter'?",
+        "invmon.yaml: unknown field 'slack.routes.severty'; did you mean 'severity'?",
+        "invmon.yaml: unknown field 'targets.payments.statment_timeout'; did you mean "
+        "'statement_timeout'?",
+        "invmon.yaml: unknown field 'targets.payments.shema'; did you mean 'schema'?",
+        "invmon.yaml: unknown field 'shema'; did you mean 'schema'?",
+        "invmon.yaml: unknown field 'nothing_like_it'; check its spelling",
+    ]
 
 
 def test_invalid_yaml_is_reported_with_its_line(tmp_path: Path) -> None:

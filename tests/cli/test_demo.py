@@ -61,7 +61,14 @@ def test_the_demo_shows_every_shipped_invariant_violated_with_the_planted_counts
     assert done.stdout.count("── alert to #invariants ──") == 1
     assert "🚨 5 incidents opened at once" in done.stdout
     assert done.stdout.count("── alert to #invariants (in thread") == 5
-    assert done.stdout.count("📎 CSV attached: ") == 4
+    # Each detail and CSV in the digest's thread names its incident.
+    assert done.stdout.count("📎 CSV of incident #") == 4
+    assert "── alert to #invariants (in thread " in done.stdout
+    assert re.search(
+        r"\) · incident #\d+ ──\n    🔌 TARGET UNREACHABLE · warehouse: invariants paused$",
+        done.stdout,
+        re.M,
+    )
     assert done.stdout.count("🔌 TARGET UNREACHABLE · warehouse: invariants paused") == 2
     assert done.stdout.count("database subscriptions") == 1
     assert "(payments/expired_lease_jobs is violated too, but its header says `for: 2`" in (

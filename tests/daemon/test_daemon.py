@@ -131,7 +131,9 @@ def test_errors_do_not_resolve_and_open_a_cannot_evaluate_incident_after_the_thr
     assert [e.kind for e in store.events("bad_rows")] == ["opened", "cannot_evaluate", "recovered"]
     cannot = store.events("bad_rows")[1]
     assert cannot.payload == {
-        "error": 'relation "items" does not exist',
+        "error": 'relation "items" does not exist: not in the database of target '
+        "'default'; check the invariant's `target:` and that target's dsn; `invmon lint "
+        "--schema FILE` checks its names against the schema offline",
         "consecutive_errors": 2,
     }
     assert [i.kind for i in store.open_incidents()] == ["violation"]

@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from monitor.config import ConfigError
+from monitor.config.loading import parse_config
 from monitor.daemon.slots import Timetable, latest_slot, next_slot, spread
 from monitor.durations import parse_schedule
 
@@ -99,3 +101,16 @@ def test_a_changed_schedule_waits_for_its_next_slot_and_a_removed_invariant_is_d
     assert table.next_run("a") == datetime(2026, 11, 30, 12, 10, tzinfo=UTC)
     table.sync({}, T0)
     assert "a" not in table and table.due(T0 + timedelta(hours=1)) == []
+
+
+def test_jitter_0s_turns_it_off_and_a_negative_one_is_refused_naming_the_key() -> None:
+    config = parse_config({"daemon": {"jitter": "0s"}}, "invmon.yaml")
+    assert config.daemon.jitter == timedelta(0)
+    every = parse_schedule("every 1m")
+    assert {spread(f"inv{i}", T0, every, config.daemon.jitter) for i in range(50)} == {timedelta(0)}
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"daemon": {"jitter": -5}}, "invmon.yaml")
+    assert str(refused.value) == (
+        "invmon.yaml: field 'daemon.jitter': a duration must be 0 (off) or more and under "
+        "100 years, got -5"
+    )

@@ -282,3 +282,36 @@ def test_a_signal_delivered_to_another_thread_still_wakes_the_daemon(
     assert process.returncode == 0, err[-2000:]
     if which == "hup":
         assert out.splitlines() == ["reloaded"]
+
+
+def test_sighup_rereads_the_config_taking_live_keys_and_naming_those_that_need_a_restart(
+    start: Callable[[], DaemonProcess], tmp_path: Path
+) -> None:
+    import yaml
+
+    daemon = start()
+    wait_for(lambda: "evaluated bad_rows" in daemon.log(), 20, "a first run")
+    path = tmp_path / "invmon.yaml"
+    config = yaml.safe_load(path.read_text())
+    config["log"]["level"] = "WARNING"
+    config["slack"] = {"routes": {"severity": {"critical": "#pager"}}}
+    config["state"]["retention"] = "7d"
+    path.write_text(yaml.safe_dump(config))
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "config taken live" in daemon.log(), 20, "the re-read config")
+    said = [(line["level"], line["msg"]) for line in daemon.lines() if "SIGHUP" in str(line["msg"])]
+    assert said == [
+        ("warning", "SIGHUP: config state.retention changed; it takes effect after a restart"),
+        ("info", "SIGHUP: config taken live: log.level, slack.routes.severity.critical"),
+    ]
+    path.write_text("log: [not, a, mapping\n")  # now broken: the loaded config stays
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "was not re-read" in daemon.log(), 20, "the broken config's error")
+    [error] = [line for line in daemon.lines() if "was not re-read" in str(line["msg"])]
+    assert error["level"] == "error"
+    assert str(error["msg"]).startswith(
+        f"SIGHUP: the config was not re-read, the one loaded stays: {path}:"
+    )
+    # WARNING is the level now: the reload's INFO line after the first SIGHUP never came.
+    assert [m for m in daemon.lines() if m["msg"] == "SIGHUP: reloading invariants"] == []
+    assert daemon.stop() == 0

@@ -3,6 +3,7 @@ failure reported as `error` with the database's message, never as `ok` or zero."
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -14,6 +15,7 @@ from psycopg.conninfo import conninfo_to_dict
 from monitor.config import DatabaseConfig
 from monitor.execution.runner import Runner
 from monitor.fence.allowances import Allowances
+from monitor.invariants.header import InvariantHeader
 
 
 def _trusting(*functions: str) -> Allowances:
@@ -68,13 +70,39 @@ def test_a_query_slower_than_its_timeout_is_an_error(runner: Runner) -> None:
     slow = "SELECT g FROM generate_series(1, 200000000) g WHERE g < 0"
     result = runner.run_one(invariant("slow", slow, timeout=0.2))
     assert (result.status, result.count) == ("error", None)
-    assert result.error == "canceling statement due to statement timeout"
+    assert result.error == (
+        "canceling statement due to statement timeout: the query ran past its timeout, 200ms "
+        "(defaults.timeout in the config: its header has no `timeout:`); raise it with "
+        "`timeout:` in the header or defaults.timeout, up to targets.default.statement_timeout "
+        "when that is set"
+    )
+
+
+def test_a_timeout_from_the_header_names_it_and_the_target_s_ceiling(database: str) -> None:
+    slow = "SELECT g FROM generate_series(1, 200000000) g WHERE g < 0"
+    timed = dataclasses.replace(
+        invariant("slow", slow, timeout=0.3),
+        header=InvariantHeader(description="slow holds", timeout="300ms"),
+    )
+    with Runner(database, target="payments") as runner:
+        result = runner.run_one(timed)
+    assert result.error == (
+        "canceling statement due to statement timeout: the query ran past its timeout, 300ms "
+        "(`timeout:` in its header); raise it there, up to targets.payments.statement_timeout "
+        "when that is set"
+    )
 
 
 def test_a_missing_table_is_an_error_with_the_database_message(runner: Runner) -> None:
     result = runner.run_one(invariant("missing", "SELECT * FROM no_such_table"))
     assert (result.status, result.count) == ("error", None)
-    assert result.error == 'relation "no_such_table" does not exist'
+    assert result.error == (
+        "relation \"no_such_table\" does not exist: not in the database of target 'default'; "
+        "check the invariant's `target:` and that target's dsn; `invmon lint --schema FILE` "
+        "checks its names against the schema offline"
+    )
+    wrong = runner.run_one(invariant("wrong", "SELECT n.id FROM (SELECT 1 AS id) AS m"))
+    assert wrong.error == 'missing FROM-clause entry for table "n"'  # the query's own mistake
 
 
 def test_a_refused_connection_makes_every_invariant_an_error() -> None:

@@ -26,6 +26,7 @@ from monitor.store.storage import (
     StoreTooNew,
     hold_single_daemon,
 )
+from monitor.version import commit, version
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -200,7 +201,9 @@ def test_the_daemon_refuses_a_store_migrated_by_a_newer_release(tmp_path: Path) 
     config_file(tmp_path, dsn="host=x", state={"path": "state.db"})
     ran = cli("run", "--once", cwd=tmp_path)
     assert ran.returncode == 2
-    assert ran.stderr.strip() == (
+    started, refused = ran.stderr.strip().splitlines()
+    assert started.endswith(f"INFO    invmon starting  version={version} commit={commit}")
+    assert refused == (
         f"invmon: cannot open the state store (state.path 'state.db'): the state store is at "
         f"schema version {newest + 1}, newer than this invmon knows ({newest}): a newer "
         "release migrated it; run that release (or newer) here"
