@@ -51,7 +51,7 @@ from fake_slack import TOKEN, FakeSlack  # noqa: E402
 from monitor.authoring.pgtemp import scratch_database  # noqa: E402
 from monitor.clock import parse_stamp  # noqa: E402
 from monitor.config import Config, HttpConfig, SlackConfig  # noqa: E402
-from monitor.daemon.daemon import Daemon  # noqa: E402
+from monitor.daemon.assembly import assemble  # noqa: E402
 from monitor.store.state import StateStore  # noqa: E402
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -208,7 +208,7 @@ def run(
                 digest_threshold=digest_threshold,
             ),
         )
-        daemon = Daemon.build(config, dsn, store)
+        daemon = assemble(config, dsn, store)
         began = time.monotonic()
         start = datetime.now(UTC)
         daemon.start()

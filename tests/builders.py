@@ -21,6 +21,7 @@ from alerts.slack import SlackTransport
 from alerts.transport import Transport
 from monitor.clock import Clock, utc_now
 from monitor.config import Config, HttpConfig, SlackConfig
+from monitor.daemon.assembly import assemble
 from monitor.daemon.daemon import Daemon
 from monitor.store.state import StateStore
 
@@ -97,14 +98,14 @@ def build_daemon(
     call_timeout: float | None = None,
     transport: Transport | None = None,
 ) -> Daemon:
-    """`Daemon.build` of these. `call_timeout`: alerts go out through a SlackTransport to
+    """`assemble` of these. `call_timeout`: alerts go out through a SlackTransport to
     the config's slack.api_url with its token, each call bounded to that many seconds
     (whatever slack.timeout says); `transport`: through that one. Neither: the daemon's own,
     from the config."""
     if transport is None and call_timeout is not None:
         slack = config.slack
         transport = SlackTransport(slack.token or "", slack.api_url, timeout=call_timeout)
-    return Daemon.build(config, dsn, store, clock=clock, transport=transport)
+    return assemble(config, dsn, store, clock=clock, transport=transport)
 
 
 # --- signed Slack requests --------------------------------------------------------------------

@@ -54,7 +54,7 @@ LIVE = "monitor.live_examples"  # examples/live/, mapped into the wheel by pypro
 
 def show_alerts(config: Config) -> list[tuple[str, int]]:
     """One burst-mode pass of the daemon with a throwaway state store and no Slack."""
-    from monitor.daemon.daemon import Daemon
+    from monitor.daemon.assembly import assemble
     from monitor.store.state import StateStore
 
     # The demo shows alerts, not the daemon's log lines about them.
@@ -64,7 +64,7 @@ def show_alerts(config: Config) -> list[tuple[str, int]]:
         config = config.model_copy(update={"state": StateConfig(path=Path(folder) / "state.db")})
         store = StateStore.open(path=config.state.path)
         try:
-            daemon = Daemon.build(config, None, store)
+            daemon = assemble(config, None, store)
             try:
                 _, results = daemon.run_once()
             finally:

@@ -136,7 +136,7 @@ def routes_of(config: Config, outcome: CheckOutcome) -> dict[str, tuple[str, str
 @click.option("--once", is_flag=True, help="Evaluate every invariant once, store it, and exit.")
 def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, once: bool) -> None:
     """Run the daemon: evaluate every invariant on its schedule until SIGTERM."""
-    from monitor.daemon.daemon import Daemon
+    from monitor.daemon.assembly import assemble
     from monitor.daemon.process import SignalLoop, Stopped
     from monitor.logs import setup_logging
 
@@ -164,7 +164,7 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
             logging.getLogger("invmon.daemon").info("stopped before start, %s", stopped.doing)
             sys.exit(0)
         try:
-            daemon = Daemon.build(
+            daemon = assemble(
                 config,
                 config.dsn,
                 store,
@@ -210,11 +210,11 @@ def _single_daemon_lock(config: Config) -> IO[str] | None:
 
 def _run_once(config: Config) -> int:
     """`run --once`: burst mode, every invariant once through the daemon's full path."""
-    from monitor.daemon.daemon import Daemon
+    from monitor.daemon.assembly import assemble
 
     lock = _single_daemon_lock(config)
     store = open_store(config)
-    daemon = Daemon.build(config, config.dsn, store)
+    daemon = assemble(config, config.dsn, store)
     try:
         change, results = daemon.run_once()
         return exit_code(results, load_failed=bool(change.invalid))

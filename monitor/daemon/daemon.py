@@ -18,7 +18,6 @@ target's workers. Tests drive the same path without threads through `run_due(now
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -28,7 +27,6 @@ from alerts.delivery_health import DeliveryHealth
 from alerts.interactions import Interactions
 from alerts.pump import DeliveryPump
 from alerts.socket_mode import SocketModeReceiver
-from alerts.transport import Transport
 from monitor.clock import Clock, utc_now
 from monitor.config import Config
 from monitor.daemon.databases import Databases
@@ -67,12 +65,6 @@ RUN_MARGIN = timedelta(minutes=1)  # past a run's own longest (listings + query 
 RELOAD_LIMIT = timedelta(minutes=5)  # loading and vetting the folder against each target
 
 __all__ = ["Daemon", "Reload", "utc_now"]
-
-
-def stored_key(store: StateStore, name: str) -> bytes:
-    """A random key made once and kept in the state store, so every daemon sharing it, and
-    every restart, masks a value the same way."""
-    return bytes.fromhex(store.kept_value(name, lambda: secrets.token_hex(32)))
 
 
 class Daemon:
@@ -155,36 +147,6 @@ class Daemon:
         )
         self._started = False
         self._stopping = False
-
-    @classmethod
-    def build(
-        cls,
-        config: Config,
-        dsn: str | None,
-        store: StateStore,
-        clock: Clock = utc_now,
-        transport: Transport | None = None,
-        signals: SignalLoop | None = None,
-        reread: Callable[[], Config] | None = None,
-    ) -> Daemon:
-        """The parts a real daemon needs, from its config; `dsn` is the default target's
-        (from --dsn or INVMON_DSN), the other targets' come from `targets:`."""
-        where = "state.dsn" if config.state.dsn else f"state.path {str(config.state.path)!r}"
-        health = StoreHealth(where)
-        redaction = config.redact.redaction(
-            None if config.redact.key else stored_key(store, "redaction_key")
-        )
-        databases = Databases.build(config, store, health, redaction, dsn or None, clock)
-        definitions = Definitions()
-        alerter = Alerter(
-            store,
-            config.slack,
-            definitions.describe,
-            clock,
-            transport,
-            several_targets=len(databases.by_name) > 1,
-        )
-        return cls(config, store, databases, alerter, definitions, clock, health, signals, reread)
 
     @property
     def invariants(self) -> dict[str, Invariant]:

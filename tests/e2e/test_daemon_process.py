@@ -216,7 +216,7 @@ SIGNAL_ON_ANOTHER_THREAD = """
 import signal, sys, threading, time
 from pathlib import Path
 from monitor.config import Config, DatabaseConfig, HttpConfig, StateConfig
-from monitor.daemon.daemon import Daemon
+from monitor.daemon.assembly import assemble
 from monitor.store.state import StateStore
 
 folder, state, dsn, which = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -227,7 +227,7 @@ config = Config(
     database=DatabaseConfig(allow_privileged_role=True),  # the suite's superuser
 )
 store = StateStore.open(path=state)
-daemon = Daemon.build(config, dsn, store)
+daemon = assemble(config, dsn, store)
 
 def send_from_this_thread():
     # The kernel may deliver a process signal to any thread; this makes it this one, which

@@ -316,7 +316,7 @@ FROZEN_TICK = """
 import os, sys, threading, time, urllib.request
 from pathlib import Path
 from monitor.config import Config, DatabaseConfig, HttpConfig, StateConfig
-from monitor.daemon.daemon import Daemon
+from monitor.daemon.assembly import assemble
 from monitor.logs import setup_logging
 from monitor.store.state import StateStore
 
@@ -329,7 +329,7 @@ config = Config(
     database=DatabaseConfig(allow_privileged_role=True),  # the suite's superuser
 )
 store = StateStore.open(path=state)
-daemon = Daemon.build(config, dsn, store)
+daemon = assemble(config, dsn, store)
 daemon.supervisor.exit_after = float(sys.argv[4])
 
 def wedge():
