@@ -26,7 +26,7 @@ from monitor.authoring.pgtemp import scratch_database
 from monitor.store.inspection import invmon_tables
 from monitor.store.migrations import schema_version
 from monitor.store.state import StateStore
-from monitor.store.storage import PostgresStorage, SqliteStorage, migrate
+from monitor.store.storage import PostgresStorage, SqliteStorage, migrate, server_address
 
 OLD = 8  # the store as the release with slot claims (0008) left it
 PASSWORD = "pw-St0reSecret"
@@ -64,7 +64,7 @@ class Place:
 
     @property
     def where(self) -> str:
-        return "state.dsn, 127.0.0.1:5432" if self.dsn else "state.path 'state.db'"
+        return f"state.dsn, {server_address(self.dsn)}" if self.dsn else "state.path 'state.db'"
 
     def open(self) -> SqliteStorage | PostgresStorage:
         if self.path is not None:
@@ -155,7 +155,7 @@ def test_an_older_store_is_shown_checked_migrated_and_then_up_to_date(
 
     shown = cli("store", "status", "--format", "json", cwd=place.home)
     assert (shown.returncode, shown.stderr) == (0, "")
-    server = {"server": "127.0.0.1:5432"} if place.dsn else {"path": "state.db"}
+    server = {"server": server_address(place.dsn)} if place.dsn else {"path": "state.db"}
     assert json.loads(shown.stdout) == {
         "kind": place.kind,
         **server,
@@ -403,11 +403,11 @@ def test_a_postgresql_store_is_not_copied_the_refusal_gives_pg_dump_and_no_passw
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
         "invmon: `invmon store backup` copies a SQLite store; this one is PostgreSQL "
-        "(state.dsn, 127.0.0.1:5432): back it up with pg_dump, e.g. pg_dump --format=custom "
-        "--file 'state copy.dump' \"$INVMON_STATE_DSN\" (the DSN of state.dsn), and restore "
-        "with pg_restore --dbname \"$INVMON_STATE_DSN\" 'state copy.dump'\n"
+        f"(state.dsn, {server_address(dsn)}): back it up with pg_dump, e.g. pg_dump "
+        "--format=custom --file 'state copy.dump' \"$INVMON_STATE_DSN\" (the DSN of state.dsn), "
+        "and restore with pg_restore --dbname \"$INVMON_STATE_DSN\" 'state copy.dump'\n"
     )
     assert not (tmp_path / "state copy.dump").exists()
     assert shown.returncode == 0
-    assert shown.stdout.splitlines()[0] == "store   PostgreSQL, state.dsn, 127.0.0.1:5432"
+    assert shown.stdout.splitlines()[0] == f"store   PostgreSQL, state.dsn, {server_address(dsn)}"
     assert PASSWORD not in done.stdout + done.stderr + shown.stdout + shown.stderr
