@@ -36,12 +36,16 @@ from monitor.text import shorten
 
 
 class Config(Model):
+    # The monitored database (a read replica), for the target named `default`; `--dsn` and
+    # `INVMON_DSN` win over it.
     dsn: str | None = None
+    # The folder of invariant files (`.sql`, subfolders allowed).
     invariants: Path = Path("invariants")
     # The production schema (e.g. `pg_dump --schema-only`), for `invmon test` and
     # `invmon lint --schema`.
     schema_path: Path | None = Field(default=None, alias="schema")
     max_cost: float | None = Field(default=None, gt=0)  # `invmon explain` budget per query
+    # Invariants evaluated at once per target, each on its own pooled connection.
     concurrency: int = Field(default=4, ge=1, le=64)
     defaults: Defaults = Defaults()
     database: DatabaseConfig = DatabaseConfig()

@@ -42,10 +42,13 @@ class DatabaseConfig(Model):
     """How invmon uses a monitored database; the top-level `database:` is every target's,
     a target's own `lock_timeout`, `temp_file_limit`… win over it."""
 
+    # How long reaching a database (monitored or state store) may take before it is an error.
     connect_timeout: timedelta = timedelta(seconds=10)
+    # A query waiting this long on a lock gives up instead of queueing behind it.
     lock_timeout: timedelta = timedelta(seconds=5)
     # A standby cancels queries that conflict with replay; such a run is retried.
     recovery_conflict_retries: int = Field(default=3, ge=0, le=10)
+    # The first wait before retrying a recovery conflict; it doubles each time.
     retry_backoff: timedelta = timedelta(seconds=1)
     # What one run may write to temporary files, in PostgreSQL's units. Only a superuser
     # may set it, so it is set for a superuser's runs (never above a lower limit the session
@@ -74,9 +77,11 @@ class StateConfig(Model):
 
 
 class DaemonConfig(Model):
+    # A replica further behind than this is stale: its invariants are not evaluated.
     max_replica_lag: timedelta = timedelta(minutes=5)
     cannot_evaluate_after: int = Field(default=3, ge=1)  # consecutive errors
     jitter: timedelta = timedelta(seconds=10)  # capped at a tenth of an interval; 0s: off
+    # How long a stop waits for runs in flight; the whole stop takes at most this plus 10s.
     shutdown_grace: timedelta = timedelta(seconds=30)
     # A run that goes on this long past its timeout (plus its sources') is quarantined.
     overrun_margin: timedelta = timedelta(seconds=10)
@@ -85,6 +90,7 @@ class DaemonConfig(Model):
     # daemon stops renewing it for `lease` is taken over; a daemon not preferred for a slot
     # waits `handoff` before claiming it.
     lease: timedelta = timedelta(seconds=30)
+    # Several daemons: one not preferred for a slot waits this long before claiming it.
     handoff: timedelta = timedelta(seconds=5)
 
     _t = field_validator(
@@ -168,7 +174,9 @@ class HttpConfig(Model):
 
 
 class LogConfig(Model):
+    # Log lines on stderr as text, or as one JSON object a line.
     format: Literal["text", "json"] = "text"
+    # The least severe log level written.
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("level", mode="before")
@@ -190,6 +198,7 @@ class SlackConfig(Model):
     channel: str = "#invariants"  # default channel
     routes: RoutesConfig = RoutesConfig()
     repeat_interval: timedelta = timedelta(hours=4)  # reminders while open and unacked
+    # Rows at most in an incident's CSV attachment; its title says how many were left out.
     csv_max_rows: int = Field(default=1000, ge=1, le=100_000)
     csv_max_bytes: int = Field(default=4 << 20, ge=1024, le=1 << 30)  # the file stops here
     # "HH:MM" (UTC): each channel with incidents gets a summary of what is open,
@@ -207,12 +216,14 @@ class SlackConfig(Model):
     thread_update_interval: timedelta = timedelta(minutes=5)
     timeout: timedelta = timedelta(seconds=10)  # per Slack call
     settle: timedelta = timedelta(seconds=10)  # wait before looking for an ambiguous post
+    # How long a worker holds a delivery it claimed; renewed while its calls run.
     lease: timedelta = timedelta(seconds=60)
     max_backoff: timedelta = timedelta(minutes=5)  # longest wait between retries
     # Buttons (acknowledge, snooze): clicks arrive over Socket Mode when app_token is set,
     # else on the daemon's listener at /slack/actions, verified with signing_secret.
     app_token: str | None = None  # xapp-…; use ${SLACK_APP_TOKEN}
     signing_secret: str | None = None  # use ${SLACK_SIGNING_SECRET}
+    # The acknowledgement meanings offered as buttons: until_resolved, until_new_rows.
     ack_modes: list[AckMode] = Field(default_factory=lambda: list(ACK_MODES), min_length=1)
     ack_allowlist: list[str] = Field(default_factory=list)  # user (U…) or group (S…) ids
 
@@ -309,7 +320,9 @@ class RedactConfig(Model):
     # joined by `_` (`customer_email`, `first_name`). Setting it replaces the defaults;
     # `add_columns` adds to them (`add_columns: [name]`) without repeating them.
     columns: list[str] = Field(default_factory=lambda: list(DEFAULT_COLUMNS))
+    # Column-name patterns masked on top of the defaults, e.g. [name].
     add_columns: list[str] = Field(default_factory=list)
+    # Values detected and masked in any column: email, card, iban.
     values: list[Detector] = Field(default_factory=lambda: list(DETECTORS))
     # The key of the masking hash; use ${file:…} or ${VAR}. Unset: the daemon keeps a random
     # one in its state store (so masks are stable across restarts), `check` makes one a run.
@@ -328,11 +341,11 @@ class RedactConfig(Model):
 class TargetConfig(Model):
     """One monitored database (config `targets:`); unset fields take the top-level ones."""
 
-    dsn: str | None = None
-    concurrency: int | None = Field(default=None, ge=1, le=64)
-    max_replica_lag: timedelta | None = None
-    connect_timeout: timedelta | None = None
-    lock_timeout: timedelta | None = None
+    dsn: str | None = None  # this database (a read replica); required for `invmon run`
+    concurrency: int | None = Field(default=None, ge=1, le=64)  # else the top-level one
+    max_replica_lag: timedelta | None = None  # else daemon.max_replica_lag
+    connect_timeout: timedelta | None = None  # else database.connect_timeout
+    lock_timeout: timedelta | None = None  # else database.lock_timeout
     statement_timeout: timedelta | None = None  # the ceiling for its invariants' timeouts
     channel: str | None = None  # its incidents' default channel (a file's own wins)
     owner: str | None = None  # its invariants' default owner
@@ -374,13 +387,17 @@ class Target:
 class LimitsConfig(Model):
     """Bounds on what invmon reads; each refusal says which limit it met."""
 
+    # A larger invariant or fixture file is refused before it is parsed.
     file_bytes: int = Field(default=MAX_FILE_BYTES, ge=1024, le=16 << 20)
     # What one run brings back and keeps (offending.py): a longer value is cut by the
     # database; rows past sample_bytes are counted, not kept; keys past keys_bytes are not
     # tracked (so none is claimed gone).
     cell_bytes: int = Field(default=DEFAULT_ROW_LIMITS.cell_bytes, ge=MIN_CELL, le=1 << 20)
+    # One row's values at most: with many columns each is cut shorter.
     row_bytes: int = Field(default=DEFAULT_ROW_LIMITS.row_bytes, ge=1024, le=16 << 20)
+    # Whole rows kept per run; rows past it are counted, not kept.
     sample_bytes: int = Field(default=DEFAULT_ROW_LIMITS.sample_bytes, ge=1024, le=256 << 20)
+    # Offending keys tracked per run; past it no key is claimed gone.
     keys_bytes: int = Field(default=DEFAULT_ROW_LIMITS.keys_bytes, ge=1024, le=256 << 20)
 
     def rows(self) -> RowLimits:

@@ -45,9 +45,13 @@ class Defaults(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # When an invariant whose header has no `schedule:` runs: `every 15m`, or five-field cron (UTC).
     schedule: str = "every 15m"
+    # The statement timeout of an invariant whose header has no `timeout:`.
     timeout: timedelta = timedelta(seconds=30)
+    # Offending rows fetched whole and attached, for a header with no `sample:`.
     sample: int = Field(default=20, ge=0, le=1000)
+    # The severity of an invariant whose header has no `severity:`.
     severity: Severity = "warning"
 
     @field_validator("timeout", mode="before")

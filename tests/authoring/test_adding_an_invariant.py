@@ -1,5 +1,5 @@
-"""The README's "Adding an invariant", followed as a new user would: a new file and its
-fixture pass the PR checks; dropping its WHERE clause makes them fail."""
+"""The manual's "Adding an invariant" (docs/writing-invariants.md), followed as a new user
+would: a new file and its fixture pass the PR checks; dropping its WHERE clause makes them fail."""
 
 from __future__ import annotations
 

@@ -355,7 +355,8 @@ def test_an_unreachable_database_is_said_once_with_what_it_stopped(
 def test_every_reading_command_has_a_json_document_with_its_documented_keys(
     database: str, admin_dsn: str, tmp_path: Path
 ) -> None:
-    """The shapes README's "Scripting" section documents; a script can rely on them."""
+    """The shapes the manual's "Output for scripts" (docs/cli.md) documents; a script can
+    rely on them."""
     schema = ROOT / "deploy" / "demo" / "schema.sql"
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(schema.read_text())

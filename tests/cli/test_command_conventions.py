@@ -1,5 +1,5 @@
 """What every command shares: one name for each output format, and an exit code documented
-in README's "Exit codes" table, a row for every command there is."""
+in the manual's "Exit codes" table, a row for every command there is."""
 
 from __future__ import annotations
 
@@ -60,10 +60,10 @@ def test_format_table_prints_what_format_text_prints(database: str, tmp_path: Pa
 
 
 def documented_exit_codes() -> dict[str, str]:
-    """README's "Exit codes" table: each command named in a row's first cell (its flags
-    dropped: `run --once` is `run`), and the row's text."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n### Exit codes\n", 1)[1]
+    """The manual's "Exit codes" table (docs/cli.md): each command named in a row's first
+    cell (its flags dropped: `run --once` is `run`), and the row's text."""
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = page.split("\n## Exit codes\n", 1)[1]
     table = section[section.index("\n| command |") :].split("\n\n", 1)[0]  # the first table
     rows: dict[str, str] = {}
     for line in table.strip().splitlines()[2:]:
@@ -75,7 +75,7 @@ def documented_exit_codes() -> dict[str, str]:
     return rows
 
 
-def test_the_readme_documents_the_exit_codes_of_every_command_and_only_those() -> None:
+def test_the_manual_documents_the_exit_codes_of_every_command_and_only_those() -> None:
     documented = documented_exit_codes()
     assert sorted(documented) == sorted(name for name, _ in commands())
     assert all(re.match(r"0 ", text) for text in documented.values()), documented

@@ -1,8 +1,8 @@
-"""deploy/invmon.example.yaml and the README's config agree with the program: the example
+"""deploy/invmon.example.yaml and the manual's config agree with the program: the example
 loads through the real config loader, as it is and with every commented example in it
-uncommented; every key the README's Configuration block shows is one the config models
+uncommented; every key the Configuration block (docs/configuring.md) shows is one the config models
 have; and the two say the same `state.path`, the one the systemd unit lets invmon write,
-whose user the README's Deployment steps create."""
+whose user the Deployment steps (docs/deploying.md) create."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from monitor.config.loading import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "invmon.example.yaml"
-README = ROOT / "README.md"
+CONFIGURING = ROOT / "docs" / "configuring.md"
+DEPLOYING = ROOT / "docs" / "deploying.md"
 UNIT = ROOT / "deploy" / "systemd" / "invmon.service"
 # Every ${VAR} the example refers to, set (a reference to an unset one would only be
 # recorded, and the test would prove less).
@@ -117,7 +118,7 @@ def test_every_commented_example_in_it_loads_uncommented(tmp_path: Path) -> None
 
 
 def readme_config_block() -> str:
-    section = README.read_text().split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    section = CONFIGURING.read_text().split("\n## The config file\n", 1)[1].split("\n## ", 1)[0]
     [block] = re.findall(r"```yaml\n(.*?)```", section, re.S)
     return str(block)
 
@@ -180,9 +181,10 @@ def test_the_readme_and_the_example_keep_state_where_the_unit_may_write() -> Non
     assert "ReadWritePaths=/var/lib/invmon\n" in unit
 
 
-def test_the_readmes_deployment_steps_create_the_user_the_unit_runs_as() -> None:
+def test_the_manuals_deployment_steps_create_the_user_the_unit_runs_as() -> None:
     unit = UNIT.read_text()
     [useradd] = re.findall(r"^# Create the user first: (useradd .*)$", unit, re.M)
     assert useradd.endswith(" invmon") and "User=invmon\n" in unit
-    deployment = README.read_text().split("\n## Deployment\n", 1)[1].split("\n### ", 1)[0]
+    deployment = DEPLOYING.read_text().split("\n## On a host, with systemd\n", 1)[1]
+    deployment = deployment.split("\n## ", 1)[0]
     assert f"   {useradd}\n" in deployment
