@@ -27,6 +27,7 @@ from alerts.messages import (
 from alerts.thread_batching import CHANGED, changes_message
 from monitor.clock import Clock
 from monitor.invariants.header import InvariantHeader
+from monitor.links import safe_link
 from monitor.store.acks import ack_line
 from monitor.store.incidents import event_kind
 from monitor.store.records import IncidentContext
@@ -70,7 +71,7 @@ class Views:
             severity=context.severity,
             description=context.description,
             owner=context.owner,
-            runbook=context.runbook,
+            runbook=safe_link(context.runbook),
             opened_at=incident.opened_at,
             resolved_at=incident.resolved_at,
             ended_as=None if incident.state == "open" else incident.state,

@@ -21,7 +21,7 @@ from monitor.cli.resolving import known_targets, open_store, read_store, resolve
 from monitor.clock import utc_now
 from monitor.config import AckMode
 from monitor.durations import parse_duration
-from monitor.store.acks import Action
+from monitor.store.acks import CLI_ACTOR, Action
 from monitor.store.records import as_document
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def _act(config_path: Path | None, incident: int, action: Action) -> None:
 
 def _cli_action(kind: str, **details: Any) -> Action:
     user = getpass.getuser()
-    return Action(kind, f"cli:{user}", user, **details)  # type: ignore[arg-type]
+    return Action(kind, f"{CLI_ACTOR}{user}", user, **details)  # type: ignore[arg-type]
 
 
 @click.command()

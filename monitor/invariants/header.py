@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from monitor import yamlsafe
 from monitor.durations import MAX_STATEMENT_TIMEOUT, Schedule, parse_duration, parse_schedule
+from monitor.links import link_problem
 from monitor.sources.header import SourceSpec, check_source_names
 from monitor.text import shorten
 from monitor.yamlsafe import YamlProblem
@@ -70,8 +71,9 @@ class InvariantHeader(BaseModel):
     @field_validator("runbook")
     @classmethod
     def _runbook_is_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^\s|<>]+$", value):
-            raise ValueError(f"must be an http(s) URL, got {value!r}")
+        problem = None if value is None else link_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("schedule")

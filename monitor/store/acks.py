@@ -44,8 +44,20 @@ def _when(moment: datetime | None) -> str:
     return shown(moment) if moment else "? UTC"
 
 
-def who(actor: str, name: str | None) -> str:
-    return f"@{name}" if name else (f"<@{actor}>" if actor.startswith("U") else actor)
+CLI_ACTOR = "cli:"  # the actor of an action taken with `invmon ack`: cli:<unix user>
+
+
+def who(actor: str, name: str | None, *, mention: bool = True) -> str:
+    """Who acted, in words. A Slack user is `@name` (or, unnamed, Slack's `<@U…>` mention
+    syntax when `mention`, for a message); a Unix user of the command line is never dressed
+    as a Slack handle."""
+    if actor.startswith(CLI_ACTOR):
+        return f"{name or actor.removeprefix(CLI_ACTOR)} (command line)"
+    if name:
+        return f"@{name}"
+    if actor.startswith(("U", "W")):
+        return f"<@{actor}>" if mention else f"Slack user {actor}"
+    return actor
 
 
 def decide_action(incident: Incident, action: Action, now: datetime) -> Outcome:

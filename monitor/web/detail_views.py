@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from monitor.durations import human_duration
+from monitor.links import safe_link
 from monitor.store.acks import MODE_WORDS
 from monitor.store.incidents import EventKind
 from monitor.store.records import Incident, Run, StoredEvent
@@ -25,13 +26,13 @@ from monitor.web.formats import (
     duration_ms,
     invariant_href,
     iso,
-    safe_link,
     slack_link,
     status_of,
     summary_of,
     when,
     who,
 )
+from monitor.web.key_order import key_order
 from monitor.web.reads import (
     ActionRecord,
     IncidentRecords,
@@ -100,7 +101,8 @@ class EventLine:
 
 
 def _keys_text(keys: Sequence[Any]) -> str:
-    listed = ", ".join(cut(str(k), 80) for k in keys[:20])
+    ordered = sorted(keys, key=key_order)
+    listed = ", ".join(cut(str(k), 80) for k in ordered[:20])
     more = len(keys) - 20
     return listed + (f" and {more:,} more" if more > 0 else "")
 
@@ -243,7 +245,7 @@ def _unknown_row(name: str, records: InvariantRecords, now: datetime) -> Row:
 
 def action_line(action: ActionRecord) -> EventLine:
     by = who(action.actor, action.actor_name)
-    via = f" (via {action.source})"
+    via = "" if action.source == "cli" else f" (via {action.source})"  # `who` says it
     if action.action == "ack":
         words = MODE_WORDS.get(action.detail or "", action.detail or "")
         icon, text = "☑", f"Acknowledged by {by}, {words}{via}"
@@ -326,7 +328,7 @@ def incident_page(records: IncidentRecords, now: datetime, refresh_seconds: int)
         timeline=timeline,
         keys=[
             KeyLine(cut(k, CELL_LIMIT), when(f), when(last), when(g))
-            for k, f, last, g in records.keys
+            for k, f, last, g in sorted(records.keys, key=lambda r: (r[1], key_order(r[0])))
         ],
         keys_more=max(0, records.keys_total - len(records.keys)),
         slack_links=links[:5],

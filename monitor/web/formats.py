@@ -13,6 +13,7 @@ from urllib.parse import quote
 from monitor.clock import shown
 from monitor.durations import human_duration
 from monitor.invariants.loader import Invariant
+from monitor.store import acks
 from monitor.store.acks import MODE_WORDS
 from monitor.store.incidents import while_open
 from monitor.store.records import Incident
@@ -141,9 +142,7 @@ def info_of(inv: Invariant) -> InvariantInfo:
 
 def who(actor: str, name: str | None) -> str:
     """Who acted, for a page (not Slack's `<@U…>` mention syntax)."""
-    if name:
-        return f"@{name}"
-    return f"Slack user {actor}" if actor.startswith(("U", "W")) else actor
+    return acks.who(actor, name, mention=False)
 
 
 @dataclass(frozen=True)
@@ -234,13 +233,6 @@ class Row:
     spark: Sparkline | None
     incident: IncidentSummary | None
     loaded: bool
-
-
-def safe_link(url: str | None) -> str | None:
-    """Only http(s) links become links: never `javascript:` from a stored header."""
-    if url and re.match(r"^https?://[^\s<>\"']+$", url):
-        return url
-    return None
 
 
 _CHANNEL = re.compile(r"^[A-Z0-9]{1,30}$")

@@ -141,7 +141,8 @@ def _options(values: Iterable[str], chosen: str | None, labels: Mapping[str, str
 class OverviewPage:
     rows: list[Row]
     total: int
-    counts: list[tuple[Status, int]]  # how many of each status, among all rows
+    # Each status: how many rows shown (the filters applied) and how many in all.
+    counts: list[tuple[Status, int, int]]
     conditions: list[Condition]
     filters: FilterView
     generated: str
@@ -161,7 +162,9 @@ def overview_page(
 ) -> OverviewPage:
     every = rows_of(infos, overview, now)
     shown_rows = [r for r in every if filters.matches(r)]
-    counts = [(status_of(s), n) for s in STATUS_ORDER if (n := _count(every, s))]
+    counts = [
+        (status_of(s), _count(shown_rows, s), n) for s in STATUS_ORDER if (n := _count(every, s))
+    ]
     conditions = [
         Condition(
             i.invariant,

@@ -4,6 +4,7 @@ Socket Mode) and from the command line: recorded once, shown in place, reminders
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import json
 import threading
 import urllib.error
@@ -240,7 +241,7 @@ def test_the_cli_acks_snoozes_and_unacks_and_slack_reflects_it(setup: Setup) -> 
     again = invmon("ack", str(incident), "--config", str(config))
     assert again.returncode == 1
     settle(setup.daemon, setup.world.clock, "cli ack")
-    assert "👀 Acknowledged by @" in setup.root_text()
+    assert f"👀 Acknowledged by {getpass.getuser()} (command line) at " in setup.root_text()
     assert invmon("snooze", str(incident), "4h", "--config", str(config)).returncode == 0
     assert invmon("unack", str(incident), "--config", str(config)).returncode == 0
     settle(setup.daemon, setup.world.clock, "cli unack")

@@ -119,7 +119,7 @@ def test_invmon_ack_without_slack_says_the_daemon_prints_the_update(
     daemon.databases.close()
     out = capsys.readouterr().out
     assert headlines(out) == ["── alert TS1 in #invariants updated · incident #2 (bad_notes) ──"]
-    assert f"👀 Acknowledged by @{getpass.getuser()} " in out
+    assert f"👀 Acknowledged by {getpass.getuser()} (command line) " in out
     # With a token the update is Slack's, said as before.
     with_slack = config_file(home, state={"path": home / "state.db"}, slack={"token": "xoxb-1"})
     unacked = cli("unack", "2", "--config", str(with_slack))

@@ -170,7 +170,7 @@ def test_the_status_page_shows_violations_acks_and_the_fix_in_a_real_browser(
             assert acked.returncode == 0, acked.stdout + acked.stderr
             user = getpass.getuser()
             expect(page.locator("dl.facts")).to_contain_text(
-                f"Acknowledged by @{user}, until resolved", timeout=15_000
+                f"Acknowledged by {user} (command line), until resolved", timeout=15_000
             )
 
             page.locator('dd a[href^="/incidents/"]').click()
@@ -179,7 +179,9 @@ def test_the_status_page_shows_violations_acks_and_the_fix_in_a_real_browser(
             )
             timeline = page.locator("ol.timeline")
             expect(timeline).to_contain_text("Opened (2 offending rows in total): [2003], [2005]")
-            expect(timeline).to_contain_text(f"Acknowledged by @{user}, until resolved (via cli)")
+            expect(timeline).to_contain_text(
+                f"Acknowledged by {user} (command line), until resolved"
+            )
             assert_accessible(page, "an incident's page")
             page.screenshot(path=artefacts / "3-incident-acknowledged.png", full_page=True)
 

@@ -86,7 +86,7 @@ def test_unset_header_keys_take_the_configured_defaults(tmp_path: Path) -> None:
         ("-- description: x\n-- schedule: hourly\nSELECT 1\n", 2, "is not a schedule"),
         ("-- description: x\n-- schedule: 61 * * * *\nSELECT 1\n", 2, "not a valid cron"),
         ("-- description: x\n-- runbook: wiki/page\nSELECT 1\n", 2, "http(s) URL"),
-        ("-- description: x\n-- runbook: https://w/x|click\nSELECT 1\n", 2, "http(s) URL"),
+        ("-- description: x\n-- runbook: https://w/x|click\nSELECT 1\n", 2, "or '|' (got"),
         ("-- description: x\n-- sample: -1\nSELECT 1\n", 2, "header key 'sample'"),
         ("-- description: x\n-- for: 0\nSELECT 1\n", 2, "header key 'for'"),
         ("-- description: [unclosed\nSELECT 1\n", 1, "not valid YAML"),

@@ -5,10 +5,14 @@ are exact; access is decided in constant time. No server, no store: plain data i
 from __future__ import annotations
 
 import base64
+import json
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from monitor.config import ConfigError, HttpConfig, parse_config
 from monitor.store.records import Incident, IncidentContext, Run, StoredEvent
@@ -237,6 +241,20 @@ def test_filters_select_by_status_severity_owner_tag_target_and_search() -> None
         ("@pay", True),
         ("@platform", False),
     ]
+    # The counts above the table are of what is shown, each with its total beside it.
+    counted = overview_page(infos, overview, parse_filters("target=jobs"), NOW, 30)
+    assert [(s.word, n, of) for s, n, of in counted.counts] == [("Violated", 0, 1), ("Holds", 1, 2)]
+    html = render("overview.html", page=counted, generated="now", refresh_seconds=30)
+    assert '<span class="n">0</span> <span class="of">of 1</span>' in html
+    assert '<span class="n">1</span> <span class="of">of 2</span>' in html
+    everything = overview_page(infos, overview, parse_filters(""), NOW, 30)
+    assert [(s.word, n, of) for s, n, of in everything.counts] == [
+        ("Violated", 1, 1),
+        ("Holds", 2, 2),
+    ]
+    assert 'class="of"' not in render(
+        "overview.html", page=everything, generated="now", refresh_seconds=30
+    )
 
 
 def test_a_query_string_past_its_bounds_is_refused_and_values_are_cut() -> None:
@@ -354,14 +372,14 @@ def test_an_incident_shows_who_acknowledged_which_meaning_until_when_and_its_tim
     page = incident_page(IncidentRecords(acked, events, actions, [], 0, posts), NOW, 30)
     assert page.summary.ack is not None
     assert (page.summary.ack.by, page.summary.ack.meaning, page.summary.ack.snoozed_until) == (
-        "@ana",
+        "ana (command line)",
         "until new rows appear",
         "2026-11-30 16:00 UTC",
     )
     assert [(line.icon, line.text) for line in page.timeline] == [
         ("⚑", "Opened (2 offending rows in total): [1], [2]"),
         ("+", "1 new offending row (3 offending rows in total): [3]"),
-        ("☑", "Acknowledged by @ana, until new rows appear (via cli)"),
+        ("☑", "Acknowledged by ana (command line), until new rows appear"),
         ("◷", "Reminder (sent)"),
         ("✔", "Resolved after 2h: the query returns no rows"),
     ]
@@ -388,3 +406,112 @@ def test_targets_run_as_a_privileged_role_are_listed_on_the_front_page() -> None
     assert '<h2 id="roles-h">Database roles</h2>' in shown
     assert f"<li>{note}</li>" in shown
     assert HOSTILE not in shown  # escaped like everything else
+
+
+RUNBOOKS_WITH_QUOTES = [
+    "https://wiki.example.com/ops/carrier's-stuck-shipments",
+    'https://wiki.example.com/ops/"quoted"-page?x=1&y=2',
+]
+
+
+@pytest.mark.parametrize("runbook", RUNBOOKS_WITH_QUOTES)
+def test_a_runbook_lint_accepts_is_a_link_on_the_page_and_in_slack(runbook: str) -> None:
+    """One rule (monitor/links.py): a runbook the header accepts is never hidden later."""
+    from alerts.messages import IncidentView, root_message
+    from monitor.invariants.header import InvariantHeader
+
+    header = InvariantHeader.model_validate({"description": "x", "runbook": runbook})
+    assert header.runbook == runbook
+    name = "ops/stuck"
+    infos = {name: info(name, runbook=runbook)}
+    points = {name: [point(name, 1, 2)]}
+    records = InvariantRecords(points[name], None, [], {})
+    detail = invariant_page(name, infos[name], records, overview_of(points), NOW, 30)
+    assert detail is not None and detail.runbook_href == runbook
+    page = render("invariant.html", page=detail, generated="now", refresh_seconds=30)
+    links = [a for tag, a in elements(page) if tag == "a" and a.get("href") == runbook]
+    assert len(links) == 1  # escaped in the attribute, read back by a parser as the URL
+    view = IncidentView(
+        incident_id=7,
+        invariant=name,
+        kind="violation",
+        severity="critical",
+        description="x",
+        owner=None,
+        runbook=runbook,
+        opened_at=NOW,
+        count=2,
+        columns=["id"],
+        rows=[{"id": 1}],
+    )
+    assert runbook in str(root_message(view, NOW).blocks)
+
+
+@pytest.mark.parametrize(
+    ("runbook", "why"),
+    [
+        ("https://wiki.example.com/a|b", "without spaces, control characters, '<', '>' or '|'"),
+        ("https://wiki.example.com/a b", "without spaces"),
+        ("javascript:alert(1)", "must be an http(s) URL"),
+        ("https://wiki.example.com/a<b>", "'<', '>'"),
+    ],
+)
+def test_a_runbook_slack_or_the_page_could_not_show_is_refused_by_lint_saying_why(
+    runbook: str, why: str
+) -> None:
+    from pydantic import ValidationError
+
+    from monitor.invariants.header import InvariantHeader
+    from monitor.links import safe_link
+
+    with pytest.raises(ValidationError) as refused:
+        InvariantHeader.model_validate({"description": "x", "runbook": runbook})
+    assert why in str(refused.value)
+    assert safe_link(runbook) is None  # and a stored one is never made a link
+
+
+def test_without_javascript_the_page_does_not_reload_itself_as_the_manual_says() -> None:
+    """The manual says a reload is the reader's: no meta refresh, which axe-core would fail."""
+    points = {"a": [point("a", 1, 0, "ok")]}
+    front = render(
+        "overview.html",
+        page=overview_page({"a": info("a")}, overview_of(points), Filters(), NOW, 30),
+        generated="now",
+        refresh_seconds=30,
+    )
+    assert [a for tag, a in elements(front) if tag == "meta" and "http-equiv" in a] == []
+    manual = (Path(__file__).resolve().parents[2] / "docs" / "status-page.md").read_text()
+    assert "page does not reload itself" in manual
+
+
+def test_keys_are_listed_as_the_database_sorts_them_numbers_as_numbers() -> None:
+    name = "refunds"
+    keys = ["[12]", "[260]", "[340]", "[3]"]
+    events = [StoredEvent(1, 7, name, "opened", NOW, {"count": 4, "keys": keys})]
+    stored: list[tuple[str, datetime, datetime, datetime | None]] = [
+        (k, NOW, NOW, None) for k in keys
+    ]
+    stored.append(('["b", null]', NOW, NOW, None))
+    stored.append(('["b", "a"]', NOW, NOW, None))
+    stored.append(('["12.50"]', NOW, NOW, None))
+    page = incident_page(IncidentRecords(incident(name), events, [], stored, 7, []), NOW, 30)
+    assert [(line.icon, line.text) for line in page.timeline] == [
+        ("⚑", "Opened (4 offending rows in total): [3], [12], [260], [340]")
+    ]
+    assert [line.key for line in page.keys] == [
+        "[3]",
+        "[12]",
+        '["12.50"]',
+        "[260]",
+        "[340]",
+        '["b", "a"]',
+        '["b", null]',
+    ]
+
+
+@given(st.lists(st.integers(-(10**12), 10**12), min_size=1, max_size=30, unique=True))
+def test_integer_keys_sort_as_integers(values: list[int]) -> None:
+    from monitor.web.key_order import key_order
+
+    keys = [json.dumps([v]) for v in values]
+    assert sorted(keys, key=key_order) == [json.dumps([v]) for v in sorted(values)]

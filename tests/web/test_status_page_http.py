@@ -134,7 +134,7 @@ def test_the_page_shows_the_stores_runs_incidents_and_acknowledgements(
     assert "Content-Security-Policy" in headers and headers["Cache-Control"] == "no-store"
     assert 'data-status="violated"' in body and '<td class="num count">3</td>' in body
     assert f'<a href="/incidents/{opened.id}">#{opened.id}</a>' in body
-    assert 'Acknowledged by <span class="who">@ana</span>, until resolved' in body
+    assert 'Acknowledged by <span class="who">ana (command line)</span>, until resolved' in body
     assert 'aria-label="Offending rows over the last 2 runs: 2 at first, 3 now, at most 3."' in body
 
     status, detail, _ = get(f"{url}/invariants/bad_items")
@@ -147,7 +147,7 @@ def test_the_page_shows_the_stores_runs_incidents_and_acknowledgements(
     assert status == 200
     assert "Opened (2 offending rows in total): [1], [2]" in timeline
     assert "1 new offending row (3 offending rows in total): [3]" in timeline
-    assert "Acknowledged by @ana, until resolved (via cli)" in timeline
+    assert "Acknowledged by ana (command line), until resolved" in timeline
 
     record(store, "bad_items", [], START + timedelta(minutes=30))
     ticks.expire()
