@@ -16,15 +16,18 @@ from monitor.daemon.databases import Databases
 from monitor.daemon.services import Services
 from monitor.daemon.slots import latest_slot, period
 from monitor.invariants.definitions import Definitions, Reload, diff
+from monitor.invariants.header import DEFAULT_TARGET, readable_header
 from monitor.invariants.loader import (
     RESERVED_PREFIX,
     Invariant,
     LoadMemo,
     LoadResult,
+    bind_target,
     load_directory,
     name_for,
 )
 from monitor.problems import Problem
+from monitor.store.records import IncidentContext
 
 log = logging.getLogger("invmon.daemon")
 
@@ -93,7 +96,8 @@ class Reloader:
     def _record(self, invalid: dict[str, list[Problem]], removed: list[str], now: datetime) -> None:
         for name, problems in invalid.items():
             detail = "\n".join(str(p) for p in problems)
-            self.store.record_condition("invalid_file", name, True, now, detail)
+            context = self._invalid_context(name, problems)
+            self.store.record_condition("invalid_file", name, True, now, detail, context)
         # Fixed or deleted files: every open invalid-file incident not reported again.
         for incident in self.store.open_incidents():
             if incident.kind == "invalid_file" and incident.invariant not in invalid:
@@ -126,6 +130,30 @@ class Reloader:
                 and i.invariant not in invalid
                 and not i.invariant.startswith(RESERVED_PREFIX)  # invmon's own: no file
             }
+        )
+
+    def _invalid_context(self, name: str, problems: list[Problem]) -> IncidentContext:
+        """A file that does not load is bound to a target by the rule a valid one follows
+        and keeps what its header still says (severity, owner, …), so its incident is shown
+        and routed where the file belongs, not on `default` as a warning."""
+        limit = self.config.limits.file_bytes
+        try:
+            with problems[0].path.open("rb") as file:
+                raw = file.read(limit + 1)
+        except OSError:
+            raw = b""
+        said = readable_header(raw.decode("utf-8", "replace")) if len(raw) <= limit else {}
+        targets = self.config.resolved_targets()
+        ceilings = {n: t.statement_timeout for n, t in targets.items()}
+        target = bind_target(said.get("target"), name, ceilings) or DEFAULT_TARGET
+        return IncidentContext(
+            severity=said.get("severity") or self.config.defaults.severity,
+            description=said.get("description"),
+            owner=said.get("owner") or (targets[target].owner if target in targets else None),
+            runbook=said.get("runbook"),
+            channel=said.get("channel"),
+            target=target,
+            target_channel=targets[target].channel if target in targets else None,
         )
 
     def _problems_by_name(self, loaded: LoadResult) -> dict[str, list[Problem]]:

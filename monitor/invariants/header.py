@@ -173,6 +173,32 @@ def parse_header(split: SplitFile) -> InvariantHeader:
         raise HeaderError(*problems[0], *problems[1:]) from None
 
 
+# What an incident of a file that does not load still takes from it (reloading.py).
+READABLE_KEYS = ("description", "severity", "owner", "runbook", "channel", "target")
+
+
+def readable_header(text: str) -> dict[str, Any]:
+    """What the header of a file that does not load still says: each of READABLE_KEYS whose
+    value is valid on its own (a bad runbook does not hide a good severity). Empty when the
+    header cannot be read at all."""
+    split = split_file(text)
+    try:
+        data = yamlsafe.load("\n".join(body for _, body in split.header_lines), MAX_HEADER_BYTES)
+    except YamlProblem:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    said: dict[str, Any] = {}
+    for key in READABLE_KEYS:
+        if key in data:
+            try:
+                alone = InvariantHeader.model_validate({"description": "-", key: data[key]})
+            except ValidationError:
+                continue
+            said[key] = getattr(alone, key)
+    return said
+
+
 def _describe(split: SplitFile, error: Any, first: int) -> tuple[int, str]:
     field = str(error["loc"][0]) if error["loc"] else "header"
     line = line_of_key(split, field) or first

@@ -142,12 +142,13 @@ def _header_line(split: SplitFile) -> int:
 
 
 def bind_target(
-    header: InvariantHeader, name: str, targets: Mapping[str, timedelta | None]
+    declared: str | None, name: str, targets: Mapping[str, timedelta | None]
 ) -> str | None:
-    """The header's `target:`, else the first folder of the name when a target has that
-    name (`payments/x` runs on `payments`), else `default`; None when none exists."""
-    if header.target is not None:
-        return header.target if header.target in targets else None
+    """The header's `target:` (`declared`), else the first folder of the name when a target
+    has that name (`payments/x` runs on `payments`), else `default`; None when none exists.
+    A file that does not load is bound by the same rule, from what its header still says."""
+    if declared is not None:
+        return declared if declared in targets else None
     folder = name.split("/", 1)[0] if "/" in name else None
     if folder in targets:
         return folder
@@ -288,7 +289,7 @@ def _parse_file(path: Path, name: str, text: str, loading: Loading) -> Loaded:
         return None, problems
     if not any(p.level == "error" for p in sql_problems):
         problems += _key_problems(path, split, header, analysis)
-    target = bind_target(header, name, loading.targets)
+    target = bind_target(header.target, name, loading.targets)
     timeout = header.timeout_delta or defaults.timeout
     if target is None:
         problems.append(_unknown_target(path, split, header, loading))

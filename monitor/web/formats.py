@@ -31,19 +31,28 @@ TEXT_LIMIT = 2000  # an error message or a description
 
 # Worst first. Each status has a word and an icon, so it reads without colour. Icons are
 # symbols common text fonts have (no emoji font is assumed on the reader's machine).
-STATUS_ORDER = ("violated", "error", "stale", "pending", "ok")
+STATUS_ORDER = ("violated", "error", "invalid", "stale", "pending", "ok")
 
 
 STATUS_WORD = {
     "violated": "Violated",
     "error": "Error",
+    # A file that does not load and has no earlier version running: it is not evaluated.
+    "invalid": "Invalid file: will not run until fixed",
     "stale": "Stale",
     "pending": "Not run yet",
     "ok": "Holds",
 }
 
 
-STATUS_ICON = {"violated": "✖", "error": "⚠", "stale": "‖", "pending": "…", "ok": "✔"}
+STATUS_ICON = {
+    "violated": "✖",
+    "error": "⚠",
+    "invalid": "✎",
+    "stale": "‖",
+    "pending": "…",
+    "ok": "✔",
+}
 
 
 SEVERITY_ORDER = ("critical", "warning", "info")

@@ -78,16 +78,24 @@ def rows_of(infos: Mapping[str, InvariantInfo], overview: Overview, now: datetim
         incident = incidents.get(name)
         context = incident.context if incident else None
         points = overview.points.get(name, [])
+        # No version of the file loads: say so, rather than "not run yet" as if it would run.
+        unloadable = info is None and incident is not None and incident.kind == "invalid_file"
         rows.append(
             Row(
                 name=name,
                 href=invariant_href(name),
-                status=status_of(run.status if run else "pending"),
+                status=status_of("invalid" if unloadable else run.status if run else "pending"),
                 description=cut(
                     info.description if info else (context and context.description) or "",
                     TEXT_LIMIT,
                 ),
-                target=info.target if info else run.target if run else "default",
+                target=info.target
+                if info
+                else context.target
+                if context
+                else run.target
+                if run
+                else "default",
                 severity=info.severity if info else context.severity if context else "warning",
                 owner=(info.owner if info else context.owner if context else None) or "",
                 tags=info.tags if info else (),

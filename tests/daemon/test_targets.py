@@ -378,3 +378,59 @@ def test_the_daemon_refuses_to_start_with_a_target_that_has_no_dsn(tmp_path: Pat
         "invmon.yaml; target 'jobs' has no DSN: set targets.jobs.dsn in invmon.yaml"
     )
     assert not (tmp_path / "state.db").exists()
+
+
+def test_a_file_that_does_not_load_is_shown_on_its_target_as_its_header_says(
+    tmp_path: Path, database: str
+) -> None:
+    """Bound by its folder as a valid file would be, with the severity and owner its header
+    still says; 'invalid file', not 'not run yet', on the page."""
+    from helpers import PRIVILEGED
+
+    from monitor.store.state import StateStore
+    from monitor.web.reads import Overview
+    from monitor.web.views import rows_of
+
+    items(database, 1)
+    (tmp_path / "invariants" / "shop").mkdir(parents=True)
+    (tmp_path / "invariants" / "shop" / "badrb.sql").write_text(
+        "-- description: No item is bad.\n-- severity: info\n-- owner: '@shop'\n"
+        "-- runbook: https://wiki.example.com/a|b\n" + QUERY
+    )
+    (tmp_path / "invariants" / "shop" / "fine.sql").write_text(header() + QUERY)
+    config_file(
+        tmp_path,
+        targets={"shop": {"dsn": database}},
+        state={"path": tmp_path / "state.db"},
+        database=PRIVILEGED,
+    )
+    ran = cli("run", "--once", cwd=tmp_path)
+    assert ran.returncode == 2, ran.stderr  # an invalid file is an error of the pass
+    status = json.loads(cli("status", "--format", "json", cwd=tmp_path).stdout)
+    assert sorted((i["invariant"], i["kind"], i["target"]) for i in status["open_incidents"]) == [
+        ("shop/badrb", "invalid_file", "shop"),
+        ("shop/fine", "violation", "shop"),
+    ]
+    store = StateStore.open(path=tmp_path / "state.db")
+    try:
+        incidents = store.open_incidents()
+    finally:
+        store.close()
+    [invalid] = [i for i in incidents if i.kind == "invalid_file"]
+    assert invalid.context is not None
+    assert (invalid.context.severity, invalid.context.owner, invalid.context.target) == (
+        "info",
+        "@shop",
+        "shop",
+    )
+    [row] = [
+        r
+        for r in rows_of({}, Overview({}, {}, incidents), datetime.now(UTC))
+        if r.name == "shop/badrb"
+    ]
+    assert (row.target, row.severity, row.owner, row.status.word) == (
+        "shop",
+        "info",
+        "@shop",
+        "Invalid file: will not run until fixed",
+    )
