@@ -126,6 +126,19 @@ def assert_accessible(page: Any, what: str) -> None:
     assert results.violations_count == 0, f"{what}:\n{results.generate_report()}"
 
 
+PHONE = 390  # px: a phone held upright
+
+
+def on_a_phone(page: Any, screenshot: Path) -> None:
+    """The page at a phone's width: nothing wider than the screen (the tables scroll in
+    their own regions), a screenshot kept, and back to the desktop width."""
+    page.set_viewport_size({"width": PHONE, "height": 844})
+    width = page.evaluate("document.documentElement.scrollWidth")
+    page.screenshot(path=screenshot, full_page=True)
+    assert width <= PHONE, f"{screenshot.name}: the page is {width}px wide on a {PHONE}px screen"
+    page.set_viewport_size({"width": 1400, "height": 900})
+
+
 def test_the_status_page_shows_violations_acks_and_the_fix_in_a_real_browser(
     chromium: str, daemon: tuple[str, Path], database: str, artefacts: Path
 ) -> None:
@@ -152,6 +165,7 @@ def test_the_status_page_shows_violations_acks_and_the_fix_in_a_real_browser(
             assert page.evaluate("window.pwned") is None
             assert_accessible(page, "the overview")
             page.screenshot(path=artefacts / "1-overview-violated.png", full_page=True)
+            on_a_phone(page, artefacts / "1-overview-phone.png")
 
             page.get_by_role("link", name="duplicate_settled_refunds", exact=True).click()
             expect(page.locator("h1")).to_have_text("duplicate_settled_refunds")
@@ -165,6 +179,7 @@ def test_the_status_page_shows_violations_acks_and_the_fix_in_a_real_browser(
             incident_id = href.rsplit("/", 1)[1]
             assert_accessible(page, "an invariant's page")
             page.screenshot(path=artefacts / "2-invariant.png", full_page=True)
+            on_a_phone(page, artefacts / "2-invariant-phone.png")
 
             acked = cli("ack", incident_id, "--config", str(config))
             assert acked.returncode == 0, acked.stdout + acked.stderr
@@ -184,6 +199,7 @@ def test_the_status_page_shows_violations_acks_and_the_fix_in_a_real_browser(
             )
             assert_accessible(page, "an incident's page")
             page.screenshot(path=artefacts / "3-incident-acknowledged.png", full_page=True)
+            on_a_phone(page, artefacts / "3-incident-phone.png")
 
             page.get_by_role("link", name="invmon status").click()
             page.get_by_role("link", name=HOSTILE, exact=True).click()
@@ -215,8 +231,11 @@ def test_the_status_page_shows_violations_acks_and_the_fix_in_a_real_browser(
         finally:
             browser.close()
     assert sorted(p.name for p in artefacts.iterdir()) == [
+        "1-overview-phone.png",
         "1-overview-violated.png",
+        "2-invariant-phone.png",
         "2-invariant.png",
         "3-incident-acknowledged.png",
+        "3-incident-phone.png",
         "4-overview-fixed.png",
     ]
