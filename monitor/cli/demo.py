@@ -54,12 +54,23 @@ LIVE = "monitor.live_examples"  # examples/live/, mapped into the wheel by pypro
 
 def show_alerts(config: Config) -> list[tuple[str, int]]:
     """One burst-mode pass of the daemon with a throwaway state store and no Slack."""
+    # The demo shows alerts, not the daemon's log lines about them. Both changes are undone
+    # after, so a caller in the same process (a test, a notebook) keeps its own logging.
+    quiet, silent = logging.getLogger("invmon"), logging.NullHandler()
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    logging.getLogger().addHandler(silent)
+    try:
+        return _one_pass(config)
+    finally:
+        quiet.setLevel(level)
+        logging.getLogger().removeHandler(silent)
+
+
+def _one_pass(config: Config) -> list[tuple[str, int]]:
     from monitor.daemon.assembly import assemble
     from monitor.store.state import StateStore
 
-    # The demo shows alerts, not the daemon's log lines about them.
-    logging.getLogger().addHandler(logging.NullHandler())
-    logging.getLogger("invmon").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="invmon-demo-state-") as folder:
         config = config.model_copy(update={"state": StateConfig(path=Path(folder) / "state.db")})
         store = StateStore.open(path=config.state.path)

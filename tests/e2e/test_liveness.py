@@ -704,6 +704,8 @@ def test_a_stop_that_cannot_finish_in_time_exits_non_zero_naming_what_it_waited_
         )
         started = time.monotonic()
         code = stop_and_wait(process, log, 1 + 10 + 10)
+        # Measured here: the wait below, for the server's backend, is not the stop's.
+        stopped_in = time.monotonic() - started
     finally:
         if process.poll() is None:
             process.kill()
@@ -712,7 +714,7 @@ def test_a_stop_that_cannot_finish_in_time_exits_non_zero_naming_what_it_waited_
         wait_for(lambda: in_xpath(database) == 0, 120, "the backend to finish its XPath")
     assert code == 1, log.read_text()[-3000:]
     # The grace (1 s), the cancel's wait (5 s) and the rest: bounded, never the run's ~20 s.
-    assert time.monotonic() - started < 1 + 10 + 10
+    assert stopped_in < 1 + 10 + 10
     assert (
         log.read_text()
         .splitlines()[-1]
