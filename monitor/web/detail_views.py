@@ -14,6 +14,8 @@ from monitor.store.acks import MODE_WORDS
 from monitor.store.incidents import EventKind
 from monitor.store.records import Incident, Run, StoredEvent
 from monitor.text import counted, cut
+from monitor.web.chart import TimeChart, span_words, time_chart
+from monitor.web.filters import WINDOWS, Window
 from monitor.web.formats import (
     CELL_LIMIT,
     KIND_WORD,
@@ -35,6 +37,7 @@ from monitor.web.formats import (
 from monitor.web.key_order import key_order
 from monitor.web.reads import (
     ActionRecord,
+    History,
     IncidentRecords,
     InvariantRecords,
     Overview,
@@ -173,6 +176,59 @@ def incident_line(incident: Incident, events: Sequence[StoredEvent], now: dateti
     )
 
 
+# The chart is drawn twice, for a wide screen and for a phone, and CSS shows one: a single
+# SVG scaled to a phone would shrink its labels to a size nobody reads.
+WIDE = (640, 200)
+NARROW = (340, 180)
+
+
+@dataclass(frozen=True)
+class WindowLink:
+    name: str
+    words: str
+    href: str
+    current: bool
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    windows: list[WindowLink]
+    words: str  # the window shown, "7 days"
+    wide: TimeChart
+    narrow: TimeChart
+    runs: int  # runs of the window drawn
+    truncated: str  # the older runs of the window not shown, in words; "" when none
+    fallback: bool  # the query asked for a window not offered: the default is shown
+
+
+def history_view(history: History, window: Window, now: datetime) -> HistoryView:
+    start = now - window.span
+    wide, narrow = (
+        time_chart(history.runs, start, now, truncated=history.truncated, width=w, height=h)
+        for w, h in (WIDE, NARROW)
+    )
+    truncated = ""
+    if history.truncated and history.runs:
+        oldest = min(at for at, _ in history.runs)
+        truncated = (
+            f"This window holds more runs than the page reads: the chart shows the newest "
+            f"{len(history.runs):,}, from {when(oldest)}; older runs of this window are not "
+            "shown (the shaded part)."
+        )
+    return HistoryView(
+        windows=[
+            WindowLink(name, span_words(span), f"?window={name}", name == window.name)
+            for name, span in WINDOWS.items()
+        ],
+        words=span_words(window.span),
+        wide=wide,
+        narrow=narrow,
+        runs=wide.runs,
+        truncated=truncated,
+        fallback=window.unknown,
+    )
+
+
 @dataclass(frozen=True)
 class InvariantPage:
     name: str
@@ -185,6 +241,7 @@ class InvariantPage:
     generated: str
     runbook_href: str | None
     refresh_seconds: int
+    history: HistoryView | None = None
 
 
 def invariant_page(
@@ -194,8 +251,11 @@ def invariant_page(
     overview: Overview,
     now: datetime,
     refresh_seconds: int,
+    history: History | None = None,
+    window: Window | None = None,
 ) -> InvariantPage | None:
-    """None when neither the daemon nor the store knows `name`."""
+    """None when neither the daemon nor the store knows `name`. With `history` (the runs
+    of `window`), the page has its chart over time."""
     if info is None and not records.runs and not records.incidents:
         return None
     infos = {name: info} if info else {}
@@ -218,6 +278,7 @@ def invariant_page(
         generated=when(now),
         runbook_href=safe_link(runbook),
         refresh_seconds=refresh_seconds,
+        history=None if history is None else history_view(history, window or Window(), now),
     )
 
 

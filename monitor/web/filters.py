@@ -1,13 +1,16 @@
-"""The front page's filters and search, read from a hostile query string. Pure.
+"""The front page's filters and search, and an invariant page's chart window, read from a
+hostile query string. Pure.
 
 Bounded before anything else looks at it: the whole query string, the number of fields,
 each value's length. A value that is not one of a filter's choices (a status or severity
-nobody has) selects nothing rather than failing, so an old bookmark still opens.
+nobody has) selects nothing rather than failing, so an old bookmark still opens; a window
+the page does not offer falls back to the default one, and the page says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qs
 
@@ -20,6 +23,8 @@ MAX_VALUE = 200  # characters of one filter value or the search text
 
 STATUSES = ("violated", "error", "stale", "pending", "ok")
 SEVERITIES = ("critical", "warning", "info")
+# The chart windows of an invariant's page, shortest first (Window() is the first).
+WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 
 
 class QueryTooLong(ValueError):
@@ -80,14 +85,40 @@ class Filters:
         return True
 
 
-def parse_filters(query: str) -> Filters:
-    """Filters from a raw QUERY_STRING; QueryTooLong past MAX_QUERY."""
+@dataclass(frozen=True)
+class Window:
+    """How far back an invariant's chart goes."""
+
+    name: str = "24h"  # one of WINDOWS
+    unknown: bool = False  # the query asked for a window not offered: this is the default
+
+    @property
+    def span(self) -> timedelta:
+        return WINDOWS[self.name]
+
+
+def _fields(query: str) -> dict[str, list[str]]:
     if len(query.encode()) > MAX_QUERY:
         raise QueryTooLong(f"the query string is longer than {MAX_QUERY} bytes")
     try:
-        fields = parse_qs(query, keep_blank_values=False, max_num_fields=MAX_FIELDS)
+        return parse_qs(query, keep_blank_values=False, max_num_fields=MAX_FIELDS)
     except ValueError:
         raise QueryTooLong(f"the query string has more than {MAX_FIELDS} fields") from None
+
+
+def parse_window(query: str) -> Window:
+    """The chart window from a raw QUERY_STRING (`window=7d`); QueryTooLong past MAX_QUERY."""
+    asked = _fields(query).get("window")
+    if not asked:
+        return Window()
+    if asked[0] in WINDOWS:
+        return Window(asked[0])
+    return Window(unknown=True)
+
+
+def parse_filters(query: str) -> Filters:
+    """Filters from a raw QUERY_STRING; QueryTooLong past MAX_QUERY."""
+    fields = _fields(query)
 
     def one(name: str) -> str | None:
         values = fields.get(name)

@@ -18,10 +18,10 @@ from monitor.store.acks import MODE_WORDS
 from monitor.store.incidents import while_open
 from monitor.store.records import Incident
 from monitor.text import cut
+from monitor.web.chart import Sparkline
 from monitor.web.reads import (
     SlackPost,
 )
-from monitor.web.sparkline import Sparkline
 
 CELL_LIMIT = 200  # characters of one value shown in a table cell
 

@@ -1,7 +1,8 @@
 """The status page's routes on the daemon's listener: the thin shell around views.py.
 
     /                     every invariant, worst first, with filters and search
-    /invariants/<name>    one invariant: what it checks, its runs, incidents and rows
+    /invariants/<name>    one invariant: what it checks, its runs over ?window=24h|7d|30d,
+                          its incidents and rows
     /incidents/<id>       one incident's timeline
     /static/page.css|js   the page's own style and script (no CDN: the host may be offline)
 
@@ -31,9 +32,15 @@ from monitor.singleflight import SingleFlight
 from monitor.store.state import StateStore
 from monitor.web.access import REFUSED, Access
 from monitor.web.detail_views import incident_page, invariant_page
-from monitor.web.filters import Filters, QueryTooLong, parse_filters
+from monitor.web.filters import Filters, QueryTooLong, Window, parse_filters, parse_window
 from monitor.web.formats import InvariantInfo, info_of
-from monitor.web.reads import Overview, read_incident, read_invariant, read_overview
+from monitor.web.reads import (
+    Overview,
+    read_history,
+    read_incident,
+    read_invariant,
+    read_overview,
+)
 from monitor.web.render import environment, render
 from monitor.web.views import overview_page
 
@@ -79,6 +86,10 @@ class Reply:
     headers: tuple[tuple[str, str], ...] = ()
 
 
+# A page is kept by its path and what its query chose (filters on /, the chart's window).
+Key = tuple[str, Filters, Window]
+
+
 class Busy(Exception):
     """The store's read for the page took longer than a visitor waits for it."""
 
@@ -119,7 +130,7 @@ class StatusPage:
         self._lock = threading.Lock()
         self._reading: SingleFlight[Snapshot] = SingleFlight()
         self._budget = threading.BoundedSemaphore(RENDERERS)
-        self._pages: OrderedDict[tuple[str, Filters], tuple[float, Reply]] = OrderedDict()
+        self._pages: OrderedDict[Key, tuple[float, Reply]] = OrderedDict()
         self._snapshot: tuple[float, Snapshot] | None = None
         self._waiting = 0  # requests waiting for a renderer
 
@@ -155,18 +166,21 @@ class StatusPage:
                 ("WWW-Authenticate", 'Bearer realm="invmon status"'),
             )
             return self._error(401, "This page needs the status page token.", challenge)
-        filters = Filters()
-        if path == "/":
-            try:
-                # Bounded before it becomes a cache key; equivalent queries share one entry.
+        filters, window = Filters(), Window()
+        try:
+            # Bounded before it becomes a cache key; equivalent queries share one entry.
+            if path == "/":
                 filters = parse_filters(query)
-            except QueryTooLong as exc:
-                return self._error(400, str(exc).capitalize() + ".")
-        return self._cached((path, filters), lambda: self._build(path, filters))
+            elif path.startswith("/invariants/"):
+                window = parse_window(query)
+        except QueryTooLong as exc:
+            return self._error(400, str(exc).capitalize() + ".")
+        key = (path, filters, window)
+        return self._cached(key, lambda: self._build(key))
 
     # --- caching ------------------------------------------------------------------------------
 
-    def _cached(self, key: tuple[str, Filters], build: Callable[[], Reply]) -> Reply:
+    def _cached(self, key: Key, build: Callable[[], Reply]) -> Reply:
         now = self.monotonic()
         with self._lock:
             hit = self._pages.get(key)
@@ -233,9 +247,10 @@ class StatusPage:
 
     # --- building -------------------------------------------------------------------------
 
-    def _build(self, path: str, filters: Filters) -> Reply:
+    def _build(self, key: Key) -> Reply:
+        path = key[0]
         try:
-            return self._page(path, filters)
+            return self._page(*key)
         except Busy:
             return self._error(
                 503,
@@ -248,7 +263,7 @@ class StatusPage:
                 503, "The state store cannot be read now; the daemon's log says why."
             )
 
-    def _page(self, path: str, filters: Filters) -> Reply:
+    def _page(self, path: str, filters: Filters, window: Window) -> Reply:
         now = self.clock()
         if path == "/":
             snap = self.snapshot()
@@ -264,8 +279,16 @@ class StatusPage:
                 return self._error(404, "No such invariant.")
             snap = self.snapshot()
             records = read_invariant(self.store, name)
+            history = read_history(self.store, name, now - window.span)
             found = invariant_page(
-                name, snap.infos.get(name), records, snap.overview, now, self.refresh
+                name,
+                snap.infos.get(name),
+                records,
+                snap.overview,
+                now,
+                self.refresh,
+                history,
+                window,
             )
             if found is None:
                 return self._error(404, f"No invariant named {name!r} has run here.")

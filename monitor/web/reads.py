@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from monitor.clock import maybe_parse, parse_stamp
@@ -28,6 +29,10 @@ DETAIL_INCIDENTS = 20  # incidents listed on an invariant's page
 EVENTS_LIMIT = 500  # events of one incident (or one invariant's listed incidents)
 KEYS_LIMIT = 200  # offending keys listed on an incident's page
 DELIVERIES_LIMIT = 500
+# Runs an invariant's chart reads at most: a week of runs once a minute. A 30-day window of
+# such runs (43,200) shows its newest HISTORY_RUNS and says the older ones are not shown.
+HISTORY_RUNS = 10_080
+HISTORY_PAGE = 2_000  # runs per transaction, so evaluations get the store between them
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,14 @@ class InvariantRecords:
     last_sample: Run | None  # the latest run that counted, with its rows
     incidents: list[Incident]  # newest first
     events: dict[int, list[StoredEvent]] = field(default_factory=dict)  # by incident, in order
+
+
+@dataclass(frozen=True)
+class History:
+    """An invariant's runs since a moment, newest first: when each started and its count."""
+
+    runs: list[tuple[datetime, int | None]]
+    truncated: bool  # the window held older runs than these, not read
 
 
 @dataclass(frozen=True)
@@ -180,6 +193,45 @@ def read_invariant(store: StateStore, name: str) -> InvariantRecords:
         for event in found:
             events.setdefault(event.incident_id, []).append(event)
     return InvariantRecords(runs, sample, incidents, events)
+
+
+def _older_runs(tx: Tx, name: str, before: int | None, limit: int) -> list[tuple[Any, ...]]:
+    older = "" if before is None else " AND id < ?"
+    params = (name,) if before is None else (name, before)
+    return tx.rows(
+        f"SELECT id, started_at, count FROM runs WHERE invariant = ?{older}"
+        " ORDER BY id DESC LIMIT ?",
+        (*params, limit),
+    )
+
+
+def read_history(
+    store: StateStore, name: str, since: datetime, limit: int = HISTORY_RUNS
+) -> History:
+    """The newest `limit` runs of `name` that started at `since` or later, and whether the
+    window held more. Light columns, newest first along runs_by_invariant (invariant, id),
+    in pages of HISTORY_PAGE runs, each its own short transaction: so the read is bounded by
+    `limit` whatever the window holds, and stops at the first run older than `since` rather
+    than filtering on the TEXT timestamp in SQL (an index scan that finds too few runs in
+    the window would go on through all of the invariant's older ones). Runs are numbered as
+    they are recorded, so a run older than the window means no later one is in it."""
+    runs: list[tuple[datetime, int | None]] = []
+    before: int | None = None
+    while True:
+        # One more than the limit: a run past it that is still in the window is the proof
+        # that the window held more than was read.
+        want = min(HISTORY_PAGE, limit + 1 - len(runs))
+        page = store.read(partial(_older_runs, name=name, before=before, limit=want))
+        for _, started, count in page:
+            at = parse_stamp(started)
+            if at < since:
+                return History(runs, truncated=False)
+            if len(runs) == limit:
+                return History(runs, truncated=True)
+            runs.append((at, None if count is None else int(count)))
+        if len(page) < want:
+            return History(runs, truncated=False)
+        before = int(page[-1][0])
 
 
 def read_incident(store: StateStore, incident_id: int) -> IncidentRecords | None:

@@ -13,6 +13,7 @@ from monitor.invariants.loader import RESERVED_PREFIX
 from monitor.store.mutes import Mute
 from monitor.store.records import Incident
 from monitor.text import cut
+from monitor.web.chart import sparkline
 from monitor.web.filters import Filters
 from monitor.web.formats import (
     KIND_WORD,
@@ -34,7 +35,6 @@ from monitor.web.formats import (
 from monitor.web.reads import (
     Overview,
 )
-from monitor.web.sparkline import sparkline
 
 
 def _rank(row: Row) -> tuple[int, int, int, str]:

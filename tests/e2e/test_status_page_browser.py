@@ -1,8 +1,9 @@
 """The status page end to end, in a real headless Chromium against a real `invmon run`: the
-demo data's planted violations are shown with their exact counts and charts; the detail and
-incident pages follow; an acknowledgement made through `invmon ack` appears without a
-reload; fixing the data turns every row green on the next tick, scroll position kept; each
-page passes axe-core's accessibility rules; screenshots are kept as artefacts.
+demo data's planted violations are shown with their exact counts and charts; the detail
+page (its chart over a week, wide and on a phone) and the incident page follow; an
+acknowledgement made through `invmon ack` appears without a reload; fixing the data turns
+every row green on the next tick, scroll position kept; each page passes axe-core's
+accessibility rules; screenshots are kept as artefacts.
 
 Needs Playwright for Python (a dev dependency) and a Chromium on the machine: Debian's
 `chromium` package, which .ci/run installs when it is missing (Playwright's own browser
@@ -181,6 +182,26 @@ def test_the_status_page_shows_violations_acks_and_the_fix_in_a_real_browser(
             page.screenshot(path=artefacts / "2-invariant.png", full_page=True)
             on_a_phone(page, artefacts / "2-invariant-phone.png")
 
+            # The chart over a week: placed by time, a date under each midnight, its scale.
+            page.get_by_role("link", name="7 days", exact=True).click()
+            expect(page.locator("#history-h")).to_have_text("Offending rows over the last 7 days")
+            wide = page.locator("svg.chart-wide")
+            expect(wide).to_be_visible()
+            expect(wide).to_have_attribute(
+                "aria-label", re.compile(r"over the last 7 days: \d+ runs, 2 at first, 2 now")
+            )
+            expect(wide.locator("text.chart-text")).to_have_count(9)  # 2, 0 and 7 dates
+            # Every run of the test is seconds old: one slice of the week, one point, at its end.
+            expect(wide.locator("circle.mark-violated")).to_have_count(1)
+            expect(page.locator("svg.chart-narrow")).to_be_hidden()
+            assert_accessible(page, "an invariant's page, the chart over 7 days")
+            page.screenshot(path=artefacts / "2-invariant-chart-7d.png", full_page=True)
+            page.set_viewport_size({"width": PHONE, "height": 844})
+            expect(page.locator("svg.chart-narrow")).to_be_visible()
+            expect(wide).to_be_hidden()
+            page.locator("#history-h").scroll_into_view_if_needed()
+            on_a_phone(page, artefacts / "2-invariant-chart-7d-phone.png")
+
             acked = cli("ack", incident_id, "--config", str(config))
             assert acked.returncode == 0, acked.stdout + acked.stderr
             user = getpass.getuser()
@@ -233,6 +254,8 @@ def test_the_status_page_shows_violations_acks_and_the_fix_in_a_real_browser(
     assert sorted(p.name for p in artefacts.iterdir()) == [
         "1-overview-phone.png",
         "1-overview-violated.png",
+        "2-invariant-chart-7d-phone.png",
+        "2-invariant-chart-7d.png",
         "2-invariant-phone.png",
         "2-invariant.png",
         "3-incident-acknowledged.png",

@@ -17,19 +17,27 @@ from hypothesis import strategies as st
 from monitor.config import ConfigError, HttpConfig, parse_config
 from monitor.store.records import Incident, IncidentContext, Run, StoredEvent
 from monitor.web.access import Access, presented
-from monitor.web.detail_views import incident_page, invariant_page
-from monitor.web.filters import MAX_QUERY, Filters, QueryTooLong, parse_filters
+from monitor.web.chart import Bucket, downsample, sparkline
+from monitor.web.detail_views import history_view, incident_page, invariant_page
+from monitor.web.filters import (
+    MAX_QUERY,
+    Filters,
+    QueryTooLong,
+    Window,
+    parse_filters,
+    parse_window,
+)
 from monitor.web.formats import InvariantInfo, slack_link
 from monitor.web.reads import (
     ActionRecord,
+    History,
     IncidentRecords,
     InvariantRecords,
     Overview,
     RunPoint,
     SlackPost,
 )
-from monitor.web.render import render
-from monitor.web.sparkline import sparkline
+from monitor.web.render import environment, render
 from monitor.web.sqlhighlight import highlight
 from monitor.web.views import overview_page, rows_of
 
@@ -149,7 +157,8 @@ def test_hostile_names_and_row_values_are_escaped_on_every_page() -> None:
     assert_inert(front)
 
     records = InvariantRecords([points[name][-1]], run, [incident(name)], {})
-    detail = invariant_page(name, infos[name], records, overview, NOW, 30)
+    history = History([(p.started_at, p.count) for p in points[name]], truncated=True)
+    detail = invariant_page(name, infos[name], records, overview, NOW, 30, history)
     assert detail is not None
     page = render("invariant.html", page=detail, generated="now", refresh_seconds=30)
     assert HOSTILE not in page and HOSTILE_VALUE not in page
@@ -270,14 +279,202 @@ def test_the_chart_breaks_at_runs_that_counted_nothing_and_says_so_in_words() ->
     chart = sparkline([3, 2, None, 4, 0])
     assert chart is not None
     # Peak 4 at the top (y=3), zero at the bottom (y=25).
-    assert chart.paths == ("M3,8.5 L31.5,14", "M88.5,3 L117,25")
+    assert [line.d for line in chart.lines] == ["M3,8.5 L31.5,14", "M88.5,3 L117,25"]
     assert [(m.kind, m.x) for m in chart.marks] == [("unknown", 60.0), ("ok", 117.0)]
     assert chart.label == (
         "Offending rows over the last 5 runs: 3 at first, 0 now, at most 4; 1 run counted nothing."
     )
     assert sparkline([]) is None
     flat = sparkline([0, 0])
-    assert flat is not None and flat.paths == ("M3,25 L117,25",)
+    assert flat is not None and [line.d for line in flat.lines] == ["M3,25 L117,25"]
+
+
+class Texts(HTMLParser):
+    """The visible text of each SVG <text> element, in document order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+        self._inside = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._inside = tag == "text"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._inside = False
+
+    def handle_data(self, data: str) -> None:
+        if self._inside:
+            self.texts.append(data)
+
+
+def shown_texts(svg: str) -> list[str]:
+    parser = Texts()
+    parser.feed(svg)
+    return parser.texts
+
+
+def spark_svg(counts: list[int | None]) -> str:
+    macro = environment().from_string('{% from "macros.html" import spark %}{{ spark(c) }}')
+    return macro.render(c=sparkline(counts))
+
+
+def test_the_sparkline_shows_its_scale_so_a_line_at_7_and_one_at_7000_differ() -> None:
+    low, high = sparkline([7, 7, 7]), sparkline([7000, 7000, 7000])
+    assert low is not None and high is not None
+    assert low.lines == high.lines  # the same flat line at the top...
+    # ...said apart by the visible scale beside it: its top value and its 0.
+    assert shown_texts(spark_svg([7, 7, 7])) == ["7", "0"]
+    assert shown_texts(spark_svg([7000, 7000, 7000])) == ["7,000", "0"]
+    assert (low.width, high.width) == (129, 150)  # room for the wider number
+    assert shown_texts(spark_svg([0, 0])) == ["0"]
+    assert shown_texts(spark_svg([None, None])) == []  # nothing counted: no scale to say
+    assert 'aria-label="Offending rows over the last 3 runs: 7,000 at first' in spark_svg(
+        [7000, 7000, 7000]
+    )
+
+
+def test_a_holding_run_is_drawn_in_the_ok_colour_and_a_violated_stretch_in_red() -> None:
+    chart = sparkline([0, 0, 3, 0, None, 0, 0])
+    assert chart is not None
+    # x every 19 px from 3; y 25 for 0, 3 for the peak. A segment touching the violated run
+    # is violated; the stretches where every run held are ok; the error breaks the line.
+    assert [(line.kind, line.d) for line in chart.lines] == [
+        ("ok", "M3,25 L22,25"),
+        ("violated", "M22,25 L41,3 L60,25"),
+        ("ok", "M98,25 L117,25"),
+    ]
+    assert [(m.kind, m.x, m.y) for m in chart.marks] == [
+        ("unknown", 79.0, 26.5),
+        ("ok", 117.0, 25.0),
+    ]
+    holding = sparkline([0, 0, 0])
+    assert holding is not None and [line.kind for line in holding.lines] == ["ok"]
+    paths = [a["class"] for tag, a in elements(spark_svg([0, 0, 3, 0])) if tag == "path"]
+    assert paths == ["line line-ok", "line line-violated"]
+    lone = sparkline([None, 5, None, 0])  # a counted run between two that counted nothing
+    assert lone is not None and lone.lines == ()
+    assert [(m.kind, m.x) for m in lone.marks] == [
+        ("unknown", 3.0),
+        ("unknown", 79.0),
+        ("violated", 41.0),
+        ("ok", 117.0),
+    ]
+
+
+DAY = timedelta(days=1)
+# Three days before NOW: 4 rows, then holding an hour later; an error two days before NOW;
+# holding an hour before NOW.
+HISTORY = [
+    (NOW - timedelta(hours=1), 0),
+    (NOW - 2 * DAY, None),
+    (NOW - 3 * DAY + timedelta(hours=1), 0),
+    (NOW - 3 * DAY, 4),
+]
+
+
+def test_the_detail_chart_places_runs_by_time_with_a_time_axis_and_a_count_scale() -> None:
+    week = history_view(History(HISTORY, truncated=False), parse_window("window=7d"), NOW)
+    chart = week.wide
+    assert (chart.width, chart.left, chart.right, chart.runs) == (640, 17.0, 632.0, 4)
+    # By time, not by index: 3 days back in a 7-day window is 4/7 along the 615-px plot
+    # from x=17, 368.4: the middle of its 3-px slice, 369.5; an hour later is one slice on.
+    # The error 2 days back (456.4) breaks the line and is marked under it; the last run,
+    # an hour back (606.4), stands alone.
+    assert [(line.kind, line.d) for line in chart.lines] == [("violated", "M369.5,8 L372.5,174")]
+    assert [(m.kind, m.x, m.y) for m in chart.marks] == [
+        ("unknown", 456.5, 180.0),
+        ("ok", 627.5, 174.0),
+    ]
+    assert [(t.text, round(x, 1)) for t, x in zip(chart.ticks, chart.grid, strict=True)] == [
+        ("Nov 24", 60.9),
+        ("Nov 25", 148.8),
+        ("Nov 26", 236.6),
+        ("Nov 27", 324.5),
+        ("Nov 28", 412.4),
+        ("Nov 29", 500.2),
+        ("Nov 30", 588.1),
+    ]
+    assert [(s.text, s.y) for s in chart.scale] == [("4", 12.0), ("0", 178.0)]
+    assert chart.label == (
+        "Offending rows over the last 7 days: 4 runs, 4 at first, 0 now, at most 4; "
+        "1 run counted nothing."
+    )
+    assert [t.text for t in week.narrow.ticks] == ["Nov 25", "Nov 27", "Nov 29"]
+    assert [(w.href, w.current) for w in week.windows] == [
+        ("?window=24h", False),
+        ("?window=7d", True),
+        ("?window=30d", False),
+    ]
+
+    day = history_view(History(HISTORY, truncated=False), parse_window(""), NOW).wide
+    assert day.runs == 1 and day.lines == ()  # the runs of 2 and 3 days ago are outside
+    assert [(m.kind, m.x) for m in day.marks] == [("ok", 606.5)]
+    assert [t.text for t in day.ticks] == [
+        "12:00", "15:00", "18:00", "21:00", "Nov 30", "03:00", "06:00", "09:00", "12:00"
+    ]  # fmt: skip
+    assert [s.text for s in day.scale] == ["0"]
+    assert (
+        day.label == "Offending rows over the last 24 hours: 1 run, 0 at first, 0 now, at most 0."
+    )
+
+
+def test_downsampling_keeps_each_slices_peak_and_whether_a_run_counted_nothing() -> None:
+    start = NOW - timedelta(hours=4)
+    runs = [
+        (start, 3),
+        (start + timedelta(minutes=10), 9),
+        (start + timedelta(minutes=20), None),
+        (start + timedelta(hours=2, minutes=5), None),
+        (NOW, 0),  # the window's end is in its last slice
+        (NOW + timedelta(seconds=1), 99),  # outside the window
+        (start - timedelta(seconds=1), 99),
+    ]
+    assert downsample(runs, start, NOW, 4) == [
+        Bucket(3, 9, True),
+        Bucket(0, None, False),
+        Bucket(1, None, True),
+        Bucket(1, 0, False),
+    ]
+
+
+def test_a_window_the_page_does_not_offer_falls_back_to_24_hours_and_says_so() -> None:
+    assert parse_window("window=30d") == Window("30d")
+    assert parse_window("window=1y") == Window("24h", unknown=True)
+    assert parse_window("window=%3Cb%3E") == Window("24h", unknown=True)
+    with pytest.raises(QueryTooLong):
+        parse_window("window=" + "7" * MAX_QUERY)
+    page = history_view(History(HISTORY, truncated=False), parse_window("window=1y"), NOW)
+    assert (page.fallback, page.words, page.runs) == (True, "24 hours", 1)
+
+
+def test_a_window_that_held_more_runs_than_were_read_says_so_and_shades_the_rest() -> None:
+    # The newest 2 of the 7 days, one run a minute, as a read that stopped at its limit.
+    newest: list[tuple[datetime, int | None]] = [
+        (NOW - timedelta(minutes=m), 1) for m in range(60 * 24 * 2)
+    ]
+    week = history_view(History(newest, truncated=True), parse_window("window=7d"), NOW)
+    assert week.truncated == (
+        "This window holds more runs than the page reads: the chart shows the newest 2,880, "
+        "from 2026-11-28 12:01:00 UTC; older runs of this window are not shown (the shaded "
+        "part)."
+    )
+    # Shaded from the plot's left to where the oldest run read stands, a minute past 5/7.
+    assert week.wide.hidden_to is not None and round(week.wide.hidden_to, 1) == 456.3
+    assert week.wide.hidden_label is not None
+    assert week.wide.hidden_label.text == "older runs not shown"
+    assert week.wide.label.endswith("; older runs of this window are not shown.")
+    detail = invariant_page(
+        "a", info("a"), InvariantRecords([], None, [], {}), overview_of({}), NOW, 30,
+        History(newest, truncated=True), parse_window("window=7d"),
+    )  # fmt: skip
+    assert detail is not None
+    html = render("invariant.html", page=detail, generated="now", refresh_seconds=30)
+    assert [a["class"] for tag, a in elements(html) if tag == "rect"] == [
+        "chart-hidden",
+        "chart-hidden",
+    ]
+    assert "older runs of this window are not shown (the shaded part)." in html
 
 
 def test_sql_is_coloured_by_postgresqls_scanner_and_the_text_is_kept_exactly() -> None:

@@ -6,6 +6,7 @@ is hammered."""
 from __future__ import annotations
 
 import base64
+import re
 import statistics
 import threading
 import time
@@ -28,7 +29,10 @@ from monitor.invariants.loader import Invariant
 from monitor.store.acks import Action
 from monitor.store.records import IncidentContext
 from monitor.store.state import StateStore
+from monitor.store.storage import Tx
+from monitor.web import reads
 from monitor.web.page import CACHE_SECONDS, StatusPage
+from monitor.web.reads import read_history
 
 START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 TOKEN = "a-page-token-for-tests"
@@ -155,6 +159,108 @@ def test_the_page_shows_the_stores_runs_incidents_and_acknowledgements(
     assert 'data-status="ok"' in body and "none open" in body
     status, timeline, _ = get(f"{url}/incidents/{opened.id}")
     assert "Resolved after 30m: the query returns no rows" in timeline
+
+
+def chart_texts(body: str, variant: str) -> list[str]:
+    """The visible labels of the page's chart drawn for `variant` ("wide" or "narrow")."""
+    svg = re.search(rf'<svg class="chart chart-{variant}".*?</svg>', body, re.S)
+    assert svg is not None, f"no {variant} chart"
+    return re.findall(r'<text class="chart-text"[^>]*>([^<]*)</text>', svg.group(0))
+
+
+def test_the_detail_chart_shows_the_window_the_reader_chose_placed_by_time(
+    served: tuple[str, StateStore, Ticks],
+) -> None:
+    url, store, _ = served
+    now = START + timedelta(hours=1)  # the page's clock (serve)
+    record(store, "bad_items", [1, 2], now - timedelta(days=3))
+    record(store, "bad_items", [], now - timedelta(days=3) + timedelta(minutes=15))
+    record(store, "bad_items", [5], now - timedelta(minutes=30))
+
+    status, week, _ = get(f"{url}/invariants/bad_items?window=7d")
+    assert status == 200
+    assert (
+        'aria-label="Offending rows over the last 7 days: 3 runs, 2 at first, 1 now, at most 2."'
+        in week
+    )
+    # The count scale (2 and 0), then a date at each midnight of the week (UTC).
+    assert chart_texts(week, "wide") == [
+        "2", "0", "Nov 24", "Nov 25", "Nov 26", "Nov 27", "Nov 28", "Nov 29", "Nov 30"
+    ]  # fmt: skip
+    assert chart_texts(week, "narrow") == ["2", "0", "Nov 25", "Nov 27", "Nov 29"]
+    # Placed by time: 3 days back is 4/7 along the 615-px plot from x=17 (369.5, the middle
+    # of its 3-px slice), at the top (its slice's peak, 2: the run 15 minutes later held);
+    # 30 minutes back is at the right end (630.5), halfway up (1 row). First the headline's
+    # sparkline of the last runs, then the chart drawn wide and narrow.
+    paths = re.findall(r'<path class="line line-violated" d="([^"]*)"/>', week)
+    assert paths == ["M3,3 L60,25 L117,14", "M369.5,8 L630.5,91", "M198.5,8 L330.5,81"]
+    assert 'aria-current="page">7 days</a>' in week
+
+    status, day, _ = get(f"{url}/invariants/bad_items?window=24h")
+    assert status == 200
+    assert (
+        'aria-label="Offending rows over the last 24 hours: 1 run, 1 at first, 1 now, at most 1."'
+        in day
+    )
+    assert chart_texts(day, "wide")[:4] == ["1", "0", "12:00", "15:00"]
+    assert "Nov 27" not in day  # nothing of 3 days ago
+
+    status, bad, _ = get(f"{url}/invariants/bad_items?window=1y")
+    assert status == 200
+    assert (
+        "The window asked for is not one this page offers (24 hours, 7 days, 30 days): "
+        "the last 24 hours are shown."
+    ) in bad
+    assert "Offending rows over the last 24 hours: 1 run" in bad
+    assert get(f"{url}/invariants/bad_items?window=" + "7" * 3000)[0] == 400
+
+
+def fill_runs(store: StateStore, name: str, counts: list[int | None], end: datetime) -> None:
+    """Runs of `name` one a minute up to `end`, oldest first, and a neighbour's between."""
+
+    def fill(tx: Tx) -> None:
+        for i, count in enumerate(counts):
+            at = stamp(end - timedelta(minutes=len(counts) - 1 - i))
+            for who in (name, "neighbour"):
+                tx.run(
+                    "INSERT INTO runs (invariant, started_at, finished_at, status, count,"
+                    " duration_ms, replica_lag_seconds, target) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        who,
+                        at,
+                        at,
+                        "error" if count is None else "violated" if count else "ok",
+                        count,
+                        5.0,
+                        0.0,
+                        "default",
+                    ),
+                )
+
+    store.read(fill)
+
+
+def test_the_chart_read_is_bounded_and_says_when_the_window_held_more(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reads, "HISTORY_PAGE", 40)  # several transactions per read
+    end = START + timedelta(hours=5)
+    counts: list[int | None] = [n % 4 if n % 50 else None for n in range(300)]
+    fill_runs(store, "busy", counts, end)
+    day = end - timedelta(hours=24)
+
+    newest = read_history(store, "busy", day, limit=100)
+    assert newest.truncated is True
+    assert newest.runs == [
+        (end - timedelta(minutes=m), counts[299 - m]) for m in range(100)
+    ]  # newest first, and only this invariant's
+    assert read_history(store, "busy", day, limit=299).truncated is True
+    everything = read_history(store, "busy", day, limit=300)
+    assert (len(everything.runs), everything.truncated) == (300, False)
+    # A window with fewer runs than the limit stops at the first run older than it.
+    recent = read_history(store, "busy", end - timedelta(minutes=30), limit=100)
+    assert (len(recent.runs), recent.truncated) == (31, False)
+    assert read_history(store, "nobody", day).runs == []
 
 
 def test_a_wide_listener_refuses_the_page_without_a_token_and_asks_for_it_with_one(
