@@ -29,9 +29,10 @@ DETAIL_INCIDENTS = 20  # incidents listed on an invariant's page
 EVENTS_LIMIT = 500  # events of one incident (or one invariant's listed incidents)
 KEYS_LIMIT = 200  # offending keys listed on an incident's page
 DELIVERIES_LIMIT = 500
-# Runs an invariant's chart reads at most: a week of runs once a minute. A 30-day window of
-# such runs (43,200) shows its newest HISTORY_RUNS and says the older ones are not shown.
-HISTORY_RUNS = 10_080
+# Runs an invariant's chart reads at most: a week of runs once a minute (10,080), with room
+# for the run at each edge of the window and a few retries. A 30-day window of such runs
+# (43,200) shows its newest HISTORY_RUNS and says the older ones are not shown.
+HISTORY_RUNS = 10_200
 HISTORY_PAGE = 2_000  # runs per transaction, so evaluations get the store between them
 
 
