@@ -21,7 +21,7 @@ from monitor.store.state import StateStore
 
 # The `standby_pair` fixture (tests/standby.py): a real streaming standby. Registered as a
 # plugin rather than imported, so pytest rewrites its asserts too.
-pytest_plugins = ["standby"]
+pytest_plugins = ["standby", "pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 INVARIANTS = ROOT / "invariants"

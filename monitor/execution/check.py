@@ -97,12 +97,34 @@ def run_check(
     side by side, so a dead one delays no other); rows masked unless `show_values`. A
     target whose role can change the database is not run (each of its invariants says why)
     unless its config or `allow_privileged_role` allows it."""
-    loading = config.loading(with_database=True)
-    loaded = load_directory(directory, loading)
-    if only:  # the selected files; problems of the others are not this run's business
+    loaded = load_selected(config, directory, only, targets)
+    return run_loaded(config, loaded, directory, show_values, allow_privileged_role)
+
+
+def load_selected(
+    config: Config, directory: Path, only: Sequence[str] = (), targets: Sequence[str] = ()
+) -> LoadResult:
+    """The invariants `run_loaded` evaluates: the folder's files as the daemon loads them,
+    narrowed to `only` (selectors) and `targets`; the problems of files not selected are
+    not this run's business. Apart from running, so a caller that runs the same files many
+    times (the pytest plugin's polls) reads and fences them once."""
+    loaded = load_directory(directory, config.loading(with_database=True))
+    if only:
         loaded = LoadResult(select(loaded.invariants, only, directory), [])
     if targets:
         loaded = LoadResult([i for i in loaded.invariants if i.target in targets], [])
+    return loaded
+
+
+def run_loaded(
+    config: Config,
+    loaded: LoadResult,
+    directory: Path,
+    show_values: bool = False,
+    allow_privileged_role: bool = False,
+) -> CheckOutcome:
+    """`loaded`'s invariants evaluated once (see run_check); its problems become `error`
+    results named after their files (`directory` names them)."""
     known = config.resolved_targets()
     groups: dict[str, list[Invariant]] = {}
     for inv in loaded.invariants:
@@ -118,7 +140,7 @@ def run_check(
             target.dsn,
             target.concurrency,
             target.database,
-            allow=loading.policy.allow,
+            allow=config.policy(with_database=True).allow,
             limits=config.limits.rows(),
             redaction=redaction,
             target=name,

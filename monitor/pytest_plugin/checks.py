@@ -1,0 +1,117 @@
+"""The `invariants` fixture's object: the project's invariant files, evaluated against the
+test's database by the same loader, fence, executor, timeouts and READ ONLY transaction as
+`invmon check` and the daemon (monitor.execution.check), and asserted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitor.config import Config
+from monitor.execution.check import run_loaded
+from monitor.execution.results import RunResult
+from monitor.invariants.loader import Invariant, LoadResult
+from monitor.invariants.selection import NothingSelected, select
+from monitor.pytest_plugin.verdicts import Case, Settling, failure_text, not_holding
+
+Selection = str | Sequence[str] | None
+
+
+class InvariantsNotEvaluated(Exception):
+    """Some invariant could not be evaluated (a database error, a fence refusal, a timeout):
+    not a violation, and never a pass."""
+
+
+@dataclass
+class Project:
+    """What the plugin read once per session: the config and the selected files, loaded."""
+
+    config: Config
+    directory: Path
+    loaded: LoadResult
+
+
+@dataclass
+class InvariantChecks:
+    """The selected invariants of `project`, run against `dsn`, for the test `case`."""
+
+    project: Project
+    dsn: str
+    case: Case
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    # Everything evaluated through this object, in order: what a plugin hook or a test reads.
+    history: list[list[RunResult]] = field(default_factory=list)
+
+    def results(self, select: Selection = None) -> list[RunResult]:
+        """Each selected invariant evaluated once, in file order; rows masked as the config's
+        `redact:` says."""
+        config = self.project.config.model_copy(update={"dsn": self.dsn})
+        loaded = LoadResult(self._chosen(select), [])
+        # The test's database is its own (often its owner's role): the READ ONLY transaction
+        # and the fence stand, the deployment's role check does not.
+        found = run_loaded(config, loaded, self.project.directory, allow_privileged_role=True)
+        self.history.append(found.results)
+        return found.results
+
+    def assert_hold(self, select: Selection = None) -> None:
+        """Every selected invariant returns zero rows; else one failure naming each that does
+        not, its exact count and its first rows."""
+        __tracebackhide__ = True  # the failure is the message, not the plugin's frames
+        results = self.results(select)
+        _raise_unless_held(results, self.case)
+
+    def assert_hold_eventually(
+        self,
+        timeout: float = 10.0,
+        poll: float = 0.25,
+        quiet: float = 1.0,
+        select: Selection = None,
+        watch: Callable[[], object] | None = None,
+    ) -> None:
+        """For side effects that land asynchronously: poll until the system has settled (the
+        invariants held on every poll for `quiet` seconds while `watch()`, a value that
+        changes while work is still landing, stayed the same), then accept. A violation or
+        an error fails at once; an unsettled system fails at the deadline with the last
+        result (verdicts.py says why)."""
+        __tracebackhide__ = True
+        if poll <= 0:
+            raise ValueError("poll must be positive")
+        state = Settling.start(self.monotonic(), timeout, quiet)
+        while True:
+            activity = watch() if watch is not None else None
+            results = self.results(select)
+            state, outcome = state.step(self.monotonic(), results, activity)
+            if outcome == "holds":
+                return
+            if outcome in ("violated", "error"):
+                _raise_unless_held(results, self.case, f"seen on poll {state.polls}")
+            if outcome == "unsettled":
+                why = state.unsettled_reason(timeout, watch is not None)
+                raise AssertionError(failure_text(results, self.case, why))
+            # Never past the deadline: the last poll is at it, so its result is the last word.
+            self.sleep(max(0.0, min(poll, state.deadline - self.monotonic())))
+
+    def _chosen(self, chosen: Selection) -> list[Invariant]:
+        invariants = self.project.loaded.invariants
+        if chosen is None:
+            return list(invariants)
+        selectors = [chosen] if isinstance(chosen, str) else list(chosen)
+        try:
+            return select(invariants, selectors, self.project.directory)
+        except NothingSelected as exc:
+            raise ValueError(str(exc)) from None
+
+
+def _raise_unless_held(results: Sequence[RunResult], case: Case, why: str | None = None) -> None:
+    __tracebackhide__ = True
+    bad = not_holding(results)
+    if not bad:
+        return
+    text = failure_text(results, case, why)
+    if any(r.status == "violated" for r in bad):
+        raise AssertionError(text)
+    raise InvariantsNotEvaluated(text)

@@ -1,0 +1,369 @@
+"""The pytest plugin, driven as an application would use it: small projects run by pytest's
+own `pytester`, against a real PostgreSQL database with the reference schema, asserting the
+shipped invariant files."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import INVARIANTS
+
+pytestmark = pytest.mark.usefixtures("schema_database")
+
+# One settled refund per dispute, and a credit whose ledger entry matches: every shipped
+# invariant holds over these rows.
+GOOD_ROWS = """
+    INSERT INTO accounts (account_id, email, credit_balance_eur)
+        VALUES (1, 'ana@example.com', 20.00);
+    INSERT INTO credit_log (account_id, amount_eur, reason) VALUES (1, 20.00, 'refund 10');
+    INSERT INTO disputes (dispute_id, account_id, reason, amount_eur) VALUES (10, 1, 'x', 20.00);
+    INSERT INTO refunds (refund_id, dispute_id, amount_eur, status, settled_at)
+        VALUES (101, 10, 20.00, 'settled', now());
+"""
+# The refund settled a second time: duplicate_settled_refunds returns dispute 10.
+SECOND_SETTLEMENT = """
+    INSERT INTO refunds (refund_id, dispute_id, amount_eur, status, settled_at)
+        VALUES (102, 10, 20.00, 'settled', now());
+"""
+
+
+@pytest.fixture
+def project(
+    pytester: pytest.Pytester, schema_database: str, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """An application's test folder: the shipped invariants, and the test database named by
+    INVMON_DSN (the plugin's default `invmon_dsn`)."""
+    shutil.copytree(INVARIANTS, pytester.path / "invariants")
+    pytester.makeini("[pytest]\ninvmon_invariants = invariants\n")
+    monkeypatch.setenv("INVMON_DSN", schema_database)
+    # The helper that writes rows, as an application's own fixtures would.
+    pytester.makeconftest(
+        f"""
+        import psycopg, pytest
+
+        class Writer:
+            def __call__(self, statement):
+                with psycopg.connect({schema_database!r}, autocommit=True) as conn:
+                    conn.execute(statement)
+
+            def good_rows(self):
+                self({GOOD_ROWS!r})
+
+            def second_settlement(self):
+                self({SECOND_SETTLEMENT!r})
+
+        @pytest.fixture
+        def write():
+            # Each inner test owns the database's rows: it starts from none.
+            writer = Writer()
+            writer("TRUNCATE accounts, credit_log, disputes, refunds, jobs, invoices,"
+                   " receipt_objects RESTART IDENTITY")
+            return writer
+        """
+    )
+    return pytester.path
+
+
+def test_it_passes_a_project_whose_invariants_hold(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_fixture(write, invariants):
+            write.good_rows()
+            invariants.assert_hold()
+            results = invariants.results()
+            assert [(r.invariant, r.status, r.count) for r in results] == [
+                ("balance_ledger_drift", "ok", 0),
+                ("duplicate_settled_refunds", "ok", 0),
+                ("expired_lease_jobs", "ok", 0),
+                ("orphaned_receipts", "ok", 0),
+            ]
+
+        @pytest.mark.invariants
+        def test_marker(write):
+            write("UPDATE accounts SET email = email")
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=2)
+
+
+def test_it_fails_naming_each_violated_invariant_its_count_rows_and_seed(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    pytester.makepyfile(
+        test_soak="""
+        import pytest
+
+        @pytest.mark.parametrize("seed", [3, 7])
+        @pytest.mark.invariants
+        def test_refunds(write, seed):
+            write.good_rows()
+            if seed == 7:
+                write.second_settlement()
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "1 invariant violated after test_soak.py::test_refunds[7] (seed 7)" in out
+    assert re.search(r"duplicate_settled_refunds\s+❌ violated\s+1\b", out), out
+    assert "duplicate_settled_refunds: 1 offending row" in out
+    # The row itself: dispute 10, two settled refunds, 40.00 in all, refunds 101 and 102.
+    assert re.search(r"\b10\s+1\s+2\s+20\.00\s+40\.00\s+\[101, 102\]", out), out
+    assert "3 held, 1 violated, 0 could not be evaluated" in out
+    assert "seed: 7" in out
+    command = "python -m pytest 'test_soak.py::test_refunds[7]'"
+    assert f"rerun this case alone: {command}" in out
+
+    # The command it gives reruns exactly that case, and it fails the same way again.
+    again = pytester.runpytest_subprocess("test_soak.py::test_refunds[7]")
+    again.assert_outcomes(failed=1)
+    assert "duplicate_settled_refunds: 1 offending row" in again.stdout.str()
+
+
+def test_rows_in_a_failure_are_masked_as_configured(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    (project / "invariants" / "emails.sql").write_text(
+        "-- description: Accounts with no credit.\n-- key: [account_id]\n"
+        "SELECT account_id, email FROM accounts WHERE credit_balance_eur = 0\n"
+    )
+    pytester.makepyfile(
+        """
+        def test_it(write, invariants):
+            # Built here so that this line, which the traceback shows, does not hold it.
+            email = "secret" + ".person@example.com"
+            write(f"INSERT INTO accounts (account_id, email) VALUES (5, '{email}')")
+            invariants.assert_hold(select="emails")
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "emails: 1 offending row" in out
+    assert "secret.person@example.com" not in out
+    assert "secret.person" not in out
+
+
+def test_eventually_passes_once_writes_that_land_late_have_settled(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    # A worker lands correct credits for a while after the test body returned; the wait is
+    # over once the ledger stops growing for the quiet window, well inside the deadline.
+    pytester.makepyfile(
+        """
+        import os, threading, psycopg
+
+        def test_it(write, invariants):
+            write.good_rows()
+            stop = threading.Event()
+            def worker():
+                for i in range(8):
+                    if stop.wait(0.1):
+                        return
+                    write("INSERT INTO credit_log (account_id, amount_eur, reason)"
+                          " VALUES (1, 1, 'late');"
+                          " UPDATE accounts SET credit_balance_eur = credit_balance_eur + 1")
+            thread = threading.Thread(target=worker)
+            thread.start()
+            entries = []
+            def watch():
+                with psycopg.connect(os.environ["INVMON_DSN"]) as c:
+                    n = c.execute("SELECT count(*) FROM credit_log").fetchone()[0]
+                entries.append(n)
+                return n
+            try:
+                invariants.assert_hold_eventually(timeout=30, poll=0.05, quiet=0.5, watch=watch)
+            finally:
+                stop.set()
+                thread.join(10)
+            # It accepted only after the last late entry had landed.
+            assert entries[-1] == 9, entries
+            assert entries[0] < 9, entries
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1)
+
+
+def test_eventually_fails_at_the_deadline_when_the_system_never_settles(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    pytester.makepyfile(
+        """
+        import itertools
+
+        def test_it(invariants):
+            busy = itertools.count()
+            invariants.assert_hold_eventually(
+                timeout=1.5, poll=0.1, quiet=1.0, watch=lambda: next(busy)
+            )
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "the invariants did not settle after test_eventually_fails_at_the_deadline" in out
+    assert "the system did not settle within 1.5 s: the invariants held, but the watched" in out
+    assert "4 held, 0 violated, 0 could not be evaluated" in out
+
+
+def test_eventually_fails_at_once_on_a_violation_that_lands_late(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    pytester.makepyfile(
+        """
+        import threading, time
+
+        def test_it(write, invariants):
+            write.good_rows()
+            polls = []
+            def watch():
+                polls.append(1)
+                if len(polls) == 3:  # the second settlement lands while the test waits
+                    write.second_settlement()
+                return len(polls)
+            started = time.monotonic()
+            try:
+                invariants.assert_hold_eventually(timeout=60, poll=0.05, quiet=30, watch=watch)
+            finally:
+                print("waited", time.monotonic() - started, "polls", len(polls))
+        """
+    )
+    result = pytester.runpytest_subprocess("-s")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "1 invariant violated after" in out
+    assert "seen on poll 3" in out
+    assert "polls 3" in out  # not one poll more: it did not wait for the deadline
+
+
+def test_a_file_the_fence_refuses_is_an_error_never_a_pass(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    (project / "invariants" / "locks.sql").write_text(
+        "-- description: Takes a lock.\nSELECT pg_advisory_lock(1) AS locked\n"
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_fixture(invariants):
+            invariants.assert_hold()
+
+        @pytest.mark.invariants
+        def test_marker():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(errors=2)
+    out = result.stdout.str()
+    assert "invmon: 1 problem in the invariant files; none is asserted until they are fixed" in out
+    assert "locks.sql" in out
+    assert "pg_advisory_lock" in out
+    assert "Traceback" not in out
+
+
+def test_an_invariant_the_database_cannot_run_is_not_a_pass(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    (project / "invariants" / "missing.sql").write_text(
+        "-- description: Reads a table this database lacks.\nSELECT 1 AS one FROM no_such_table\n"
+    )
+    pytester.makepyfile(
+        """
+        def test_it(invariants):
+            invariants.assert_hold()
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "InvariantsNotEvaluated: 1 invariant could not be evaluated after" in out
+    assert 'relation "no_such_table" does not exist' in out
+
+
+def test_without_a_database_it_says_how_to_name_one(
+    pytester: pytest.Pytester, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("INVMON_DSN")
+    pytester.makepyfile("def test_it(invariants):\n    invariants.assert_hold()\n")
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(errors=1)
+    assert "invmon: no test database for the invariants: pass --invmon-dsn" in result.stdout.str()
+
+
+def test_a_conftest_fixture_names_the_database_and_select_narrows(
+    pytester: pytest.Pytester, project: Path, schema_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INVMON_DSN", "postgresql://nobody@127.0.0.1:1/nothing")
+    pytester.makeconftest(
+        f"""
+        import pytest
+
+        @pytest.fixture
+        def invmon_dsn():
+            return {schema_database!r}
+        """
+    )
+    pytester.makepyfile(
+        """
+        def test_it(invariants):
+            assert [r.invariant for r in invariants.results("tag:money")] == [
+                "balance_ledger_drift", "duplicate_settled_refunds"
+            ]
+        """
+    )
+    result = pytester.runpytest_subprocess("--invmon-select", "tag:money")
+    result.assert_outcomes(passed=1)
+
+
+def test_a_marker_it_cannot_follow_fails_the_tests_setup_saying_why(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.invariants(timout=5)
+        def test_it():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(errors=1)
+    assert "invmon: @pytest.mark.invariants takes no timout" in result.stdout.str()
+
+
+def test_the_marker_waits_when_asked_and_leaves_a_failed_body_alone(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.invariants(eventually=True, timeout=20, poll=0.05, quiet=0.3)
+        def test_waits(write):
+            write.good_rows()
+
+        @pytest.mark.invariants
+        def test_body_fails(write):
+            write.good_rows()
+            write.second_settlement()
+            assert 1 == 2, "the body's own failure"
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "the body's own failure" in out
+    # The body failed first: its failure is the report, not the invariants'.
+    assert "duplicate_settled_refunds" not in out
