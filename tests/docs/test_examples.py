@@ -9,12 +9,17 @@ Markdown parsers (one test per page, its examples in order, every failure at its
   `pytest -k` names tests that exist, and each path under deploy/, bench/, docs/, tests/,
   examples/ or invariants/ exists;
 - an `output` block is what the last `invmon` command above it prints (`…` stands for text
-  that differs between runs, such as a duration), as consecutive lines of its output.
+  that differs between runs, such as a duration), as consecutive lines of its output;
+- a `python` block compiles, each `invariants.NAME(…)` it calls is a method of the pytest
+  plugin's fixture taking those keywords, and each `pytest.mark.invariants(…)` takes only
+  the marker's keywords; `--invmon-*` flags in a `sh` block are the plugin's.
 
 `<!-- skip: next -->` before a block says it is a sketch, not something to run."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import os
 import re
 import shlex
@@ -29,6 +34,8 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
 from monitor.cli.commands import main
 from monitor.config.loading import load_config
+from monitor.pytest_plugin import plugin
+from monitor.pytest_plugin.checks import InvariantChecks
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(["README.md", *(p.relative_to(ROOT).as_posix() for p in ROOT.glob("docs/*.md"))])
@@ -108,7 +115,15 @@ def _check_invmon(tokens: list[str]) -> None:
             assert flag in flags, f"`{' '.join(tokens)}`: {command.name} has no {flag}"
 
 
+PLUGIN_FLAGS = set(re.findall(r'"(--invmon-[\w-]+)"', inspect.getsource(plugin)))
+MARKER_KEYWORDS = {"select", "eventually", "timeout", "poll", "quiet"}
+
+
 def _check_pytest(tokens: list[str]) -> None:
+    for token in tokens:
+        flag = token.split("=")[0]
+        if flag.startswith("--invmon-"):
+            assert flag in PLUGIN_FLAGS, f"`{' '.join(tokens)}`: the plugin has no {flag}"
     if "-k" in tokens:
         expression = tokens[tokens.index("-k") + 1]
         for word in re.findall(r"[A-Za-z_]\w*", expression):
@@ -136,6 +151,27 @@ def check_sh(example: Example) -> None:
             for token in tokens[1:]:
                 if CHECKED_PATHS.match(token) and token != created and "*" not in token:
                     assert (ROOT / token).exists(), f"`{segment.strip()}`: no file {token}"
+
+
+def _keywords(call: ast.Call) -> set[str]:
+    return {k.arg for k in call.keywords if k.arg is not None}
+
+
+def check_python(example: Example) -> None:
+    tree = ast.parse(str(example.parsed))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        owner = node.func.value
+        if isinstance(owner, ast.Name) and owner.id == "invariants":
+            method = getattr(InvariantChecks, node.func.attr, None)
+            assert method is not None, f"the invariants fixture has no {node.func.attr}()"
+            accepted = set(inspect.signature(method).parameters) - {"self"}
+            unknown = _keywords(node) - accepted
+            assert not unknown, f"invariants.{node.func.attr}() takes no {sorted(unknown)}"
+        if ast.unparse(owner) == "pytest.mark" and node.func.attr == "invariants":
+            unknown = _keywords(node) - MARKER_KEYWORDS
+            assert not unknown, f"the invariants marker takes no {sorted(unknown)}"
 
 
 def check_output(example: Example) -> None:
@@ -179,6 +215,7 @@ SYBIL = Sybil(
         CodeBlockParser("sql", check_sql),
         CodeBlockParser("sh", check_sh),
         CodeBlockParser("output", check_output),
+        CodeBlockParser("python", check_python),
         FileDirective(),
         SkipParser(),
     ],
