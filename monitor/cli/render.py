@@ -7,15 +7,17 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.clock import shown
-from monitor.execution.results import RunResult
 from monitor.invariants.header import DEFAULT_TARGET
-from monitor.invariants.loader import Invariant
 from monitor.problems import Problem
-from monitor.store.records import Incident, Run
 from monitor.text import counted, printable
+
+if TYPE_CHECKING:  # for the annotations only: `lint` renders without the store's records
+    from monitor.execution.results import RunResult
+    from monitor.invariants.loader import Invariant
+    from monitor.store.records import Incident, Run
 
 STATUS_LABEL = {
     "ok": "✅ ok",

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-import psycopg
 
 from monitor.authoring.ci_output import (
     Finding,
@@ -45,7 +44,6 @@ from monitor.cli.resolving import (
     selected_invariants,
     test_server_dsn,
 )
-from monitor.execution.runner import describe_error
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.invariants.loader import Invariant
 from monitor.invariants.selection import NothingSelected
@@ -150,9 +148,12 @@ def test_command(
     watch: bool,
 ) -> None:
     """Run each invariant's fixture cases (NAME.test.yaml) in a throwaway database."""
+    import psycopg
+
     from monitor.authoring.case_report import findings, junit_cases, report_document, report_text
     from monitor.authoring.pgtemp import SchemaLoadError
     from monitor.authoring.tester import run_fixtures
+    from monitor.execution.runner import describe_error
 
     config = resolve_config(config_path, None, invariants_dir)
     server = test_server_dsn(admin_dsn)
@@ -357,7 +358,10 @@ def lint(
 )
 def demo(admin_dsn: str | None) -> None:
     """Start a throwaway PostgreSQL with planted violations and run every shipped invariant."""
+    import psycopg
+
     from monitor.cli.demo import run_demo
+    from monitor.execution.runner import describe_error
 
     server = checked_dsn(admin_dsn, "--dsn") if admin_dsn else None
     try:

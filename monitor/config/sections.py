@@ -30,9 +30,9 @@ from monitor.config.values import (
     is_loopback,
     parse_listen,
 )
-from monitor.execution.execute import DEFAULT_TEMP_FILE_LIMIT
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, MIN_CELL, RowLimits
 from monitor.execution.redaction import DEFAULT_COLUMNS, DETECTORS, Detector, Redaction
+from monitor.execution.temp_files import DEFAULT_TEMP_FILE_LIMIT
 from monitor.fence.allowances import Allowances, FencePolicy
 from monitor.invariants.header import Severity
 from monitor.invariants.loader import MAX_FILE_BYTES

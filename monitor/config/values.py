@@ -9,15 +9,13 @@ import urllib.parse
 from datetime import timedelta
 from typing import Any, Literal
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from pydantic import (
     BaseModel,
     ConfigDict,
 )
 
 from monitor.durations import parse_duration
-from monitor.execution.execute import temp_file_kb
+from monitor.execution.temp_files import temp_file_kb
 
 # How an acknowledgement may last (store/acks.py applies them; `slack.ack_modes` offers them).
 AckMode = Literal["until_resolved", "until_new_rows"]
@@ -42,6 +40,11 @@ def as_duration_or_off(value: Any) -> timedelta:
 def check_dsn(value: str | None) -> str | None:
     """A DSN libpq can read; the error never repeats the value, which holds a password."""
     if value is not None:
+        # Here, not at the top: a command that reads a config without a DSN (lint) loads no
+        # database driver.
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+
         try:
             conninfo_to_dict(value)
         except psycopg.ProgrammingError:

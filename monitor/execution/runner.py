@@ -26,7 +26,6 @@ from monitor.config import DatabaseConfig
 from monitor.durations import format_duration
 from monitor.execution.execute import (
     CLIENT_ENCODING,
-    TEMP_FILE_LIMIT_HINT,
     LiveFence,
     Refused,
     Unrunnable,
@@ -37,6 +36,7 @@ from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimit
 from monitor.execution.redaction import NO_REDACTION, Masker, Redaction
 from monitor.execution.replica import ReplicaStatus, read_replica_status
 from monitor.execution.results import RunResult
+from monitor.execution.temp_files import TEMP_FILE_LIMIT_HINT
 from monitor.fence.allowances import TRUST_NOTHING, Allowances
 from monitor.fence.role_check import RoleFacts, read_role
 from monitor.invariants.header import DEFAULT_TARGET
