@@ -1,0 +1,119 @@
+"""A command pays only for what it uses: `invmon --help` imports no command's machinery, and
+`invmon lint` no database driver, Slack client, scheduler or web page. Checked by what a
+fresh interpreter has imported (sys.modules), never by a timing; and the lazily imported
+commands are the same commands, listed with the same words, as when all are imported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+import monitor
+from monitor.cli.commands import COMMANDS, LazyCommands, LazyGroup, main
+
+CHECKOUT = Path(monitor.__file__).resolve().parent.parent
+SHIPPED = CHECKOUT / "invariants"
+
+# What a command that touches no database must not load (each costs tens of milliseconds,
+# psycopg alone a few hundred on a cold start).
+SERVICES = frozenset(
+    {"psycopg", "psycopg_pool", "slack_sdk", "apscheduler", "jinja2", "waitress"}
+    | {"prometheus_client", "boto3", "sqlglot"}
+)
+
+# Runs the command line as `python -m monitor.cli ARGS` does, then prints sys.modules.
+MODULES_AFTER = """
+import json, runpy, sys
+sys.argv = ["invmon", *sys.argv[1:]]
+try:
+    runpy.run_module("monitor.cli", run_name="__main__", alter_sys=True)
+except SystemExit as exit:
+    code = exit.code
+else:
+    code = 0
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def imported_by(*args: str, cwd: Path) -> tuple[object, set[str]]:
+    """(exit code, the top-level packages imported) of `invmon ARGS` in a fresh process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INVMON_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", MODULES_AFTER, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    found = json.loads(done.stdout.splitlines()[-1])
+    return found["code"], {name.split(".")[0] for name in found["modules"]}
+
+
+def test_help_imports_no_commands_machinery(tmp_path: Path) -> None:
+    code, packages = imported_by("--help", cwd=tmp_path)
+    assert code == 0
+    assert packages.isdisjoint({*SERVICES, "pglast", "pydantic", "yaml"}), packages
+
+
+def test_lint_of_one_file_loads_the_fence_but_no_database_driver_slack_or_web(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "expired_lease_jobs.sql").write_text(
+        (SHIPPED / "expired_lease_jobs.sql").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    code, packages = imported_by("lint", str(folder), cwd=tmp_path)
+    assert code == 0
+    assert "pglast" in packages  # the fence read it: the check is not vacuous
+    assert packages.isdisjoint(SERVICES), packages & SERVICES
+
+
+def test_every_command_is_where_the_table_says_and_listed_with_its_own_words() -> None:
+    loaded = {name: main.commands[name] for name in COMMANDS}
+    assert sorted(loaded) == sorted(main.commands)
+    for name, command in loaded.items():
+        assert command.name == name
+        assert not command.hidden and command.short_help is None
+        for limit in (30, 45, 72, 200):
+            assert click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit) == (
+                command.get_short_help_str(limit)
+            ), name
+
+
+def test_help_lists_the_same_lines_lazily_as_with_every_command_imported() -> None:
+    lazy = LazyGroup(name="invmon", commands=LazyCommands(COMMANDS), help=main.help)
+    lazy.params = main.params
+    eager = click.Group(name="invmon", commands=dict(main.commands.items()), help=main.help)
+    eager.params = main.params
+    for width in (60, 80, 120):
+        shown = [
+            made.get_help(click.Context(made, info_name="invmon", terminal_width=width))
+            for made in (lazy, eager)
+        ]
+        assert shown[0] == shown[1]
+    assert isinstance(lazy.commands, LazyCommands)
+    assert all(lazy.commands.summary(n) is not None for n in COMMANDS)  # none imported
+
+
+def test_an_unknown_command_is_still_refused_with_click_s_words() -> None:
+    result = CliRunner().invoke(main, ["chekc"])
+    assert result.exit_code == 2
+    assert "No such command 'chekc'" in result.output
+
+
+@pytest.mark.parametrize("name", ["lint", "store"])
+def test_a_command_s_help_loads_it(name: str) -> None:
+    result = CliRunner().invoke(main, [name, "--help"])
+    assert result.exit_code == 0, result.output
+    assert COMMANDS[name][2] in " ".join(result.output.split())
