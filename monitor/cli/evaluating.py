@@ -119,12 +119,15 @@ def routes_of(config: Config, outcome: CheckOutcome) -> dict[str, tuple[str, str
     """Each checked invariant's Slack channel and the rule that chose it, as the daemon
     would route an incident it opened."""
     from alerts.routing import route
-    from monitor.daemon.evaluation import context_of
+    from monitor.store.records import IncidentContext
 
     targets = config.resolved_targets()
     routes = {}
     for inv in outcome.invariants:
-        chosen = route(config.slack, context_of(inv, targets.get(inv.target)))
+        # As monitor.daemon.evaluation.context_of says it, without loading the daemon (its
+        # scheduler and metrics) into a one-shot `check`.
+        context = IncidentContext.of(inv.header, inv.severity, inv.target, targets.get(inv.target))
+        chosen = route(config.slack, context)
         routes[inv.name] = (chosen.channel, chosen.why)
     return routes
 
