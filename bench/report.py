@@ -13,7 +13,7 @@ BENCH = Path(__file__).resolve().parent
 # The issue's targets; each line of the README's verdict table is computed from results.
 TARGETS = {
     "c1_ratio": 1.10,
-    "c4_ratio": 0.90,
+    "c4_ratio": 0.85,
     "check_rss_mib": 64,
     "load_1000_s": 1.0,
     "own_ms_per_run": 2.0,
@@ -25,6 +25,51 @@ TARGETS = {
 
 def _met(ok: bool) -> str:
     return "met" if ok else "**not met**"
+
+
+def _before_after(r: dict[str, Any]) -> list[str]:
+    """The figures of the sections measured again, beside what the run before said."""
+    before = r.get("previous") or {}
+    lines = []
+    if "startup" in before:
+        b, a = before["startup"], r["startup"]
+        lines.append(
+            f"Before (invmon at {before['commit']}): every command imported everything, "
+            f"{b['import_cli_s'] * 1000:.0f} ms for `import monitor.cli`; now "
+            f"{a['import_cli_s'] * 1000:.0f} ms for the command line and, whole commands, "
+            f"`--help` {a.get('help_s', 0) * 1000:.0f} ms, `lint` of one file "
+            f"{a.get('lint_one_s', 0) * 1000:.0f} ms.\n"
+        )
+    if "tick" in before:
+        b = {row["name"]: row for row in before["tick"]}
+        a = {row["name"]: row for row in r["tick"]}
+        pairs = [
+            f"{a[n]['label']} {b[n]['ratio_median']:.2f} → {a[n]['ratio_median']:.2f}"
+            for n in ("invmon_c1", "invmon_c4")
+            if n in a and n in b
+        ]
+        gone = sorted(set(b) - set(a))
+        lines.append(
+            f"One tick, paired median ratio to psql, before (invmon at {before['commit']}) → "
+            "now: "
+            + "; ".join(pairs)
+            + "."
+            + (f" Not run again this time: {', '.join(gone)} (see the run before)." if gone else "")
+            + "\n"
+        )
+    paired = r.get("paired_before_after")
+    if paired:
+        lines.append(
+            f"Before and after measured together ({paired['note']}): "
+            + "; ".join(
+                f"{name} {v[0]:.2f} ({v[1]:.2f}–{v[2]:.2f}) → {v[3]:.2f} ({v[4]:.2f}–{v[5]:.2f})"
+                for name, v in paired["rows"].items()
+            )
+            + f". Start-up ({paired['startup_note']}): "
+            + "; ".join(f"`{k}` {a} ms → {b} ms" for k, (a, b) in paired["startup_ms"].items())
+            + ".\n"
+        )
+    return lines
 
 
 def verdicts(r: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -40,7 +85,7 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, str]]:
             _met(c1["ratio_median"] <= TARGETS["c1_ratio"]),
         ),
         (
-            "`invmon check` ≤ 0.90× psql at concurrency 4",
+            "`invmon check` ≤ 0.85× psql at concurrency 4",
             f"{c4['ratio_median']:.2f}×",
             _met(c4["ratio_median"] <= TARGETS["c4_ratio"]),
         ),
@@ -186,14 +231,31 @@ def render(r: dict[str, Any]) -> str:
     out.append("```\n")
     s = r["startup"]
     out.append("## Start-up and where a tick's time goes\n")
-    out.append(
-        f"`python -c pass` {s['python_bare_s'] * 1000:.0f} ms; `import psycopg` "
-        f"{s['import_psycopg_s'] * 1000:.0f} ms; `import monitor.cli` (what every command "
-        f"pays) {s['import_cli_s'] * 1000:.0f} ms (medians of 7). The largest imports "
-        "(`python -X importtime`, cumulative ms): "
-        + ", ".join(f"{k} {v:.0f}" for k, v in s["imports_ms"].items())
-        + ".\n"
-    )
+    if "help_s" in s:
+        out.append(
+            f"`python -c pass` {s['python_bare_s'] * 1000:.0f} ms; `import psycopg` "
+            f"{s['import_psycopg_s'] * 1000:.0f} ms; `import monitor.cli.commands` (what every "
+            f"command pays) {s['import_cli_s'] * 1000:.0f} ms; `invmon --help` "
+            f"{s['help_s'] * 1000:.0f} ms; `invmon lint` of one shipped invariant "
+            f"{s['lint_one_s'] * 1000:.0f} ms (medians of 7, 15 and 15 fresh processes"
+            + (", bytecode cached as an install has it" if s.get("bytecode_cached") else "")
+            + "). A command imports its own module only (monitor/cli/commands.py): `--help` "
+            "loads no command, `lint` loads the loader and the fence but no database driver, "
+            "Slack client, scheduler or web page (tests/cli/test_startup.py). What `invmon "
+            "check` imports (`python -X importtime`, cumulative ms): "
+            + ", ".join(f"{k} {v:.0f}" for k, v in s["imports_ms"].items())
+            + ".\n"
+        )
+    else:
+        out.append(
+            f"`python -c pass` {s['python_bare_s'] * 1000:.0f} ms; `import psycopg` "
+            f"{s['import_psycopg_s'] * 1000:.0f} ms; `import monitor.cli` (what every command "
+            f"pays) {s['import_cli_s'] * 1000:.0f} ms (medians of 7). The largest imports "
+            "(`python -X importtime`, cumulative ms): "
+            + ", ".join(f"{k} {v:.0f}" for k, v in s["imports_ms"].items())
+            + ".\n"
+        )
+    out += _before_after(r)
     p = r["profile"]
     out.append(
         "One tick in-process at concurrency 1 "

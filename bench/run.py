@@ -46,6 +46,7 @@ import psycopg  # noqa: E402
 import scale  # noqa: E402
 
 SHIPPED = ROOT / "invariants"
+SECTIONS = ["tick", "startup", "profile", "scale", "idle", "rows_memory", "delivery"]
 INVMON = [sys.executable, "-m", "monitor.cli"]
 Counts = dict[str, int]
 
@@ -217,10 +218,11 @@ def median_wall(argv: list[str], runs: int = 7) -> float:
 
 
 def import_breakdown() -> dict[str, float]:
-    """Milliseconds of `import monitor.cli` (python -X importtime): its total, and what the
-    largest third-party packages cost (cumulative, where each is first imported)."""
+    """Milliseconds of what `invmon check` imports (python -X importtime of `check --help`):
+    its total, and what the largest third-party packages cost (cumulative, where each is
+    first imported)."""
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import monitor.cli"],
+        [sys.executable, "-X", "importtime", "-m", "monitor.cli", "check", "--help"],
         capture_output=True,
         text=True,
         check=True,
@@ -230,20 +232,33 @@ def import_breakdown() -> dict[str, float]:
         match = re.match(r"import time:\s+\d+ \|\s+(\d+) \| *(\S+)$", line)
         if match and "." not in match.group(2) and not match.group(2).startswith("_"):
             found[match.group(2)] = max(found.get(match.group(2), 0.0), int(match.group(1)) / 1e3)
-    total = found.pop("monitor", 0.0)
-    cli = [int(m.group(1)) for m in re.finditer(r"\| +(\d+) \| monitor\.cli$", done.stderr, re.M)]
-    total = cli[0] / 1e3 if cli else total
+    found.pop("monitor", None)
+    # Everything the command imported: the cumulative times of the outermost imports.
+    total = sum(
+        int(m.group(1)) / 1e3 for m in re.finditer(r"\| +(\d+) \| (\S+)$", done.stderr, re.M)
+    )
     top = sorted(
         ((k, v) for k, v in found.items() if k not in ("site", "encodings")), key=lambda kv: -kv[1]
     )
-    return {"monitor.cli (all)": total, **dict(top[:7])}
+    return {"all of `check`'s imports": total, **dict(top[:7])}
 
 
 def startup() -> dict[str, Any]:
+    """What a command pays before it does anything: the interpreter, the driver, the command
+    line's own module, and two whole commands that touch no database (`--help`, and `lint`
+    of one shipped invariant)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "invariants"
+        folder.mkdir()
+        shutil.copy(SHIPPED / "expired_lease_jobs.sql", folder)
+        lint_one = median_wall([*INVMON, "lint", str(folder)], runs=15)
     return {
         "python_bare_s": median_wall([sys.executable, "-c", "pass"]),
         "import_psycopg_s": median_wall([sys.executable, "-c", "import psycopg"]),
-        "import_cli_s": median_wall([sys.executable, "-c", "import monitor.cli"]),
+        "import_cli_s": median_wall([sys.executable, "-c", "import monitor.cli.commands"]),
+        "help_s": median_wall([*INVMON, "--help"], runs=15),
+        "lint_one_s": lint_one,
+        "bytecode_cached": not sys.flags.dont_write_bytecode,
         "imports_ms": import_breakdown(),
     }
 
@@ -477,8 +492,17 @@ def main() -> None:
         help="sections kept from bench/results.json instead of measured again, e.g. "
         "delivery,idle,rows_memory (a README regenerated this way says which)",
     )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="measure only these sections, e.g. startup,tick,profile; every other one is "
+        "kept from bench/results.json (as --reuse would keep it)",
+    )
     args = parser.parse_args()
     reuse = {s for s in args.reuse.split(",") if s}
+    only = {s for s in args.only.split(",") if s}
+    if only:
+        reuse |= set(SECTIONS) - only
     earlier = json.loads((BENCH / "results.json").read_text()) if reuse else {}
     if not shutil.which("psql"):
         raise SystemExit("psql is needed: it is the floor every figure is compared with")
@@ -498,7 +522,14 @@ def main() -> None:
         "rows_memory": lambda: offending_rows_memory(args.dsn, sizes),
         "delivery": lambda: delivery_figures(args.incidents) if args.incidents else None,
     }
+    assert list(measure) == SECTIONS
     results["reused"] = sorted(reuse & set(measure))
+    # What the sections measured again said in the run before, for the README's before/after.
+    results["previous"] = {
+        section: earlier[section] for section in measure if section not in reuse and earlier
+    }
+    if results["previous"]:
+        results["previous"]["commit"] = earlier["machine"]["commit"]
     for section, run in measure.items():
         if section in reuse:
             results[section] = earlier[section]
