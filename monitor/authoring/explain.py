@@ -20,6 +20,7 @@ from monitor.execution.execute import (
     LiveFence,
     Refused,
     begin_read_only,
+    listing_cursor,
     send_one_statement,
 )
 from monitor.execution.redaction import Redaction
@@ -130,7 +131,7 @@ def explain_all(
                     begin_read_only(conn, inv, lock_timeout)
                     text, params, user_line = standalone(bound, inv.sql)
                     live_fence.refuse_unless_allowed(conn, text, inv, user_line)
-                    with psycopg.RawCursor(conn) if params else conn.cursor() as cur:
+                    with listing_cursor(conn) if params else conn.cursor() as cur:
                         send_one_statement(cur, f"EXPLAIN ({options})\n{text}", params or None)
                         row = cur.fetchone()
             except Refused as exc:

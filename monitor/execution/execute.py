@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 from psycopg import pq, sql
+from psycopg.adapt import Dumper
 from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, RowLimits
@@ -47,7 +48,14 @@ from monitor.fence.sqltree import analyze
 from monitor.fence.tree import Analysis
 from monitor.invariants.loader import Invariant
 from monitor.problems import Problem, SqlProblem
-from monitor.sources.binding import NOTHING_BOUND, Bound, bound_text, emptied, standalone
+from monitor.sources.binding import (
+    NOTHING_BOUND,
+    ArrayParam,
+    Bound,
+    bound_text,
+    emptied,
+    standalone,
+)
 from monitor.text import shorten
 
 # A run that was cancelled leaves its transaction idle at most this long past its timeout.
@@ -101,6 +109,31 @@ def register_loaders(conn: psycopg.Connection[Any]) -> None:
     conn.adapters.register_loader("date", _Date)
     conn.adapters.register_loader("timestamp", _Timestamp)
     conn.adapters.register_loader("timestamptz", _Timestamptz)
+
+
+class _ArrayParamDumper(Dumper):
+    """A source's column (sources/binding.py) is already PostgreSQL's binary array: sent as
+    it is, typed, never copied or converted on the way."""
+
+    format = pq.Format.BINARY
+
+    def dump(self, obj: ArrayParam) -> bytes | bytearray:
+        return obj.data
+
+    def get_key(self, obj: ArrayParam, format: Any) -> Any:
+        return (self.cls, obj.type)
+
+    def upgrade(self, obj: ArrayParam, format: Any) -> Dumper:
+        dumper = _ArrayParamDumper(self.cls)
+        dumper.oid = obj.oid
+        return dumper
+
+
+def listing_cursor(conn: psycopg.Connection[Any]) -> psycopg.RawCursor[Any]:
+    """A cursor for a text with sources' parameters (`$n` placeholders) that sends them."""
+    cur = psycopg.RawCursor(conn)
+    cur.adapters.register_dumper(ArrayParam, _ArrayParamDumper)
+    return cur
 
 
 def _ms(delta: timedelta) -> str:
@@ -228,15 +261,15 @@ class LiveFence:
 
 
 def send_one_statement(
-    cur: psycopg.Cursor[Any], text: str, params: list[list[Any]] | None = None
+    cur: psycopg.Cursor[Any], text: str, params: list[ArrayParam] | None = None
 ) -> None:
     """Send `text` as exactly one statement. Without parameters psycopg would use the simple
     query protocol, where the server runs every statement a text holds; in a pipeline it
     uses the extended protocol, where a second statement is an error. So even a text the
     fence's parser read differently from the server's cannot smuggle a second statement.
     (`Cursor.stream`, used for the rows, always uses the extended protocol.) With `params`
-    (a source's listing, see sources/binding.py) `cur` is a RawCursor: `$n` placeholders,
-    so a `%` in the invariant's text is never read as one."""
+    (a source's listing, see sources/binding.py) `cur` is a `listing_cursor`: `$n`
+    placeholders, so a `%` in the invariant's text is never read as one."""
     with cur.connection.pipeline():
         cur.execute(text.encode(), params, prepare=False)
 
@@ -328,7 +361,7 @@ def execute(
     with (
         conn.transaction(),
         conn.cursor() as cur,
-        psycopg.RawCursor(conn) if params else conn.cursor() as sending,
+        listing_cursor(conn) if params else conn.cursor() as sending,
     ):
         begin_read_only(conn, invariant, lock_timeout, temp_file_limit)
         live_fence.refuse_unless_allowed(conn, judged, invariant, user_line)

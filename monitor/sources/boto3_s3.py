@@ -16,7 +16,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from monitor.sources.binding import ObjectRow
 from monitor.sources.header import SourceSpec
 from monitor.sources.listing import Bounds, Listing, ListingError, checked_key, scrubbed
 from monitor.text import shorten
@@ -67,7 +66,7 @@ def list_s3(spec: SourceSpec, bounds: Bounds) -> Listing:
             raise ListingError(missing_extra(bounds.name, spec)) from None
         raise
     bucket, prefix = spec.bucket_and_prefix
-    listing = Listing()
+    listing: Listing = bounds.listing()
     try:
         client = _client(spec, bounds.remaining())
         token: str | None = None
@@ -82,16 +81,17 @@ def list_s3(spec: SourceSpec, bounds: Bounds) -> Listing:
                 arguments["ContinuationToken"] = token
             page = client.list_objects_v2(**arguments)
             listing.pages += 1
-            for item in page.get("Contents", []):
+            # Each object is packed as it is read (binding.Objects); the page, botocore's
+            # dicts, is dropped before the next is asked for.
+            for item in page.pop("Contents", ()):
                 size = item.get("Size")
-                row = ObjectRow(
+                bounds.admit(
+                    listing,
                     checked_key(bounds.name, str(item["Key"])),
                     None if size is None else int(size),  # not said is not zero
                     _aware(item.get("LastModified")),
                     str(item["ETag"]).strip('"') if item.get("ETag") else None,
                 )
-                bounds.admit(listing, row)
-                listing.rows.append(row)
             if not page.get("IsTruncated"):
                 return listing
             token = page.get("NextContinuationToken")

@@ -13,12 +13,11 @@ import os
 import stat
 from datetime import UTC, datetime
 
-from monitor.sources.binding import ObjectRow
 from monitor.sources.listing import Bounds, Listing, ListingError, checked_key
 
 
 def list_folder(folder: str, bounds: Bounds) -> Listing:
-    listing = Listing(pages=1)
+    listing: Listing = bounds.listing(pages=1)
     root = os.path.abspath(folder)
     if not os.path.isdir(root):
         raise ListingError(f"source {bounds.name}: folder {folder} does not exist")
@@ -33,8 +32,7 @@ def list_folder(folder: str, bounds: Bounds) -> Listing:
                     if isinstance(found, str):
                         waiting.append(found)
                     elif found is not None:
-                        bounds.admit(listing, found)
-                        listing.rows.append(found)
+                        bounds.admit(listing, *found)
         except FileNotFoundError:
             if current == root:  # the whole source gone is not an empty listing
                 gone = f"source {bounds.name}: folder {folder} does not exist"
@@ -46,9 +44,12 @@ def list_folder(folder: str, bounds: Bounds) -> Listing:
     return listing
 
 
-def _entry(entry: os.DirEntry[str], root: str, name: str) -> ObjectRow | str | None:
-    """A regular file's row, a folder's path to list next, or None (a link, a device, or
-    gone since its folder was read)."""
+Found = tuple[str, int, datetime, None]  # key, size, last modified, etag
+
+
+def _entry(entry: os.DirEntry[str], root: str, name: str) -> Found | str | None:
+    """A regular file's key, size and time, a folder's path to list next, or None (a link,
+    a device, or gone since its folder was read)."""
     try:
         mode = entry.stat(follow_symlinks=False)
     except FileNotFoundError:
@@ -58,4 +59,4 @@ def _entry(entry: os.DirEntry[str], root: str, name: str) -> ObjectRow | str | N
     if not stat.S_ISREG(mode.st_mode):
         return None
     key = checked_key(name, os.path.relpath(entry.path, root).replace(os.sep, "/"))
-    return ObjectRow(key, mode.st_size, datetime.fromtimestamp(mode.st_mtime, UTC), None)
+    return key, mode.st_size, datetime.fromtimestamp(mode.st_mtime, UTC), None

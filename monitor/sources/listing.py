@@ -14,10 +14,10 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from monitor.sources.binding import Bound, ObjectRow, bind
+from monitor.sources.binding import Bound, ObjectRow, Objects, bind
 from monitor.sources.header import SourceSpec
 from monitor.text import shorten
 
@@ -46,9 +46,10 @@ class ListingError(Exception):
 
 @dataclass
 class Listing:
-    """The objects kept (older than `min_age`), and what the listing took."""
+    """The objects kept (older than `min_age`), packed as they were listed (binding.py),
+    and what the listing took."""
 
-    rows: list[ObjectRow] = field(default_factory=list)
+    rows: Objects
     seen: int = 0  # every object listed, the new ones included
     ignored_new: int = 0  # newer than min_age
     pages: int = 0
@@ -58,12 +59,27 @@ class Listing:
 class Bounds:
     """Counts what a lister reads against the source's limits, as it reads it."""
 
-    def __init__(self, name: str, spec: SourceSpec, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        name: str,
+        spec: SourceSpec,
+        clock: Callable[[], float],
+        listed_at: datetime | None = None,
+    ) -> None:
         self.name = name
         self.spec = spec
         self._clock = clock
         self._deadline = clock() + spec.timeout_delta.total_seconds()
         self._abandoned = threading.Event()
+        # The grace window is applied as each object arrives (see `settled`): objects last
+        # modified after this are new, counted and left out.
+        listed_at = listed_at or datetime.now(UTC)
+        min_age = spec.min_age_delta
+        self._cutoff = listed_at - min_age if min_age > timedelta(0) else None
+
+    def listing(self, pages: int = 0) -> Listing:
+        """An empty listing holding the columns the source asked for."""
+        return Listing(Objects(self.spec.columns), pages=pages)
 
     def remaining(self) -> float:
         """Seconds left before the listing's timeout; raises once it has passed (or once
@@ -83,7 +99,15 @@ class Bounds:
         """The run has stopped waiting: the lister stops at its next check."""
         self._abandoned.set()
 
-    def admit(self, listing: Listing, row: ObjectRow) -> None:
+    def admit(
+        self,
+        listing: Listing,
+        key: str,
+        size: int | None,
+        last_modified: datetime | None,
+        etag: str | None,
+    ) -> None:
+        """Count one listed object against the bounds, then keep it unless it is new."""
         listing.seen += 1
         if listing.seen > self.spec.max_objects:
             raise ListingError(
@@ -91,11 +115,18 @@ class Bounds:
                 f"{self.spec.max_objects:,} objects (max_objects); the invariant is not "
                 "evaluated on a partial listing"
             )
-        if len(row.key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
             raise ListingError(
                 f"source {self.name}: an object key longer than {MAX_KEY_BYTES:,} bytes: "
-                f"{shorten(row.key, 80)}"
+                f"{shorten(key, 80)}"
             )
+        if self._cutoff is not None and last_modified is not None:
+            if last_modified.tzinfo is None:
+                last_modified = last_modified.replace(tzinfo=UTC)
+            if last_modified > self._cutoff:
+                listing.ignored_new += 1
+                return
+        listing.rows.add(key, size, last_modified, etag)
 
 
 def checked_key(name: str, key: str) -> str:
@@ -116,7 +147,8 @@ def settled(
     rows: Iterable[ObjectRow], min_age: timedelta, listed_at: datetime
 ) -> tuple[list[ObjectRow], int]:
     """The rows old enough to be judged, and how many were newer. An object with no time is
-    kept: nothing says it is new."""
+    kept: nothing says it is new. (What `Bounds.admit` does as each listed object arrives,
+    for rows given whole: a fixture's.)"""
     if min_age <= timedelta(0):
         kept = list(rows)
         return kept, 0
@@ -144,7 +176,7 @@ def list_source(
     files could not promise. An abandoned lister stops at its next check; its request
     ends with the client's own socket timeouts."""
     started = clock()
-    bounds = Bounds(name, spec, clock)
+    bounds = Bounds(name, spec, clock, datetime.now(UTC))
     answer: queue.Queue[Listing | ListingError] = queue.Queue(maxsize=1)
 
     def work() -> None:
@@ -166,7 +198,6 @@ def list_source(
 
 
 def _listed(name: str, spec: SourceSpec, bounds: Bounds) -> Listing:
-    listed_at = datetime.now(UTC)
     try:
         if spec.folder is not None:
             from monitor.sources.folder import list_folder
@@ -177,7 +208,6 @@ def _listed(name: str, spec: SourceSpec, bounds: Bounds) -> Listing:
             from monitor.sources.boto3_s3 import list_s3
 
             listing = list_s3(spec, bounds)
-        listing.rows, listing.ignored_new = settled(listing.rows, spec.min_age_delta, listed_at)
     except ListingError:
         raise
     except Exception as exc:

@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
@@ -22,7 +22,7 @@ from monitor.daemon.metrics import Metrics
 from monitor.execution.runner import Runner
 from monitor.invariants.header import HeaderError, InvariantHeader, parse_header, split_file
 from monitor.invariants.loader import load_directory
-from monitor.sources.binding import ObjectRow, bind, emptied
+from monitor.sources.binding import ObjectRow, Objects, bind, emptied
 from monitor.sources.header import SourceSpec
 from monitor.sources.listing import ListingError, list_source, scrubbed, settled
 from monitor.store.state import StateStore
@@ -104,17 +104,22 @@ def test_binding_prepends_one_line_of_ctes_and_passes_the_values_as_typed_arrays
     bound = bind(sources, rows)
     assert bound.prefix == (
         'WITH "receipt_objects"("key", "size", "last_modified") AS (SELECT * FROM '
-        'unnest($1::text[], $2::bigint[], $3::text[]::timestamptz[])), "tags"("key") AS '
+        'unnest($1::text[], $2::bigint[], $3::timestamptz[])), "tags"("key") AS '
         "(SELECT * FROM unnest($4::text[]))\n"
     )
     assert bound.lines == 1
-    assert bound.params == [
-        ["r/a'; DROP TABLE x; --", "r/b"],
-        [3, 4],
-        [WHEN.isoformat(), None],
-        ["t/$1"],
+    assert [(p.type, p.oid, p.values()) for p in bound.params] == [
+        ("text", 1009, ["r/a'; DROP TABLE x; --", "r/b"]),
+        ("bigint", 1016, [3, 4]),
+        ("timestamptz", 1185, [WHEN, None]),
+        ("text", 1009, ["t/$1"]),
     ]
-    assert emptied(bound) == [[], [], [], []]
+    assert [(p.type, p.values()) for p in emptied(bound)] == [
+        ("text", []),
+        ("bigint", []),
+        ("timestamptz", []),
+        ("text", []),
+    ]
 
 
 def test_the_grace_window_drops_objects_newer_than_min_age_and_counts_them() -> None:
@@ -538,6 +543,7 @@ def test_a_run_still_listing_its_sources_is_not_called_stuck_before_listing_and_
 
 
 def test_every_value_a_listing_can_hold_reaches_the_database_exactly(database: str) -> None:
+    from monitor.execution.execute import listing_cursor
     from monitor.sources.binding import bound_text
 
     times = [
@@ -559,6 +565,130 @@ def test_every_value_a_listing_can_hold_reaches_the_database_exactly(database: s
     text = bound_text(bound, "SELECT key, size, last_modified, etag FROM objects ORDER BY key")
     with psycopg.connect(database) as conn:
         conn.execute("SET TIME ZONE 'America/New_York'")  # the input says its offset
-        got = psycopg.RawCursor(conn).execute(text, bound.params).fetchall()
+        got = listing_cursor(conn).execute(text, bound.params).fetchall()
     expected = sorted(((r.key, r.size, r.last_modified, r.etag) for r in rows), key=lambda r: r[0])
     assert got == expected
+
+
+# Keys a listing may hold that text handling gets wrong: quotes and backslashes (array
+# literal and SQL syntax), separators, line breaks, every kind of Unicode, what looks like
+# SQL, a placeholder or NULL, and the longest key S3 allows (1,024 bytes, in 2-, 3- and
+# 4-byte characters too).
+HOSTILE_KEYS = [
+    "it's; DROP TABLE invoices; --.pdf",
+    'say "hi"\\',
+    "{a,b}",
+    "a,b",
+    "NULL",
+    "null",
+    "",
+    " ",
+    "\t",
+    "line\nbreak",
+    "carriage\rreturn\r\n",
+    "$1 %s %(x)s {0}",
+    "日本語/ü/é/🧾.pdf",
+    "e\u0301 combining, \u200b zero width, \u202e right to left",
+    "\x01\x1f\x7f control",
+    "a" * 1024,
+    "é" * 512,
+    "語" * 341 + "a",
+    "🧾" * 256,
+    "receipts/" + "x/" * 507,
+]
+
+
+def _reference_bound(rows: list[ObjectRow]) -> tuple[str, list[list[object]]]:
+    """How the listing was bound before it was packed: lists of values as typed arrays,
+    the times as ISO 8601 text; what the packed form must equal, value for value."""
+    text = (
+        'WITH "objects"("key", "size", "last_modified", "etag") AS (SELECT * FROM '
+        "unnest($1::text[], $2::bigint[], $3::text[]::timestamptz[], $4::text[]))\n"
+    )
+    params: list[list[object]] = [
+        [r.key for r in rows],
+        [r.size for r in rows],
+        [None if r.last_modified is None else r.last_modified.isoformat() for r in rows],
+        [r.etag for r in rows],
+    ]
+    return text, params
+
+
+def test_the_packed_listing_gives_the_database_what_the_old_binding_gave_on_hostile_keys(
+    database: str,
+) -> None:
+    from monitor.execution.execute import listing_cursor
+    from monitor.sources.binding import bound_text
+
+    zones = [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-9))]
+    rows = [
+        ObjectRow(
+            key,
+            [None, 0, 1, 2**63 - 1, 4096][i % 5],
+            None if i % 7 == 3 else WHEN.astimezone(zones[i % 3]) + i * timedelta(seconds=1.5),
+            [None, '"quoted"', "", key][i % 4],
+        )
+        for i, key in enumerate(HOSTILE_KEYS)
+    ]
+    assert max(len(k.encode()) for k in HOSTILE_KEYS) == 1024
+    spec = SourceSpec(folder="/srv", columns=("key", "size", "last_modified", "etag"))
+    bound = bind({"objects": spec}, {"objects": rows})
+    select = (
+        "SELECT row_number() OVER () AS n, key, size, last_modified, etag, "
+        "octet_length(key) AS bytes FROM objects"
+    )
+    with psycopg.connect(database) as conn:
+        conn.execute("SET TIME ZONE 'Asia/Kathmandu'")  # the input says its offset
+        packed = listing_cursor(conn).execute(bound_text(bound, select), bound.params).fetchall()
+        text, params = _reference_bound(rows)
+        before = psycopg.RawCursor(conn).execute(text + select, params).fetchall()
+    assert packed == before
+    # And what came back is exactly what was listed, in listing order.
+    assert [(k, s, t, e) for _, k, s, t, e, _ in packed] == [
+        (r.key, r.size, r.last_modified, r.etag) for r in rows
+    ]
+    # Read back without the database, the packed listing is the listing.
+    assert list(Objects.of(spec.columns, rows)) == rows
+
+
+def test_a_folder_of_hostile_names_is_listed_and_bound_to_the_exact_keys(
+    database: str, tmp_path: Path
+) -> None:
+    from monitor.execution.execute import listing_cursor
+    from monitor.sources.binding import bound_text
+
+    # What a file name can hold of the above (no NUL, no "/" inside a name, 255 bytes each).
+    names = [
+        "it's; DROP TABLE invoices; --.pdf",
+        'say "hi"\\',
+        "{a,b}",
+        "line\nbreak",
+        "$1 %s",
+        "日本語/ü/🧾.pdf",
+        "NULL",
+        " ",
+        "/".join(["é" * 127] * 4),  # 1,019 bytes, under S3's 1,024
+    ]
+    make_files(tmp_path / "store", names)
+    spec = SourceSpec(folder=str(tmp_path / "store"), columns=("key", "size"))
+    listing = list_source("objects", spec)
+    assert sorted(r.key for r in listing.rows) == sorted(names)
+    bound = bind({"objects": spec}, {"objects": listing.rows})
+    with psycopg.connect(database) as conn:
+        got = listing_cursor(conn).execute(
+            bound_text(bound, "SELECT key, size FROM objects"), bound.params
+        )
+        assert sorted(got.fetchall()) == sorted((name, len(name)) for name in names)
+
+
+def test_a_listing_is_packed_as_it_arrives_not_held_as_rows(tmp_path: Path) -> None:
+    """The listing keeps each object as a length and its bytes per column asked for: what
+    the parameters sent are, not a copy of them."""
+    make_files(tmp_path, [f"r/{i:05}.pdf" for i in range(2000)])
+    listing = list_source("objects", SourceSpec(folder=str(tmp_path), columns=("key",)))
+    assert isinstance(listing.rows, Objects) and len(listing.rows) == 2000
+    [param] = listing.rows.arrays()
+    assert len(param.data) == 20 + 2000 * (4 + len("r/00000.pdf"))
+    spec = SourceSpec(folder=str(tmp_path), columns=("key",))
+    bound = bind({"objects": spec}, {"objects": listing.rows})
+    assert bound.params[0].data is param.data  # sent as it is

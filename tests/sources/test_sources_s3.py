@@ -244,7 +244,7 @@ def test_objects_newer_than_min_age_are_not_judged(
         ("unreferenced", "receipts/also-now.pdf"),
     }
     listing = list_source("r", inv.header.source["receipt_objects"])
-    assert (listing.seen, listing.ignored_new, listing.rows) == (2, 2, [])
+    assert (listing.seen, listing.ignored_new, list(listing.rows)) == (2, 2, [])
 
 
 def test_a_bucket_over_max_objects_is_an_error_never_a_partial_check(
