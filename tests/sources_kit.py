@@ -18,7 +18,7 @@ SHIPPED_SOURCE = """\
 --     columns: [key, size, last_modified]
 --     min_age: 10m
 --     max_objects: 1000000
---     timeout: 2m
+--     timeout: 20m
 """
 
 

@@ -13,7 +13,7 @@
 --     columns: [key, size, last_modified]
 --     min_age: 10m
 --     max_objects: 1000000
---     timeout: 2m
+--     timeout: 20m
 
 -- The second form of invariants/orphaned_receipts.sql: the same three problems, but
 -- receipt_objects is the bucket's listing taken by invmon just before the query (a CTE it

@@ -92,7 +92,7 @@ class Bounds:
     def overdue(self) -> ListingError:
         return ListingError(
             f"source {self.name}: listing {self.spec.where} took longer than its timeout "
-            f"({self.spec.timeout})"
+            f"({self.spec.timeout_said})"
         )
 
     def abandon(self) -> None:

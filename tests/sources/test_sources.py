@@ -75,13 +75,44 @@ def test_a_source_that_cannot_be_listed_as_written_is_refused(source: str, said:
 def test_a_source_gets_its_defaults() -> None:
     text = '-- description: x\n-- source: {objects: {s3: "s3://receipts-prod/r/"}}\nSELECT 1'
     spec = parse_header(split_file(text)).source["objects"]
+    # The default timeout lets the default max_objects list at 1,000 objects a second.
     assert (spec.columns, spec.max_objects, spec.timeout_delta, spec.min_age_delta) == (
         ("key", "size", "last_modified"),
         100_000,
-        timedelta(seconds=30),
+        timedelta(seconds=100),
         timedelta(0),
     )
     assert spec.bucket_and_prefix == ("receipts-prod", "r/")
+    assert (
+        spec.timeout_said == "1m40s, the default for max_objects 100,000 at 1,000 objects a second"
+    )
+
+
+@pytest.mark.parametrize(
+    ("max_objects", "timeout"),
+    [
+        (1, timedelta(seconds=30)),  # never less than 30 s: a connection, a retry
+        (30_000, timedelta(seconds=30)),
+        (45_001, timedelta(seconds=46)),
+        (1_000_000, timedelta(minutes=16, seconds=40)),
+        (3_600_000, timedelta(hours=1)),
+        (5_000_000, timedelta(hours=1)),  # the ceiling a header may write, too
+    ],
+)
+def test_the_default_timeout_follows_max_objects_at_a_conservative_rate(
+    max_objects: int, timeout: timedelta
+) -> None:
+    spec = SourceSpec(s3="s3://bucket/x/", max_objects=max_objects)
+    assert spec.timeout_delta == timeout
+    # And every default validates as if written out.
+    written = SourceSpec(
+        s3="s3://bucket/x/", max_objects=max_objects, timeout=f"{timeout.seconds}s"
+    )
+    assert written.timeout_delta == timeout
+    # A timeout written in the header is the header's, whatever max_objects is.
+    assert SourceSpec(s3="s3://bucket/x/", max_objects=max_objects, timeout="5s").timeout_delta == (
+        timedelta(seconds=5)
+    )
 
 
 # --- binding (pure) ----------------------------------------------------------------------
@@ -184,8 +215,11 @@ def test_a_folder_that_is_not_there_is_an_error(tmp_path: Path) -> None:
 def test_a_listing_past_its_timeout_is_an_error(tmp_path: Path) -> None:
     make_files(tmp_path, ["a/1.pdf", "b/2.pdf"])
     ticks = iter(range(0, 1000, 20))  # every look at the clock is 20 s later
-    with pytest.raises(ListingError, match=r"took longer than its timeout \(30s\)"):
-        list_source("objects", SourceSpec(folder=str(tmp_path)), clock=lambda: next(ticks))
+    # No `timeout:`: the default for 1,000 objects, and the message says where it came from.
+    said = r"took longer than its timeout \(30s, the default for max_objects 1,000 at 1,000"
+    spec = SourceSpec(folder=str(tmp_path), max_objects=1000)
+    with pytest.raises(ListingError, match=said):
+        list_source("objects", spec, clock=lambda: next(ticks))
 
 
 def test_a_flat_folder_is_bounded_file_by_file_not_folder_by_folder(tmp_path: Path) -> None:
