@@ -20,6 +20,8 @@ TARGETS = {
     "idle_cpu_percent": 1.0,
     "idle_rss_mib": 80,
     "ten_million_rss_mib": 150,
+    "source_to_plain_rss": 1.2,  # at 100,000 objects
+    "million_objects_rss_mb": 300,
 }
 
 
@@ -123,7 +125,82 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, str]]:
                 _met(ten_m[0]["peak_rss_mib"] <= TARGETS["ten_million_rss_mib"]),
             )
         )
+    return rows + source_verdicts(r.get("sources"))
+
+
+def _source_runs(size: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    runs = {run["name"]: run for run in size["runs"]}
+    return runs["invmon"], runs["plain"]
+
+
+def source_verdicts(s: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    for size in (s or {}).get("sizes", []):
+        invmon, plain = _source_runs(size)
+        if size["objects"] == 100_000:
+            ratio = invmon["peak_rss_mib"] / plain["peak_rss_mib"]
+            rows.append(
+                (
+                    f"a source of 100,000 objects ({size['kind']}): `invmon check` peak RSS "
+                    "≤ 1.2× the plain script's",
+                    f"{ratio:.2f}× ({invmon['peak_rss_mib']:.0f} against "
+                    f"{plain['peak_rss_mib']:.0f} MiB)",
+                    _met(ratio <= TARGETS["source_to_plain_rss"]),
+                )
+            )
+        if size["objects"] == 1_000_000:
+            mb = invmon["peak_rss_mib"] * 1.048576
+            rows.append(
+                (
+                    f"a source of 1,000,000 objects ({size['kind']}): `invmon check` < 300 MB",
+                    f"{mb:.0f} MB ({invmon['peak_rss_mib']:.0f} MiB)",
+                    _met(mb < TARGETS["million_objects_rss_mb"]),
+                )
+            )
     return rows
+
+
+def sources_section(s: dict[str, Any]) -> list[str]:
+    out = ["## A source listing bound into the query\n"]
+    before = f", and invmon as it was at {s['before']}" if s.get("before") else ""
+    out.append(
+        "`bench/sources.py`: the live receipts invariant (examples/live) with its `source:` "
+        "pointed at a store of n objects, against n invoices (one in "
+        f"{s['every']:,} of each kind breaking it), run by `invmon check` and by the plainest "
+        "alternative, a script listing the store into a Python set, reading the invoices' keys "
+        f"into a Counter and comparing them{before}. The S3 store is moto's server "
+        "(as the tests use it) on the same machine; a million objects are a folder, since "
+        "moto sorts a bucket's every key for each page it returns (a million-object listing "
+        "would take most of an hour and measure moto). Before anything is timed the store is "
+        "listed and the invoices counted (`==` the plan); every run's counts are compared "
+        f"with the plan too. {s['rounds']} rounds in rotating order: the highest peak RSS "
+        "(GNU time's `%M`) and median times; listing and query times are each tool's own "
+        "(invmon's `listing_ms`, and the rest of its `duration_ms`: the query, its fence and "
+        "its row description).\n"
+    )
+    out.append("| store | objects | run | peak RSS | wall | listing | query |")
+    out.append("|---|---|---|---|---|---|---|")
+    for size in s["sizes"]:
+        expected = ", ".join(f"{k} {v:,}" for k, v in size["expected"].items())
+        for run in size["runs"]:
+            label = {"plain": "plain script (sets)", "invmon": "`invmon check`"}.get(
+                run["name"], f"`invmon check` at {s.get('before', '')} (before)"
+            )
+            out.append(
+                f"| {size['kind']} ({expected}) | {size['objects']:,} | {label} | "
+                f"{run['peak_rss_mib']:.0f} MiB | {run['wall_median_s']:.1f} s | "
+                f"{run['listing_median_ms'] / 1000:.1f} s | {run['query_median_ms'] / 1000:.2f} s |"
+            )
+    out.append(
+        "\nMeasured by bench/run.py's `sources` section, or alone by `python bench/sources.py "
+        "--dsn DSN --objects 100000 --folder-objects 1000000 --before REF`. "
+        "Commands of each run, exactly:\n"
+    )
+    out.append("```")
+    for name, command in s["commands"].items():
+        out.append(f"# {name}\n{command}")
+    out.append("```\n")
+    return out
 
 
 def _s(value: float | None) -> str:
@@ -183,8 +260,11 @@ def render(r: dict[str, Any]) -> str:
         "Never part of the test suite: figures depend on the machine.\n"
     )
     if r.get("reused"):
+        was = r.get("carried_from")
         out.append(
-            "Sections carried over from the previous run rather than measured again: "
+            "Sections carried over from the previous run rather than measured again"
+            + (f" (invmon at {was['commit']}, {was['date']})" if was else "")
+            + ": "
             + ", ".join(r["reused"])
             + ".\n"
         )
@@ -307,6 +387,8 @@ def render(r: dict[str, Any]) -> str:
     d = r.get("delivery")
     if d:  # absent when run with --incidents 0
         out += delivery_section(d)
+    if r.get("sources"):
+        out += sources_section(r["sources"])
     out.append("## Targets\n")
     out.append("| target | measured | |")
     out.append("|---|---|---|")

@@ -11,7 +11,10 @@
 3. start-up, the server's own execution time (EXPLAIN ANALYZE) and where a tick's time goes;
 4. scale: 1,000 generated invariants loaded, linted and evaluated (two ticks, concurrency
    8); an idle daemon's CPU and memory; peak memory at 10k, 1M and 10M offending rows;
-5. delivery: bench/delivery.py (200 incidents through a rate-limited fake Slack).
+5. delivery: bench/delivery.py (200 incidents through a rate-limited fake Slack);
+6. sources: bench/sources.py, peak memory and time of an invariant reading a bucket of
+   100,000 objects (moto's S3 server) and a folder of 1,000,000 files, against a script
+   listing the same into Python sets (and invmon at an earlier commit with --sources-before).
 
 Timing is wall-clock on a shared machine: the README records the machine and the spread.
 """
@@ -44,6 +47,7 @@ import data  # noqa: E402  (bench/ modules, found through the path set above)
 import peers  # noqa: E402
 import psycopg  # noqa: E402
 import scale  # noqa: E402
+import sources  # noqa: E402
 
 SHIPPED = ROOT / "invariants"
 SECTIONS = ["tick", "startup", "profile", "scale", "idle", "rows_memory", "delivery"]
@@ -486,6 +490,10 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=60, help="idle window in seconds")
     parser.add_argument("--incidents", type=int, default=200)
     parser.add_argument("--rows", default="10000,1000000,10000000")
+    parser.add_argument("--source-objects", type=int, default=100_000, help="in the S3 bucket")
+    parser.add_argument("--folder-objects", type=int, default=1_000_000)
+    parser.add_argument("--source-rounds", type=int, default=3)
+    parser.add_argument("--sources-before", help="also measure sources at this commit")
     parser.add_argument(
         "--reuse",
         default="",
@@ -508,9 +516,16 @@ def main() -> None:
         raise SystemExit("psql is needed: it is the floor every figure is compared with")
 
     shape = data.Shape(args.scale, args.every)
-    dsn = data.ensure(args.dsn, args.dbname, shape)
-    expected = data.check(dsn, shape)
+    if {"tick", "profile", "scale", "idle"} <= reuse:
+        # Nothing measured reads the refunds data set: neither built nor checked again.
+        dsn, expected = args.dsn, earlier["expected"]
+    else:
+        dsn = data.ensure(args.dsn, args.dbname, shape)
+        expected = data.check(dsn, shape)
     results: dict[str, Any] = {"machine": machine(dsn), "shape": asdict(shape)}
+    if reuse:
+        # Which run the carried sections come from (that run's own, if it carried too).
+        results["carried_from"] = earlier.get("carried_from") or earlier["machine"]
     results["expected"] = expected
     sizes = [int(n) for n in args.rows.split(",") if n]
     measure: dict[str, Callable[[], Any]] = {
@@ -521,6 +536,14 @@ def main() -> None:
         "idle": lambda: idle_daemon(dsn, args.idle),
         "rows_memory": lambda: offending_rows_memory(args.dsn, sizes),
         "delivery": lambda: delivery_figures(args.incidents) if args.incidents else None,
+        "sources": lambda: sources.run(
+            args.dsn,
+            args.source_objects,
+            args.folder_objects,
+            args.source_rounds,
+            args.sources_before,
+            f"{args.dbname}_sources",
+        ),
     }
     assert list(measure) == SECTIONS
     results["reused"] = sorted(reuse & set(measure))
@@ -531,7 +554,7 @@ def main() -> None:
     if results["previous"]:
         results["previous"]["commit"] = earlier["machine"]["commit"]
     for section, run in measure.items():
-        if section in reuse:
+        if section in reuse and section in earlier:
             results[section] = earlier[section]
         else:
             print(f"{section} ...", flush=True)
