@@ -282,7 +282,7 @@ def test_shutdown_cancels_queries_still_running_after_the_grace_period(
         with psycopg.connect(dsn, autocommit=True) as conn:
             found = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'invmon:bad_rows'"
-                " AND wait_event_type = 'Lock'"
+                " AND wait_event_type = 'Lock' AND datname = current_database()"
             ).fetchone()
         return found == (1,)
 
