@@ -120,12 +120,9 @@ class Bounds:
                 f"source {self.name}: an object key longer than {MAX_KEY_BYTES:,} bytes: "
                 f"{shorten(key, 80)}"
             )
-        if self._cutoff is not None and last_modified is not None:
-            if last_modified.tzinfo is None:
-                last_modified = last_modified.replace(tzinfo=UTC)
-            if last_modified > self._cutoff:
-                listing.ignored_new += 1
-                return
+        if is_new(last_modified, self._cutoff):
+            listing.ignored_new += 1
+            return
         listing.rows.add(key, size, last_modified, etag)
 
 
@@ -143,23 +140,26 @@ def checked_key(name: str, key: str) -> str:
     return key
 
 
+def is_new(last_modified: datetime | None, cutoff: datetime | None) -> bool:
+    """Whether an object is too new to be judged: modified after the grace window's cutoff
+    (None: no grace window). An object with no time is judged: nothing says it is new; one
+    with no zone is taken as UTC, as S3 and the folder lister give times."""
+    if cutoff is None or last_modified is None:
+        return False
+    if last_modified.tzinfo is None:
+        last_modified = last_modified.replace(tzinfo=UTC)
+    return last_modified > cutoff
+
+
 def settled(
     rows: Iterable[ObjectRow], min_age: timedelta, listed_at: datetime
 ) -> tuple[list[ObjectRow], int]:
-    """The rows old enough to be judged, and how many were newer. An object with no time is
-    kept: nothing says it is new. (What `Bounds.admit` does as each listed object arrives,
-    for rows given whole: a fixture's.)"""
-    if min_age <= timedelta(0):
-        kept = list(rows)
-        return kept, 0
-    cutoff = listed_at - min_age
-    kept, new = [], 0
-    for row in rows:
-        if row.last_modified is not None and row.last_modified > cutoff:
-            new += 1
-        else:
-            kept.append(row)
-    return kept, new
+    """The rows old enough to be judged, and how many were newer: for rows given whole (a
+    fixture's), the rule `Bounds.admit` applies to each listed object as it arrives."""
+    cutoff = listed_at - min_age if min_age > timedelta(0) else None
+    given = list(rows)
+    kept = [row for row in given if not is_new(row.last_modified, cutoff)]
+    return kept, len(given) - len(kept)
 
 
 Lister = Callable[[str, SourceSpec], Listing]
