@@ -14,7 +14,14 @@
 5. delivery: bench/delivery.py (200 incidents through a rate-limited fake Slack);
 6. sources: bench/sources.py, peak memory and time of an invariant reading a bucket of
    100,000 objects (moto's S3 server) and a folder of 1,000,000 files, against a script
-   listing the same into Python sets (and invmon at an earlier commit with --sources-before).
+   listing the same into Python sets (and invmon at an earlier commit with --sources-before);
+7. fleet: bench/fleet.py, daemon processes on one PostgreSQL state store, 5,000 invariants
+   over ten targets every minute: store work per tick, claim latency, CPU and RSS, bytes a
+   day (1 and 3 daemons, and a smaller load);
+8. latency: bench/latency.py, a violation committed on a primary to its Slack message,
+   through a streaming standby (tests/standby.py), 100 trials;
+9. page: bench/page.py, the status page over 1,000 invariants x 30 days of runs: time to
+   first byte of / and of a detail page, /healthz while 8 clients fetch pages.
 
 Timing is wall-clock on a shared machine: the README records the machine and the spread.
 """
@@ -50,7 +57,19 @@ import scale  # noqa: E402
 import sources  # noqa: E402
 
 SHIPPED = ROOT / "invariants"
-SECTIONS = ["tick", "startup", "profile", "scale", "idle", "rows_memory", "delivery"]
+SECTIONS = [
+    "tick",
+    "startup",
+    "profile",
+    "scale",
+    "idle",
+    "rows_memory",
+    "delivery",
+    "sources",
+    "fleet",
+    "latency",
+    "page",
+]
 INVMON = [sys.executable, "-m", "monitor.cli"]
 Counts = dict[str, int]
 
@@ -454,6 +473,11 @@ def delivery_figures(incidents: int) -> dict[str, Any]:
     return run_script(BENCH / "delivery.py", "--incidents", str(incidents), "--json")
 
 
+def bench_script(name: str, *args: str) -> dict[str, Any]:
+    """A section measured by a script of bench/ in a process of its own (its --json)."""
+    return run_script(BENCH / name, *args, "--json")
+
+
 def machine(dsn: str) -> dict[str, str]:
     cpu = ""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -494,6 +518,15 @@ def main() -> None:
     parser.add_argument("--folder-objects", type=int, default=1_000_000)
     parser.add_argument("--source-rounds", type=int, default=3)
     parser.add_argument("--sources-before", help="also measure sources at this commit")
+    parser.add_argument(
+        "--fleet-runs",
+        default="1:5000,3:5000,3:2500",
+        help="fleet configurations measured, daemons:invariants (bench/fleet.py --runs)",
+    )
+    parser.add_argument("--fleet-window", type=int, default=2, help="minutes of each")
+    parser.add_argument("--latency-trials", type=int, default=100)
+    parser.add_argument("--page-invariants", type=int, default=1000)
+    parser.add_argument("--page-days", type=int, default=30)
     parser.add_argument(
         "--reuse",
         default="",
@@ -544,12 +577,35 @@ def main() -> None:
             args.sources_before,
             f"{args.dbname}_sources",
         ),
+        "fleet": lambda: bench_script(
+            "fleet.py",
+            "--dsn",
+            args.dsn,
+            "--runs",
+            args.fleet_runs,
+            "--window",
+            str(args.fleet_window),
+        ),
+        "latency": lambda: bench_script(
+            "latency.py", "--dsn", args.dsn, "--trials", str(args.latency_trials)
+        ),
+        "page": lambda: bench_script(
+            "page.py",
+            "--dsn",
+            args.dsn,
+            "--invariants",
+            str(args.page_invariants),
+            "--days",
+            str(args.page_days),
+        ),
     }
     assert list(measure) == SECTIONS
     results["reused"] = sorted(reuse & set(measure))
     # What the sections measured again said in the run before, for the README's before/after.
     results["previous"] = {
-        section: earlier[section] for section in measure if section not in reuse and earlier
+        section: earlier[section]
+        for section in measure
+        if section not in reuse and section in earlier
     }
     if results["previous"]:
         results["previous"]["commit"] = earlier["machine"]["commit"]
