@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,11 @@ TARGETS = {
     "ten_million_rss_mib": 150,
     "source_to_plain_rss": 1.2,  # at 100,000 objects
     "million_objects_rss_mb": 300,
+    "claim_p99_ms": 100,
+    "day_of_runs_gb": 1.0,
+    "own_latency_p99_ms": 2000,
+    "page_root_ms": 300,
+    "healthz_p99_ms": 50,
 }
 
 
@@ -125,7 +131,13 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, str]]:
                 _met(ten_m[0]["peak_rss_mib"] <= TARGETS["ten_million_rss_mib"]),
             )
         )
-    return rows + source_verdicts(r.get("sources"))
+    return (
+        rows
+        + source_verdicts(r.get("sources"))
+        + fleet_verdicts(r.get("fleet"))
+        + latency_verdicts(r.get("latency"))
+        + page_verdicts(r.get("page"))
+    )
 
 
 def _source_runs(size: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -248,6 +260,353 @@ def delivery_section(d: dict[str, Any]) -> list[str]:
         "messages instead of one per incident) and shows every incident within seconds.\n"
     )
     return out
+
+
+def _earlier(
+    r: dict[str, Any], section: str, figures: Callable[[dict[str, Any]], str]
+) -> list[str]:
+    """The run before's figures of a section measured again, beside this run's."""
+    before = (r.get("previous") or {}).get(section)
+    if not before:
+        return []
+    return [
+        f"The run before (invmon at {r['previous']['commit']}) → this run: "
+        f"{figures(before)} → {figures(r[section])}.\n"
+    ]
+
+
+def fleet_summary(f: dict[str, Any]) -> str:
+    return "; ".join(
+        f"{c['daemons']}×{c['invariants']:,}: {c['per_run']['xact_commit']:.2f} transactions "
+        f"per run, claim p99 {c['claim_roundtrip_ms']['p99']:.1f} ms, "
+        f"{c['bytes_per_day'] / 1e9:.2f} GB a day"
+        for c in sorted(f["configurations"], key=_fleet_key)
+    )
+
+
+def latency_summary(lat: dict[str, Any]) -> str:
+    return f"own time p50 {lat['own_ms']['p50']:,.0f} ms, p99 {lat['own_ms']['p99']:,.0f} ms"
+
+
+def page_summary(pg: dict[str, Any]) -> str:
+    return (
+        f"`/` {pg['root_ttfb_ms']['median']:,.0f} ms, detail "
+        f"{pg['detail_ttfb_ms']['median']:,.0f} ms, /healthz p99 "
+        f"{pg['load']['healthz_p99_ms']:.1f} ms"
+    )
+
+
+def _ms(d: dict[str, float]) -> str:
+    return f"{d['p50']:,.0f} / {d['p99']:,.0f} ms"
+
+
+def _fleet_key(c: dict[str, Any]) -> tuple[int, int]:
+    return (c["invariants"], c["daemons"])
+
+
+def _written(c: dict[str, Any]) -> float:
+    db = c["store"]["db"]
+    runs = c["invariants"] * c["window_min"]
+    return float(db["tup_inserted"] + db["tup_updated"] + db["tup_deleted"]) / runs
+
+
+def fleet_section(f: dict[str, Any]) -> list[str]:
+    configs = sorted(f["configurations"], key=_fleet_key)
+    out = ["## The fleet at scale\n"]
+    out.append(
+        "`bench/fleet.py`: daemon processes (`python -m monitor.cli run --config …`, one "
+        "config each: the same PostgreSQL state store and ten targets, its own listener, "
+        "`concurrency: 1` per target) over 10 target databases on the same server, each a "
+        "1,000-row `items` table; every invariant an index lookup of one item, `schedule: "
+        "every 1m`, spread over the targets by folder. After every invariant's first run and "
+        f"one whole minute more, a window of {f['window_min']} whole minutes opens on a minute "
+        "boundary. Checked before any figure is read: the runs stored for each of the "
+        "window's slots `==` the number of invariants (and each slot's last run done within "
+        "the minute), else the backlog is given.\n"
+    )
+    out.append(
+        "| daemons | invariants | runs per slot (expected) | kept up | last run of a slot done "
+        "after | store transactions per tick (per run) | rows written per run | table "
+        "scans per run | claim round trip p50 / p99 | slot due → claimed p50 / p99 | CPU per "
+        "daemon | RSS per daemon | machine busy (load) |"
+    )
+    out.append("|" + "---|" * 13)
+    for c in configs:
+        per_slot = ", ".join(f"{n:,}" for n in c["runs_per_slot"])
+        done = ", ".join("–" if s is None else f"{s:.0f} s" for s in c["slot_done_after_s"])
+        cpu = ", ".join(f"{v:.0f}%" for v in c["daemon_cpu_percent_of_core"])
+        rss = ", ".join(f"{v:.0f}" for v in c["daemon_rss_mib"])
+        kept = "yes" if c["kept_up"] else f"**no** (backlog {c['backlog_runs']:,} runs)"
+        out.append(
+            f"| {c['daemons']} | {c['invariants']:,} | {per_slot} ({c['expected_per_slot']:,}) "
+            f"| {kept} | {done} | {c['per_tick']['xact_commit']:,.0f} "
+            f"({c['per_run']['xact_commit']:.2f}) | {_written(c):.2f} | "
+            f"{c['scans_per_run']:.2f} | {c['claim_roundtrip_ms']['p50']:.1f} / "
+            f"{c['claim_roundtrip_ms']['p99']:.1f} ms | {_ms(c['claim_late_ms'])} | {cpu} of a "
+            f"core | {rss} MiB | {c['machine_busy_percent']:.0f}% "
+            f"({c['load_average'][0]:.1f}–{c['load_average'][1]:.1f}) |"
+        )
+    out.append(
+        "\nStore work is read from the store database's own counters, without "
+        "pg_stat_statements (it needs `shared_preload_libraries`, which the shared server "
+        "does not have and which would need a restart): deltas over the window of "
+        "`pg_stat_database` (transactions committed: each is one BEGIN … COMMIT of a daemon, "
+        "so one round trip at least and usually three or more; rows inserted, updated and "
+        "deleted) and of `pg_stat_user_tables` (index and sequential scans: about one per "
+        "statement reading a table). The claim round trip is the daemon's own claim "
+        "(`Claims.claim`: one transaction, its INSERT … ON CONFLICT DO NOTHING) timed by a "
+        "probe in the bench process ten times a second on the loaded store, its transactions "
+        "taken out of the counts; slot due → claimed is each claim row's `claimed_at` less "
+        "its slot plus its stable jitter, so it includes the scheduler's one-second tick "
+        "(and, for a slot its preferred daemon left, the others' five-second handoff). CPU is "
+        "user + system over the window (/proc/PID/stat), RSS the daemon's VmRSS at its end.\n"
+    )
+    for c in configs:
+        tables = c["store"]["tables"]
+        runs = c["invariants"] * c["window_min"]
+        parts = ", ".join(
+            f"{name} {(t['idx_scan'] + t['seq_scan']) / runs:.2f}"
+            + (f" ({t['seq_scan'] / runs:.2f} sequential)" if t["seq_scan"] else "")
+            for name, t in sorted(tables.items(), key=lambda kv: -kv[1]["idx_scan"])
+            if t["idx_scan"] + t["seq_scan"]
+        )
+        out.append(
+            f"Table scans per run, {c['daemons']} daemon(s) × {c['invariants']:,}: {parts}.\n"
+        )
+    big = max(configs, key=lambda c: (c["invariants"], c["daemons"]))  # as the verdict
+    b = big["bytes_per_run"]
+    out.append(
+        f"The store's size: each stored run is a `runs` row ({b.get('runs', 0):,.0f} bytes, "
+        f"heap, indexes and TOAST over rows, {big['daemons']} daemon(s) × "
+        f"{big['invariants']:,}) and a `slot_claims` row ({b.get('slot_claims', 0):,.0f} "
+        "bytes), both kept for `state.retention` (30 days by default); an ok run writes no "
+        "event or incident. A day at this load is 1,440 ticks × invariants × bytes per run: "
+        f"{big['bytes_per_day_note']} = {big['bytes_per_day'] / 1e9:.2f} GB a day, "
+        f"{30 * big['bytes_per_day'] / 1e9:.0f} GB at 30 days' retention ("
+        + "; ".join(
+            f"{c['daemons']} daemon(s) × {c['invariants']:,}: {c['bytes_per_day'] / 1e9:.2f} GB"
+            for c in configs
+        )
+        + ").\n"
+    )
+    out.append(
+        "Measured by bench/run.py's `fleet` section, or alone by `python bench/fleet.py "
+        "--dsn DSN --runs 1:5000,3:5000,3:2500 --window 2`.\n"
+    )
+    return out
+
+
+def fleet_verdicts(f: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    if not f:
+        return []
+    configs = {(c["daemons"], c["invariants"]): c for c in f["configurations"]}
+    rows: list[tuple[str, str, str]] = []
+    largest = max(n for _, n in configs)
+    one, many = (
+        configs.get((1, largest)),
+        max(
+            (c for c in configs.values() if c["invariants"] == largest), key=lambda c: c["daemons"]
+        ),
+    )
+    if one is not None and many is not one:
+        ratio = many["per_run"]["xact_commit"] / one["per_run"]["xact_commit"]
+        smaller = [
+            c
+            for c in configs.values()
+            if c["daemons"] == many["daemons"] and c["invariants"] < largest
+        ]
+        across = ""
+        linear = ratio <= many["daemons"]
+        if smaller:
+            s = smaller[0]
+            drift = s["per_run"]["xact_commit"] / many["per_run"]["xact_commit"]
+            across = (
+                f"; at {s['invariants']:,} invariants {s['per_run']['xact_commit']:.2f} per run "
+                f"({drift:.2f}× the per-run work at {largest:,})"
+            )
+            linear = linear and 0.8 <= drift <= 1.25
+        rows.append(
+            (
+                "store work linear in due slots, not in the fleet's size squared",
+                f"transactions per run {one['per_run']['xact_commit']:.2f} (1 daemon) → "
+                f"{many['per_run']['xact_commit']:.2f} ({many['daemons']} daemons), "
+                f"{ratio:.2f}×{across}",
+                _met(linear),
+            )
+        )
+    rows.append(
+        (
+            "p99 claim < 100 ms",
+            f"claim round trip p99 {many['claim_roundtrip_ms']['p99']:.1f} ms "
+            f"({many['daemons']} daemons × {largest:,}); slot due → claimed p99 "
+            f"{many['claim_late_ms']['p99']:,.0f} ms (the one-second tick included)",
+            _met(many["claim_roundtrip_ms"]["p99"] < TARGETS["claim_p99_ms"]),
+        )
+    )
+    gb = many["bytes_per_day"] / 1e9
+    rows.append(
+        (
+            "a day of runs < 1 GB",
+            f"{gb:.2f} GB at {largest:,} invariants every minute",
+            _met(gb < TARGETS["day_of_runs_gb"]),
+        )
+    )
+    kept = [c for c in configs.values() if c["kept_up"]]
+    rows.append(
+        (
+            f"{largest:,} invariants every minute keep up on 2 cores",
+            ", ".join(
+                f"{c['daemons']} daemon(s): "
+                + ("yes" if c["kept_up"] else f"backlog {c['backlog_runs']:,}")
+                for c in sorted(configs.values(), key=lambda c: c["daemons"])
+                if c["invariants"] == largest
+            ),
+            _met(all(c["kept_up"] for c in configs.values() if c["invariants"] == largest)),
+        )
+    )
+    if not all(c["kept_up"] for c in configs.values()) and kept:
+        best = max(kept, key=lambda c: c["invariants"])
+        rows[-1] = (rows[-1][0], rows[-1][1] + f"; kept up at {best['invariants']:,}", rows[-1][2])
+    return rows
+
+
+def latency_section(lat: dict[str, Any]) -> list[str]:
+    out = ["## From a committed violation to the Slack message\n"]
+    out.append(
+        f"`bench/latency.py`: {lat['trials']} trials, {lat['lanes']} invariants side by side "
+        f"(`schedule: {lat['schedule']}`, each its own channel) in the real daemon "
+        "(`assemble`: scheduler, workers, alerts thread; a PostgreSQL state store) watching "
+        "the hot standby of a real streaming pair (tests/standby.py), Slack the fake Web API "
+        f"with its per-channel limit ({lat['rate_per_second']:g} post a second, burst "
+        f"{lat['burst']}). A trial commits the violating row on the primary, notes when the "
+        "standby shows it (the replica lag), and waits for the incident's root message; then "
+        "it commits the fix and waits for the incident to resolve. Checked: one incident and "
+        f"one root message per trial ({lat['checks']['trials']} trials; 429s "
+        f"{lat['checks']['rate_limited']}). Slot due is the run's slot plus its stable "
+        "jitter (what the scheduler waits for); invmon's own time is the root's post less "
+        "the later of the slot being due and the row being on the standby.\n"
+    )
+    out.append("| | p50 | p99 | min–max |")
+    out.append("|---|---|---|---|")
+    for label, key in (
+        ("replica lag (commit on the primary → visible on the standby)", "lag_ms"),
+        ("commit on the primary → root message posted", "commit_to_root_ms"),
+        ("slot due → root message posted", "due_to_root_ms"),
+        ("invmon's own time (past the schedule and the lag)", "own_ms"),
+    ):
+        v = lat[key]
+        out.append(
+            f"| {label} | {v['p50']:,.0f} ms | {v['p99']:,.0f} ms | "
+            f"{v['min']:,.0f}–{v['max']:,.0f} ms |"
+        )
+    parts = lat.get("parts_ms") or {}
+    names = {
+        "due_to_started": "slot due → run started (the scheduler's one-second tick)",
+        "run": "the run (replica gate, query, stored)",
+        "stored_to_planned": "run stored → alert planned (the alerts turn, once a second; "
+        "the digest's 2-second quiet window)",
+        "planned_to_root": "planned → accepted by Slack",
+    }
+    for key, label in names.items():
+        if key in parts:
+            v = parts[key]
+            out.append(
+                f"| {label} | {v['p50']:,.0f} ms | {v['p99']:,.0f} ms | "
+                f"{v['min']:,.0f}–{v['max']:,.0f} ms |"
+            )
+    out.append(
+        f"\nThe parts are from the store's own timestamps (the run's start and end, the root "
+        f"delivery's creation). Machine load average at the end: {lat['load_average']:.1f}. "
+        "Measured by bench/run.py's `latency` section, or alone by `python bench/latency.py "
+        "--dsn DSN --trials 100`.\n"
+    )
+    return out
+
+
+def latency_verdicts(lat: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    if not lat:
+        return []
+    own = lat["own_ms"]
+    return [
+        (
+            "violation → Slack: p99 < 2 s of invmon's own time past the schedule and the lag",
+            f"p99 {own['p99']:,.0f} ms (p50 {own['p50']:,.0f}; lag p99 "
+            f"{lat['lag_ms']['p99']:.1f} ms)",
+            _met(own["p99"] < TARGETS["own_latency_p99_ms"]),
+        )
+    ]
+
+
+def page_section(pg: dict[str, Any]) -> list[str]:
+    c = pg["checks"]
+    load = pg["load"]
+    out = ["## The page at 1,000 invariants × 30 days of runs\n"]
+    out.append(
+        f"`bench/page.py`: a PostgreSQL state store with {pg['invariants']:,} invariants "
+        f"(bench/scale.py's files) and {pg['days']} days of 15-minute runs, "
+        f"{c['runs']:,} runs ({pg['runs_each']:,} each), built in {pg['fill_s']:.0f} s by one "
+        "`INSERT … SELECT` over `unnest(names) × generate_series(slots)` in PostgreSQL, then "
+        "ANALYZE; each invariant's newest run stored through `StateStore.record_run` (the "
+        "daemon's path: its state, and the incidents of the one in ten violated). Store "
+        f"{pg['store_bytes'] / 2**20:,.0f} MiB. Checked before timing: runs `==` "
+        f"{c['runs_expected']:,}, every invariant {pg['runs_each']:,}, open incidents "
+        f"{c['open_incidents']} `==` {c['open_expected']}, `/` lists "
+        f"{c['listed_on_page']:,} invariants. Served as the tests serve it: StatusPage behind "
+        "the daemon's listener (waitress) on 127.0.0.1, its cache clock moved past "
+        "CACHE_SECONDS before each timed request, so each is a cold build; time to first byte "
+        f"over a fresh connection, {pg['repeat']} of each, interleaved.\n"
+    )
+    out.append("| request | time to first byte, median (min–max) | whole response, median |")
+    out.append("|---|---|---|")
+    for label, first, whole in (
+        ("`/`, cold", "root_ttfb_ms", "root_whole_ms"),
+        (f"`{pg['detail_path']}`, cold", "detail_ttfb_ms", "detail_whole_ms"),
+    ):
+        f, w = pg[first], pg[whole]
+        out.append(
+            f"| {label} | {f['median']:,.0f} ms ({f['min']:,.0f}–{f['max']:,.0f}) | "
+            f"{w['median']:,.0f} ms |"
+        )
+    cached = pg["root_cached_ttfb_ms"]
+    out.append(
+        f"| `/` again right after the detail page, its HTML built again but the store's "
+        f"overview (read once per CACHE_SECONDS for all pages) still fresh | "
+        f"{cached['median']:,.0f} ms ({cached['min']:,.0f}–{cached['max']:,.0f}) | |"
+    )
+    statuses = ", ".join(f"{k}: {v:,}" for k, v in load["pages_by_status"].items())
+    out.append(
+        f"\n/healthz while {load['threads']} client threads fetch pages for "
+        f"{load['seconds']:.0f} s (`/` and detail pages of random invariants and windows, "
+        f"mostly cache misses; {load['pages_fetched']:,} answered, by status {statuses}: a "
+        "503 is the page's own limit on builds at once, answered at once): p50 "
+        f"{load['healthz_p50_ms']:.1f} ms, p99 {load['healthz_p99_ms']:.1f} ms, max "
+        f"{load['healthz_max_ms']:.1f} ms over {load['healthz_n']:,} requests "
+        f"({load['healthz_failed']} failed). Machine load average at the end: "
+        f"{pg['load_average']:.1f}.\n"
+    )
+    out.append(
+        "Measured by bench/run.py's `page` section, or alone by `python bench/page.py --dsn "
+        "DSN --invariants 1000 --days 30`.\n"
+    )
+    return out
+
+
+def page_verdicts(pg: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    if not pg:
+        return []
+    root, load = pg["root_ttfb_ms"], pg["load"]
+    return [
+        (
+            "`/` at 1,000 invariants × 30 days < 300 ms",
+            f"{root['median']:,.0f} ms time to first byte, cold (max {root['max']:,.0f})",
+            _met(root["median"] < TARGETS["page_root_ms"]),
+        ),
+        (
+            "/healthz p99 < 50 ms while 8 clients fetch pages",
+            f"{load['healthz_p99_ms']:.1f} ms (p50 {load['healthz_p50_ms']:.1f})",
+            _met(load["healthz_p99_ms"] < TARGETS["healthz_p99_ms"]),
+        ),
+    ]
 
 
 def render(r: dict[str, Any]) -> str:
@@ -389,6 +748,15 @@ def render(r: dict[str, Any]) -> str:
         out += delivery_section(d)
     if r.get("sources"):
         out += sources_section(r["sources"])
+    if r.get("fleet"):
+        out += fleet_section(r["fleet"])
+        out += _earlier(r, "fleet", fleet_summary)
+    if r.get("latency"):
+        out += latency_section(r["latency"])
+        out += _earlier(r, "latency", latency_summary)
+    if r.get("page"):
+        out += page_section(r["page"])
+        out += _earlier(r, "page", page_summary)
     out.append("## Targets\n")
     out.append("| target | measured | |")
     out.append("|---|---|---|")

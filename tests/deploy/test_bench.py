@@ -50,3 +50,20 @@ def test_the_results_page_renders_every_target_from_the_committed_results() -> N
         "| `invmon check` peak RSS ≤ 64 MiB",
     ]
     assert page == (BENCH / "README.md").read_text()  # the committed page is the rendering
+
+
+def test_the_fleet_latency_and_page_sections_each_give_their_goals_a_verdict() -> None:
+    results = json.loads((BENCH / "results.json").read_text())
+    targets = [row[0] for row in report.verdicts(results)]
+    for goal in (
+        "store work linear in due slots, not in the fleet's size squared",
+        "p99 claim < 100 ms",
+        "a day of runs < 1 GB",
+        "violation → Slack: p99 < 2 s of invmon's own time past the schedule and the lag",
+        "`/` at 1,000 invariants × 30 days < 300 ms",
+        "/healthz p99 < 50 ms while 8 clients fetch pages",
+    ):
+        assert goal in targets
+    # A section measured again is shown beside the run before's figures.
+    results["previous"] = {"commit": "before", "page": results["page"]}
+    assert "The run before (invmon at before) → this run: `/` " in report.render(results)
