@@ -47,6 +47,17 @@ class Claim:
     owner: str
 
 
+# A slot is this daemon's when no daemon holds it and no earlier slot of its invariant is
+# still open. The open-claims check reads the invariant's own open claims only, through
+# slot_claims_open_by_invariant (migration 0014): never the fleet's.
+CLAIM = (
+    "INSERT INTO slot_claims (invariant, slot, owner, claimed_at, lease_until)"
+    " SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM slot_claims"
+    "  WHERE invariant = ? AND slot < ? AND finished_at IS NULL)"
+    " ON CONFLICT (invariant, slot) DO NOTHING RETURNING owner"
+)
+
+
 class Claims:
     def __init__(self, storage: Storage, me: str, lease: timedelta) -> None:
         self.storage = storage
@@ -61,11 +72,7 @@ class Claims:
         slot, at = stamp(due.slot), stamp(now)
         with self.storage.transaction() as tx:
             won = tx.rows(
-                "INSERT INTO slot_claims (invariant, slot, owner, claimed_at, lease_until)"
-                " SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM slot_claims"
-                "  WHERE invariant = ? AND slot < ? AND finished_at IS NULL)"
-                " ON CONFLICT (invariant, slot) DO NOTHING RETURNING owner",
-                (due.name, slot, self.me, at, stamp(now + self.lease), due.name, slot),
+                CLAIM, (due.name, slot, self.me, at, stamp(now + self.lease), due.name, slot)
             )
             if won:
                 return "claimed"

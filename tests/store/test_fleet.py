@@ -4,6 +4,7 @@ around it (one daemon per SQLite file, no code older than its store)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -11,13 +12,16 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 from builders import config_file
 from helpers import cli
+from psycopg import sql
 
+from monitor.authoring.pgtemp import scratch_database
 from monitor.daemon.fleet import Queue, preferred
 from monitor.execution.results import RunResult
-from monitor.store.claims import Claim, Claims, Due, LostClaim
+from monitor.store.claims import CLAIM, Claim, Claims, Due, LostClaim
 from monitor.store.state import StateStore
 from monitor.store.storage import (
     PostgresStorage,
@@ -308,3 +312,68 @@ def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
             for daemon, store in zip((a, b), stores, strict=True):
                 daemon.close()
                 store.close()
+
+
+def _rows_read(plan: dict[str, object]) -> int:
+    """Rows every scan of an EXPLAIN ANALYZE plan read: those it returned and those it
+    read and threw away, over all its loops."""
+    loops = int(plan.get("Actual Loops", 1))  # type: ignore[call-overload]
+    read = 0
+    if "Scan" in str(plan.get("Node Type", "")):
+        kept = int(plan.get("Actual Rows", 0))  # type: ignore[call-overload]
+        dropped = int(plan.get("Rows Removed by Filter", 0))  # type: ignore[call-overload]
+        dropped += int(plan.get("Rows Removed by Index Recheck", 0))  # type: ignore[call-overload]
+        read = (kept + dropped) * loops
+    children = plan.get("Plans", [])
+    assert isinstance(children, list)
+    return read + sum(_rows_read(child) for child in children)
+
+
+def test_a_claim_reads_its_own_invariants_open_claims_not_the_fleets(admin_dsn: str) -> None:
+    # 5,000 invariants with an open claim each (as a fleet has in the seconds after a slot
+    # falls due) and a history of finished ones. A claim's check for an earlier open slot
+    # must read the invariant's own open claims only, under the generic plan a pooled
+    # connection ends up with. Without an index for it the check read either the fleet's
+    # open claims (store work growing with the square of the slots due at once: measured
+    # in bench/README.md) or, as here, every finished claim the invariant has kept.
+    with scratch_database(admin_dsn, prefix="invmon_claims") as dsn:
+        store = StateStore.open(dsn=dsn)
+        try:
+            slot = T0.isoformat()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    "INSERT INTO slot_claims (invariant, slot, owner, claimed_at, lease_until)"
+                    " SELECT 'inv' || i, %s, 'd1', %s, %s FROM generate_series(1, 5000) AS i",
+                    (slot, slot, (T0 + LEASE).isoformat()),
+                )
+                # And each one's history: 20 finished slots before it, as a day keeps.
+                conn.execute(
+                    "INSERT INTO slot_claims (invariant, slot, owner, claimed_at, lease_until,"
+                    " finished_at, outcome) SELECT 'inv' || i, s, 'd1', s, s, s, 'stored'"
+                    " FROM generate_series(1, 5000) AS i, LATERAL (SELECT to_char("
+                    "  %s::timestamptz - make_interval(mins => m), 'YYYY-MM-DD\"T\"HH24:MI:SS')"
+                    "  || '+00:00' AS s FROM generate_series(1, 20) AS m) AS history",
+                    (slot,),
+                )
+                conn.execute("ANALYZE slot_claims")
+                numbered = iter(range(1, CLAIM.count("?") + 1))
+                text = re.sub(r"\?", lambda _: f"${next(numbered)}", CLAIM)
+                with conn.transaction(force_rollback=True):
+                    conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                    types = ", ".join(["text"] * CLAIM.count("?"))  # every column is TEXT
+                    conn.execute(f"PREPARE claim ({types}) AS {text}")
+                    later = (T0 + timedelta(minutes=1)).isoformat()
+                    args = ("inv42", later, "d2", later, later, "inv42", later)
+                    row = conn.execute(
+                        sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim ({})").format(
+                            sql.SQL(", ").join(map(sql.Literal, args))
+                        )
+                    ).fetchone()
+                    assert row is not None
+                    [explained] = row[0]
+                    conn.execute("DEALLOCATE claim")
+            # inv42's one open claim (an earlier slot): none of its 20 finished ones, and
+            # nothing of the other 4,999 invariants'.
+            assert _rows_read(explained["Plan"]) == 1, explained
+        finally:
+            store.close()
