@@ -80,6 +80,21 @@ def _before_after(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _carried(r: dict[str, Any]) -> str:
+    """Which sections were carried over, each dated by the run that measured it."""
+    measured_at = r.get("measured_at") or {}
+    fallback = r.get("carried_from")
+    groups: dict[tuple[str, str], list[str]] = {}
+    for section in r["reused"]:
+        was = measured_at.get(section) or fallback or {"commit": "?", "date": "?"}
+        groups.setdefault((was["date"], was["commit"]), []).append(section)
+    said = "; ".join(
+        f"{', '.join(sections)} (invmon at {commit}, {date})"
+        for (date, commit), sections in sorted(groups.items())
+    )
+    return f"Sections carried over from earlier runs rather than measured again: {said}.\n"
+
+
 def verdicts(r: dict[str, Any]) -> list[tuple[str, str, str]]:
     tick = {row["name"]: row for row in r["tick"]}
     c1, c4 = tick["invmon_c1"], tick["invmon_c4"]
@@ -619,14 +634,7 @@ def render(r: dict[str, Any]) -> str:
         "Never part of the test suite: figures depend on the machine.\n"
     )
     if r.get("reused"):
-        was = r.get("carried_from")
-        out.append(
-            "Sections carried over from the previous run rather than measured again"
-            + (f" (invmon at {was['commit']}, {was['date']})" if was else "")
-            + ": "
-            + ", ".join(r["reused"])
-            + ".\n"
-        )
+        out.append(_carried(r))
     out.append("## Machine\n")
     out.append(
         f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; PostgreSQL {m['postgresql']} "

@@ -608,13 +608,23 @@ def main() -> None:
         if section not in reuse and section in earlier
     }
     if results["previous"]:
-        results["previous"]["commit"] = earlier["machine"]["commit"]
+        # The run those figures came from: the tick's own when it says, not the last run's.
+        said = earlier.get("measured_at", {}).get("tick") or earlier["machine"]
+        results["previous"]["commit"] = said["commit"]
+    # Which invmon each section's figures came from: a section carried over keeps the run
+    # it was measured in, so the page never dates it by the run that merely copied it.
+    now = {"commit": results["machine"]["commit"], "date": results["machine"]["date"]}
+    earlier_at = earlier.get("measured_at", {})
+    results["measured_at"] = {}
     for section, run in measure.items():
         if section in reuse and section in earlier:
             results[section] = earlier[section]
+            was = earlier_at.get(section) or results.get("carried_from") or now
+            results["measured_at"][section] = {"commit": was["commit"], "date": was["date"]}
         else:
             print(f"{section} ...", flush=True)
             results[section] = run()
+            results["measured_at"][section] = now
     results["commands"] = {
         "psql": "psql -X -q -v ON_ERROR_STOP=1 DSN -f four.sql",
         "invmon": "invmon check --config invmon.yaml --invariants invariants --dsn DSN "
