@@ -7,6 +7,7 @@ from the `pgserver` package, so a fresh laptop needs nothing but `pip install`.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +79,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "soak" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _server_wide(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """A test marked `server_wide` watches what the whole PostgreSQL server did (its WAL,
+    its locks) and so runs while no other test does: it takes this lock exclusively, and
+    every other test takes it shared. The file is in the folder every xdist worker's
+    temporary folder is under, so the workers share it."""
+    exclusive = request.node.get_closest_marker("server_wide") is not None
+    path = tmp_path_factory.getbasetemp().parent / "invmon-server-wide.lock"
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @pytest.fixture

@@ -38,6 +38,10 @@ VERIFY_SCRIPT = (ROOT / "deploy" / "verify-readonly-role.sql").read_text()
 HOSTILE: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "hostile.yaml").read_text())
 ACCEPTED: dict[str, str] = yaml.safe_load((CORPUS / "accepted.yaml").read_text())
 CHANNELS = ("c", "invmon_channel", "invmon_verify")
+
+# The watchers read the server's WAL, whose logical messages name no database: while they
+# watch, no other test may run (tests/conftest.py, `_server_wide`).
+pytestmark = pytest.mark.server_wide
 OWNED_FILE = Path("/tmp/invmon-fence-owned")
 # Statements only the parser stops: PostgreSQL runs them in a READ ONLY transaction and no
 # privilege governs them (SECURITY.md). On a hot standby NOTIFY fails by nature.
@@ -168,7 +172,7 @@ class Effects:
                 # The server is shared (other databases, other test runs): what counts is a
                 # record that touches a page of this database, or a logical message.
                 records = self.admin.execute(
-                    "SELECT resource_manager, record_type, block_ref"
+                    "SELECT resource_manager, record_type, block_ref, description"
                     " FROM pg_get_wal_records_info(%s, %s)"
                     " WHERE block_ref ~ ('rel \\d+/' || %s || '/')"
                     " OR resource_manager = 'LogicalMessage'",
@@ -196,7 +200,10 @@ class Effects:
             self.victim.execute("SELECT 1")
         except psycopg.OperationalError:
             seen.append("the victim backend was terminated")
-        if self._one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"):
+        # This database's advisory locks only: pg_locks is the whole server's, and another
+        # test (a store migrating, on another worker) may hold one of its own meanwhile.
+        advisory = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
+        if self._one(advisory + str(int(self.database_oid))):
             seen.append("an advisory lock is held")
         if OWNED_FILE.exists():
             seen.append(f"{OWNED_FILE} was written")
