@@ -35,6 +35,29 @@ def _met(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
+def _fleet_before_after(r: dict[str, Any]) -> list[str]:
+    """The fleet's store work beside the run before, configuration by configuration."""
+    before = r.get("previous") or {}
+    lines: list[str] = []
+    if "fleet" in before and "fleet" in r:
+        was = {(c["daemons"], c["invariants"]): c for c in before["fleet"]["configurations"]}
+        pairs = [
+            f"{c['daemons']} × {c['invariants']:,}: rows read per run "
+            f"{was[k]['per_run']['tup_returned']:,.1f} → {c['per_run']['tup_returned']:,.1f}, "
+            f"transactions per run {was[k]['per_run']['xact_commit']:.2f} → "
+            f"{c['per_run']['xact_commit']:.2f}"
+            for c in r["fleet"]["configurations"]
+            if (k := (c["daemons"], c["invariants"])) in was
+        ]
+        if pairs:
+            lines.append(
+                f"The fleet, before (invmon at {before['commit']}) → now: "
+                + "; ".join(pairs)
+                + ".\n"
+            )
+    return lines
+
+
 def _before_after(r: dict[str, Any]) -> list[str]:
     """The figures of the sections measured again, beside what the run before said."""
     before = r.get("previous") or {}
@@ -341,11 +364,12 @@ def fleet_section(f: dict[str, Any]) -> list[str]:
     )
     out.append(
         "| daemons | invariants | runs per slot (expected) | kept up | last run of a slot done "
-        "after | store transactions per tick (per run) | rows written per run | table "
+        "after | store transactions per tick (per run) | rows written per run | rows read per "
+        "run | table "
         "scans per run | claim round trip p50 / p99 | slot due → claimed p50 / p99 | CPU per "
         "daemon | RSS per daemon | machine busy (load) |"
     )
-    out.append("|" + "---|" * 13)
+    out.append("|" + "---|" * 14)
     for c in configs:
         per_slot = ", ".join(f"{n:,}" for n in c["runs_per_slot"])
         done = ", ".join("–" if s is None else f"{s:.0f} s" for s in c["slot_done_after_s"])
@@ -356,6 +380,7 @@ def fleet_section(f: dict[str, Any]) -> list[str]:
             f"| {c['daemons']} | {c['invariants']:,} | {per_slot} ({c['expected_per_slot']:,}) "
             f"| {kept} | {done} | {c['per_tick']['xact_commit']:,.0f} "
             f"({c['per_run']['xact_commit']:.2f}) | {_written(c):.2f} | "
+            f"{c['per_run']['tup_returned']:,.1f} | "
             f"{c['scans_per_run']:.2f} | {c['claim_roundtrip_ms']['p50']:.1f} / "
             f"{c['claim_roundtrip_ms']['p99']:.1f} ms | {_ms(c['claim_late_ms'])} | {cpu} of a "
             f"core | {rss} MiB | {c['machine_busy_percent']:.0f}% "
@@ -440,12 +465,18 @@ def fleet_verdicts(f: dict[str, Any] | None) -> list[tuple[str, str, str]]:
                 f"({drift:.2f}× the per-run work at {largest:,})"
             )
             linear = linear and 0.8 <= drift <= 1.25
+            # Rows read per run, too: a statement whose reads grow with the slots due at once
+            # keeps its transaction count and still makes the store's work quadratic.
+            read_drift = s["per_run"]["tup_returned"] / many["per_run"]["tup_returned"]
+            linear = linear and 0.5 <= read_drift <= 2
+        read_one, read_many = one["per_run"]["tup_returned"], many["per_run"]["tup_returned"]
+        linear = linear and read_many <= 2 * many["daemons"] * read_one
         rows.append(
             (
                 "store work linear in due slots, not in the fleet's size squared",
                 f"transactions per run {one['per_run']['xact_commit']:.2f} (1 daemon) → "
                 f"{many['per_run']['xact_commit']:.2f} ({many['daemons']} daemons), "
-                f"{ratio:.2f}×{across}",
+                f"{ratio:.2f}×{across}; rows read per run {read_one:,.1f} → {read_many:,.1f}",
                 _met(linear),
             )
         )
@@ -757,7 +788,7 @@ def render(r: dict[str, Any]) -> str:
     if r.get("sources"):
         out += sources_section(r["sources"])
     if r.get("fleet"):
-        out += fleet_section(r["fleet"])
+        out += fleet_section(r["fleet"]) + _fleet_before_after(r)
         out += _earlier(r, "fleet", fleet_summary)
     if r.get("latency"):
         out += latency_section(r["latency"])

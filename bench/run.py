@@ -608,9 +608,10 @@ def main() -> None:
         if section not in reuse and section in earlier
     }
     if results["previous"]:
-        # The run those figures came from: the tick's own when it says, not the last run's.
-        said = earlier.get("measured_at", {}).get("tick") or earlier["machine"]
-        results["previous"]["commit"] = said["commit"]
+        # The run those figures came from: the sections' own when they say, not the last run's.
+        earlier_at = earlier.get("measured_at", {})
+        said = next((earlier_at[s] for s in results["previous"] if s in earlier_at), None)
+        results["previous"]["commit"] = (said or earlier["machine"])["commit"]
     # Which invmon each section's figures came from: a section carried over keeps the run
     # it was measured in, so the page never dates it by the run that merely copied it.
     now = {"commit": results["machine"]["commit"], "date": results["machine"]["date"]}
