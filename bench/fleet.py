@@ -31,11 +31,17 @@ invariant is due once in it. Measured over the window:
 - CPU (user + system, /proc/PID/stat) and RSS (VmRSS at the end, VmHWM) of each daemon; the
   machine's busy share (/proc/stat) and load average, to say when it was busy;
 - whether the fleet keeps up: each slot of the window has exactly one run of every
-  invariant (`runs` rows with that slot, `==` the number of invariants) and its last run
-  finished within the minute; otherwise the backlog (runs missing) is reported;
-- the store's bytes per run: each table's total size (heap, indexes, TOAST) over its rows
-  at the end, for `runs` and `slot_claims` (one row each per run); a day at this load is
-  1,440 ticks x invariants x those bytes.
+  invariant (finished `slot_claims` rows of that slot, each closed in the transaction that
+  stored its run, `==` the number of invariants) and its last run finished within the
+  minute; otherwise the backlog (runs missing) is reported;
+- the store's size: rows inserted and updated in `runs` per run over the window (runs that
+  held are one row per hour, a held stretch, monitor/store/stretches.py); then, with the
+  daemons stopped, each table's total size (heap, indexes, TOAST) as the window left it and
+  after VACUUM FULL, over its rows. A day at this load keeps invariants x 24 stretch rows
+  (every invariant here holds all day) at the compacted bytes per row; slot_claims are
+  pruned an hour after their slot (monitor/store/claims.CLAIMS_KEPT, by a job every ten
+  minutes) and the dead row versions of the updates are vacuumed, so both are bounded, not
+  a day's growth: reported apart.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -66,13 +73,15 @@ from monitor.authoring.pgtemp import scratch_database  # noqa: E402
 from monitor.clock import parse_stamp, stamp  # noqa: E402
 from monitor.daemon.slots import spread  # noqa: E402
 from monitor.durations import parse_schedule  # noqa: E402
-from monitor.store.claims import Claims, Due  # noqa: E402
+from monitor.store.claims import CLAIMS_KEPT, CLAIMS_PRUNED_EVERY, Claims, Due  # noqa: E402
 from monitor.store.storage import PostgresStorage  # noqa: E402
+from monitor.store.stretches import STRETCH  # noqa: E402
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 TARGETS = 10
 ITEMS = 1000
 SCHEDULE = "every 1m"
+PERIOD = timedelta(minutes=1)  # SCHEDULE's
 JITTER = timedelta(seconds=10)  # daemon.jitter as shipped (capped at a tenth of the period)
 INVARIANT = """-- description: Fleet bench invariant {i}, item {item} is not bad.
 -- severity: info
@@ -191,6 +200,17 @@ def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
                 zip(("seq_scan", "idx_scan", "ins", "upd", "del"), change, strict=True)
             )
     return {"db": db, "tables": tables}
+
+
+def table_sizes(state: str) -> dict[str, tuple[int, int]]:
+    """Each table's total size (heap, indexes, TOAST) and heap size, in bytes."""
+    found = counted(
+        state,
+        "SELECT c.relname, pg_total_relation_size(c.oid), pg_relation_size(c.oid)"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = 'public' AND c.relkind = 'r'",
+    )
+    return {str(name): (int(total), int(heap)) for name, total, heap in found}
 
 
 def counted(state: str, query: str, *args: object) -> list[tuple[Any, ...]]:
@@ -351,12 +371,12 @@ def run(admin_dsn: str, daemons_n: int, invariants: int, window: int) -> dict[st
             memory = [proc_memory(p.pid) for p in procs]
             slots = [stamp(opens + timedelta(minutes=m)) for m in range(window)]
 
+            # A slot's run is stored in the transaction that finishes its claim, and a held
+            # run may extend a stretch row of an earlier slot: the claims count the runs.
+            stored = f"slot = ANY(%s) AND outcome = 'run' AND {FLEET}"
+
             def window_settled() -> bool:
-                [(n,)] = counted(
-                    state,
-                    f"SELECT count(*) FROM runs WHERE slot = ANY(%s) AND {FLEET}",
-                    slots,
-                )
+                [(n,)] = counted(state, f"SELECT count(*) FROM slot_claims WHERE {stored}", slots)
                 return int(n) >= invariants * window
 
             # Whatever is still running of the window's last slot ends (or the backlog shows).
@@ -366,8 +386,7 @@ def run(admin_dsn: str, daemons_n: int, invariants: int, window: int) -> dict[st
             per_slot = dict(
                 counted(
                     state,
-                    f"SELECT slot, count(*) FROM runs WHERE slot = ANY(%s) AND {FLEET}"
-                    " GROUP BY slot",
+                    f"SELECT slot, count(*) FROM slot_claims WHERE {stored} GROUP BY slot",
                     slots,
                 )
             )
@@ -378,24 +397,15 @@ def run(admin_dsn: str, daemons_n: int, invariants: int, window: int) -> dict[st
                 f" FROM slot_claims WHERE slot = ANY(%s) AND {FLEET}",
                 slots,
             )
+            # The runs of the window by status: the rows its slots' runs made or extended.
             statuses = dict(
                 counted(
                     state,
-                    f"SELECT status, count(*) FROM runs WHERE slot = ANY(%s) AND {FLEET}"
-                    " GROUP BY status",
+                    "SELECT status, sum(repeats) FROM runs"
+                    f" WHERE COALESCE(last_slot, slot) = ANY(%s) AND {FLEET} GROUP BY status",
                     slots,
                 )
             )
-            sizes = counted(
-                state,
-                "SELECT c.relname, pg_total_relation_size(c.oid), pg_relation_size(c.oid)"
-                " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                " WHERE n.nspname = 'public' AND c.relkind = 'r'",
-            )
-            rows = {
-                t: int(counted(state, f"SELECT count(*) FROM {t}")[0][0])
-                for t in ("runs", "slot_claims", "events", "incidents", "invariant_state")
-            }
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -406,6 +416,14 @@ def run(admin_dsn: str, daemons_n: int, invariants: int, window: int) -> dict[st
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+        rows = {
+            t: int(counted(state, f"SELECT count(*) FROM {t}")[0][0])
+            for t in ("runs", "slot_claims", "events", "incidents", "invariant_state")
+        }
+        sizes = table_sizes(state)
+        with psycopg.connect(state, autocommit=True) as conn:
+            conn.execute("VACUUM FULL runs, slot_claims")
+        compacted = table_sizes(state)
         schedule = parse_schedule(SCHEDULE)
         late: list[float] = []
         finished_by_slot: dict[str, float] = {}
@@ -422,9 +440,18 @@ def run(admin_dsn: str, daemons_n: int, invariants: int, window: int) -> dict[st
         if "slot_claims" in work_done["tables"]:
             work_done["tables"]["slot_claims"]["ins"] -= probe.transactions
         due_runs = invariants * window
-        size_of = {str(name): (int(total), int(heap)) for name, total, heap in sizes}
-        bytes_per = {t: size_of[t][0] / rows[t] for t in ("runs", "slot_claims") if rows.get(t)}
-        per_run = sum(bytes_per.values())
+        bytes_per = {t: compacted[t][0] / rows[t] for t in ("runs", "slot_claims") if rows.get(t)}
+        runs_table = work_done["tables"].get("runs", {})
+        # Held all day: a stretch row an hour (its first run and STRETCH's worth after it).
+        runs_per_row = STRETCH // PERIOD + 1
+        rows_per_day = invariants * math.ceil(timedelta(days=1) / PERIOD / runs_per_row)
+        # Pruned an hour after their slot, by a job every ten minutes: at most this many.
+        claims_kept = invariants * ((CLAIMS_KEPT + CLAIMS_PRUNED_EVERY) // PERIOD)
+        day = rows_per_day * bytes_per.get("runs", 0)
+        bounded = {
+            "slot_claims": claims_kept * bytes_per.get("slot_claims", 0),
+            "dead_versions": sum(sizes[t][0] - compacted[t][0] for t in ("runs", "slot_claims")),
+        }
         kept = [n for n in names if n]  # every file is an invariant
         assert len(kept) == invariants
         return {
@@ -473,13 +500,19 @@ def run(admin_dsn: str, daemons_n: int, invariants: int, window: int) -> dict[st
             * (busy_after[0] - busy_before[0])
             / max(1.0, busy_after[1] - busy_before[1]),
             "load_average": [load_before[0], load_after[0]],
-            "table_bytes": size_of,
+            "table_bytes": sizes,
+            "table_bytes_compacted": compacted,
             "table_rows": rows,
-            "bytes_per_run": bytes_per,
-            "bytes_per_day": per_run * invariants * 1440,
-            "bytes_per_day_note": f"1,440 ticks x {invariants:,} invariants x "
-            f"{per_run:,.0f} bytes (runs {bytes_per.get('runs', 0):,.0f} + slot_claims "
-            f"{bytes_per.get('slot_claims', 0):,.0f})",
+            "runs_rows_per_run": {
+                "inserted": runs_table.get("ins", 0) / due_runs,
+                "updated": runs_table.get("upd", 0) / due_runs,
+            },
+            "bytes_per_row": bytes_per,
+            "rows_per_day": rows_per_day,
+            "bytes_per_day": day,
+            "bytes_bounded": bounded,
+            "bytes_per_day_note": f"{invariants:,} invariants x {rows_per_day // invariants} "
+            f"stretch rows x {bytes_per.get('runs', 0):,.0f} bytes",
         }
 
 
@@ -496,8 +529,12 @@ def summary(r: dict[str, Any]) -> str:
         f"{r['claim_roundtrip_ms']['p99']:.1f} ms; CPU "
         f"{[round(c) for c in r['daemon_cpu_percent_of_core']]}% RSS "
         f"{[round(m) for m in r['daemon_rss_mib']]} MiB; machine busy "
-        f"{r['machine_busy_percent']:.0f}%; bytes/day {r['bytes_per_day'] / 1e9:.2f} GB "
-        f"({r['bytes_per_day_note']})"
+        f"{r['machine_busy_percent']:.0f}%; runs rows per run inserted "
+        f"{r['runs_rows_per_run']['inserted']:.3f} updated "
+        f"{r['runs_rows_per_run']['updated']:.3f}; "
+        f"bytes/day {r['bytes_per_day'] / 1e9:.3f} GB ({r['bytes_per_day_note']}); bounded: "
+        f"claims {r['bytes_bounded']['slot_claims'] / 1e6:.0f} MB, dead versions "
+        f"{r['bytes_bounded']['dead_versions'] / 1e6:.0f} MB"
     )
 
 

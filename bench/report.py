@@ -317,7 +317,7 @@ def fleet_summary(f: dict[str, Any]) -> str:
     return "; ".join(
         f"{c['daemons']}×{c['invariants']:,}: {c['per_run']['xact_commit']:.2f} transactions "
         f"per run, claim p99 {c['claim_roundtrip_ms']['p99']:.1f} ms, "
-        f"{c['bytes_per_day'] / 1e9:.2f} GB a day"
+        f"{c['bytes_per_day'] / 1e9:.3f} GB a day"
         for c in sorted(f["configurations"], key=_fleet_key)
     )
 
@@ -414,20 +414,28 @@ def fleet_section(f: dict[str, Any]) -> list[str]:
             f"Table scans per run, {c['daemons']} daemon(s) × {c['invariants']:,}: {parts}.\n"
         )
     big = max(configs, key=lambda c: (c["invariants"], c["daemons"]))  # as the verdict
-    b = big["bytes_per_run"]
+    b = big["bytes_per_row"]
+    per = big["runs_rows_per_run"]
+    bound = big["bytes_bounded"]
     out.append(
-        f"The store's size: each stored run is a `runs` row ({b.get('runs', 0):,.0f} bytes, "
-        f"heap, indexes and TOAST over rows, {big['daemons']} daemon(s) × "
-        f"{big['invariants']:,}) and a `slot_claims` row ({b.get('slot_claims', 0):,.0f} "
-        "bytes), both kept for `state.retention` (30 days by default); an ok run writes no "
-        "event or incident. A day at this load is 1,440 ticks × invariants × bytes per run: "
-        f"{big['bytes_per_day_note']} = {big['bytes_per_day'] / 1e9:.2f} GB a day, "
-        f"{30 * big['bytes_per_day'] / 1e9:.0f} GB at 30 days' retention ("
+        "The store's size. Runs that held one after another are one `runs` row, a held "
+        "stretch that closes an hour after its first run (monitor/store/stretches.py): over "
+        f"the window each run inserted {per['inserted']:.3f} `runs` rows and updated "
+        f"{per['updated']:.3f} ({big['daemons']} daemon(s) × {big['invariants']:,}). A "
+        f"`runs` row is {b.get('runs', 0):,.0f} bytes and a `slot_claims` row "
+        f"{b.get('slot_claims', 0):,.0f} (heap, indexes and TOAST over rows, after VACUUM "
+        "FULL). A day of runs every minute, every invariant holding, keeps "
+        f"{big['bytes_per_day_note']} = {big['bytes_per_day'] / 1e9:.3f} GB, "
+        f"{30 * big['bytes_per_day'] / 1e9:.1f} GB at 30 days' retention ("
         + "; ".join(
-            f"{c['daemons']} daemon(s) × {c['invariants']:,}: {c['bytes_per_day'] / 1e9:.2f} GB"
+            f"{c['daemons']} daemon(s) × {c['invariants']:,}: {c['bytes_per_day'] / 1e9:.3f} GB"
             for c in configs
         )
-        + ").\n"
+        + "). Bounded, not growing by the day: finished claims, pruned an hour after their "
+        f"slot by a job every ten minutes (at most {bound['slot_claims'] / 1e6:,.0f} MB here), "
+        "and the dead row versions that the updates leave until vacuum takes them "
+        f"({bound['dead_versions'] / 1e6:,.0f} MB as the window left them). An invariant "
+        "that finds rows on every run keeps every run, a row each, as before.\n"
     )
     out.append(
         "Measured by bench/run.py's `fleet` section, or alone by `python bench/fleet.py "
@@ -493,7 +501,8 @@ def fleet_verdicts(f: dict[str, Any] | None) -> list[tuple[str, str, str]]:
     rows.append(
         (
             "a day of runs < 1 GB",
-            f"{gb:.2f} GB at {largest:,} invariants every minute",
+            f"{gb:.3f} GB at {largest:,} invariants every minute, all holding (claims bounded "
+            f"at {many['bytes_bounded']['slot_claims'] / 1e6:,.0f} MB)",
             _met(gb < TARGETS["day_of_runs_gb"]),
         )
     )

@@ -8,14 +8,17 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import TypeVar
 
 import psycopg
 
+from monitor.clock import parse_stamp, stamp
 from monitor.config import DatabaseConfig
 from monitor.durations import parse_schedule
 from monitor.invariants.header import InvariantHeader
@@ -183,3 +186,30 @@ def active_runs(dsn: str, invariant: str = "%", query: str = "%") -> int:
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+# The runs table's rows with a slot: (invariant, first slot, last slot, repeats).
+SLOTTED_RUNS = "SELECT invariant, slot, last_slot, repeats FROM runs WHERE slot IS NOT NULL"
+
+
+def runs_per_slot(
+    rows: Iterable[tuple[str, str, str | None, int]], period: timedelta | None = None
+) -> Counter[tuple[str, str]]:
+    """How many stored runs each (invariant, slot) has, from SLOTTED_RUNS rows. A held
+    stretch (monitor/store/stretches.py) keeps its first and last slot and how many runs
+    it stands for: those are its slots one `period` apart, and a stretch whose count does
+    not fit its slots fails here (a slot stored twice, or one missing, inside it)."""
+    counted: Counter[tuple[str, str]] = Counter()
+    for invariant, first, last, repeats in rows:
+        slots = [parse_stamp(first)]
+        if last is not None:
+            end = parse_stamp(last)
+            if repeats > 2:
+                assert period is not None, f"{invariant}: a stretch of {repeats} needs a period"
+                slots = [slots[0] + n * period for n in range(repeats - 1)]
+            slots.append(end)
+            assert len(slots) == repeats and slots == sorted(set(slots)), (invariant, first, last)
+            if period is not None:
+                assert {b - a for a, b in pairwise(slots)} <= {period}, (invariant, slots)
+        counted.update((invariant, stamp(s)) for s in slots)
+    return counted

@@ -298,7 +298,7 @@ def history_text(title: str, runs: Sequence[Run], incidents: Sequence[Incident])
     many = len({r.invariant for r in runs} | {i.invariant for i in incidents}) > 1
     who = (["invariant"] if many else []) + (["target"] if several else [])
     run_table = text_table(
-        ["run", *who, "finished", "status", "count", "lag", "error"],
+        ["run", *who, "finished", "status", "count", "runs", "lag", "error"],
         [
             [
                 f"#{r.id}",
@@ -307,6 +307,8 @@ def history_text(title: str, runs: Sequence[Run], incidents: Sequence[Incident])
                 _when(r.finished_at),
                 STATUS_LABEL[r.status],
                 "-" if r.count is None else r.count,
+                # A held stretch: its runs, from its first start (`finished` is its last's).
+                r.repeats if r.repeats == 1 else f"{r.repeats} since {_when(r.started_at)}",
                 "-" if r.replica_lag_seconds is None else f"{r.replica_lag_seconds:.0f}s",
                 r.error or "",
             ]

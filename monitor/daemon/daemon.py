@@ -256,6 +256,7 @@ class Daemon:
                 delivery_path=self.delivery.tick,
                 remind=self.housekeeping.remind,
                 prune=self.housekeeping.prune,
+                prune_claims=self.housekeeping.prune_claims,
                 summarise=self.housekeeping.summarise,
                 daily_summary=self.config.slack.daily_summary,
             )

@@ -1,6 +1,7 @@
-"""The daemon's upkeep, each a job of its own (jobs.py): old runs and claims pruned past
-`state.retention`, reminders and the daily summary planned. Each goes through the store's
-guard, so a failing store turns /healthz red instead of ending the job's thread."""
+"""The daemon's upkeep, each a job of its own (jobs.py): old runs pruned past
+`state.retention`, finished fleet claims past CLAIMS_KEPT, reminders and the daily summary
+planned. Each goes through the store's guard, so a failing store turns /healthz red instead
+of ending the job's thread."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from datetime import timedelta
 from alerts.alerter import Alerter
 from monitor.daemon.scheduling import Scheduler
 from monitor.daemon.services import Services
+from monitor.store.claims import CLAIMS_KEPT
 
 log = logging.getLogger("invmon.daemon")
 
@@ -19,16 +21,19 @@ log = logging.getLogger("invmon.daemon")
 class Housekeeping:
     services: Services
     alerter: Alerter
-    scheduler: Scheduler  # its fleet claims are pruned with the runs
+    scheduler: Scheduler  # its fleet claims are pruned by prune_claims
     retention: timedelta  # state.retention
 
     def prune(self) -> None:
         with self.services.health.guard("pruning old runs"):
             before = self.services.clock() - self.retention
             removed = self.services.store.prune_runs(before)
-            self.scheduler.claims.prune(before)
             if removed:
                 log.info("pruned old runs", extra={"fields": {"runs": removed}})
+
+    def prune_claims(self) -> None:
+        with self.services.health.guard("pruning finished claims"):
+            self.scheduler.claims.prune(self.services.clock() - CLAIMS_KEPT)
 
     def summarise(self) -> None:
         with self.services.health.guard("planning the daily summary"):

@@ -19,6 +19,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from monitor.store.claims import CLAIMS_PRUNED_EVERY
+
 log = logging.getLogger("invmon.daemon")
 
 TICK = timedelta(seconds=1)
@@ -35,6 +37,7 @@ class Turns:
     delivery_path: Callable[[], object]  # can alerts reach anyone (DeliveryHealth.tick)
     remind: Callable[[], object]  # every minute
     prune: Callable[[], object]  # every six hours, and at start
+    prune_claims: Callable[[], object]  # every CLAIMS_PRUNED_EVERY, and at start
     summarise: Callable[[], object]
     daily_summary: str | None  # "HH:MM" UTC, or no summary
 
@@ -83,6 +86,8 @@ class Jobs:
             summary = CronTrigger(hour=int(hour), minute=int(minute), timezone=UTC)
             add(turns.summarise, summary, "summary", "alerts", at_once=False)
         add(turns.prune, IntervalTrigger(hours=6), "prune", "housekeeping", at_once=True)
+        claims_every = IntervalTrigger(seconds=CLAIMS_PRUNED_EVERY.total_seconds())
+        add(turns.prune_claims, claims_every, "prune_claims", "housekeeping", at_once=True)
         scheduler.start()
         self._scheduler = scheduler
 

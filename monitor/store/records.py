@@ -34,6 +34,11 @@ class Run:
     sample: list[dict[str, Any]] = field(default_factory=list)
     target: str = DEFAULT_TARGET  # the monitored database it ran on
     listing_ms: float | None = None  # its sources' listing, part of duration_ms
+    # A held stretch (stretches.py) stands for `repeats` runs that all held: started_at is
+    # its first run's start, last_started_at its last's; finished_at and the figures above
+    # are its last run's. A single run has 1 and None.
+    repeats: int = 1
+    last_started_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,10 @@ from monitor.store.incidents import (
 from monitor.store.records import Incident, IncidentContext, Quarantine, StoredEvent
 from monitor.store.state_queries import StateQueries
 from monitor.store.storage import PostgresStorage, Storage, Tx, open_storage
+from monitor.store.stretches import held_quietly
 from monitor.store.writes import (
     apply,
+    extend_stretch,
     insert_event,
     insert_incident,
     insert_run,
@@ -112,9 +114,16 @@ class StateStore(StateQueries):
         with self._db.transaction() as tx:
             if claim is not None and not finish(tx, claim, finished_at):
                 raise LostClaim(f"{invariant} at {stamp(claim.slot)} was taken over")
-            state = load_state(tx, invariant, now)
-            run_id = insert_run(tx, invariant, result, finished_at, claim)
+            state, last_run = load_state(tx, invariant, now)
             decision = decide(state, seen, for_runs, error_threshold)
+            if (
+                last_run is not None
+                and held_quietly(result, decision)
+                and extend_stretch(tx, last_run, result, finished_at, claim)
+            ):
+                run_id = last_run
+            else:
+                run_id = insert_run(tx, invariant, result, finished_at, claim)
             tx.run(
                 "UPDATE invariant_state SET consecutive_violations = ?, consecutive_errors = ?,"
                 " last_run_id = ?, updated_at = ? WHERE invariant = ?",

@@ -49,6 +49,8 @@ _RUN_COLUMNS = (
     "sample_json",
     "target",
     "listing_ms",
+    "repeats",
+    "last_started_at",
 )
 
 
@@ -272,6 +274,8 @@ class StateQueries:
                     sample=json.loads(r["sample_json"]),
                     target=r["target"],
                     listing_ms=r["listing_ms"],
+                    repeats=int(r["repeats"]),
+                    last_started_at=maybe_parse(r["last_started_at"]),
                 )
             )
         return out

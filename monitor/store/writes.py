@@ -22,6 +22,7 @@ from monitor.store.incidents import (
 )
 from monitor.store.records import IncidentContext, StoredEvent
 from monitor.store.storage import Tx
+from monitor.store.stretches import CONTINUES, earliest_start
 
 
 def maybe_clear_ack(tx: Tx, incident_id: int, draft: EventDraft) -> EventDraft:
@@ -38,30 +39,33 @@ def maybe_clear_ack(tx: Tx, incident_id: int, draft: EventDraft) -> EventDraft:
     return EventDraft(draft.kind, draft.incident, {**draft.payload, "ack_cleared": True})
 
 
-def lock_subject(tx: Tx, subject: str, now: str) -> tuple[int, int]:
+def lock_subject(tx: Tx, subject: str, now: str) -> tuple[int, int, int | None]:
     """Serialise every transition of one subject (an invariant, or the replica):
-    concurrent runs on a shared PostgreSQL store take turns on this row."""
+    concurrent runs on a shared PostgreSQL store take turns on this row. Returns its
+    consecutive violations and errors and its latest run's id."""
     tx.run(
         "INSERT INTO invariant_state (invariant, updated_at) VALUES (?, ?)"
         " ON CONFLICT (invariant) DO NOTHING",
         (subject, now),
     )
-    [(violations, errors)] = tx.rows(
-        "SELECT consecutive_violations, consecutive_errors FROM invariant_state"
+    [(violations, errors, last_run)] = tx.rows(
+        "SELECT consecutive_violations, consecutive_errors, last_run_id FROM invariant_state"
         f" WHERE invariant = ?{tx.for_update}",
         (subject,),
     )
-    return int(violations), int(errors)
+    return int(violations), int(errors), None if last_run is None else int(last_run)
 
 
-def load_state(tx: Tx, invariant: str, now: str) -> InvariantState:
-    violations, errors = lock_subject(tx, invariant, now)
-    return InvariantState(
+def load_state(tx: Tx, invariant: str, now: str) -> tuple[InvariantState, int | None]:
+    """The invariant's state, locked, and its latest run's id."""
+    violations, errors, last_run = lock_subject(tx, invariant, now)
+    state = InvariantState(
         consecutive_violations=violations,
         consecutive_errors=errors,
         violation=open_incident(tx, invariant, "violation"),
         cannot_evaluate=open_incident(tx, invariant, "cannot_evaluate"),
     )
+    return state, last_run
 
 
 def open_incident(tx: Tx, invariant: str, kind: IncidentKind) -> OpenIncident | None:
@@ -111,6 +115,37 @@ def insert_run(
         ),
     )
     return int(run_id)
+
+
+def extend_stretch(
+    tx: Tx,
+    last_run: int,
+    result: RunResult,
+    finished_at: datetime,
+    claim: Claim | None = None,
+) -> bool:
+    """Add a run that held quietly to the invariant's latest row when that row is a held
+    stretch it continues (stretches.CONTINUES); False, changing nothing, when it is not."""
+    started = result.started_at or finished_at
+    return bool(
+        tx.rows(
+            "UPDATE runs SET repeats = repeats + 1, last_started_at = ?, finished_at = ?,"
+            " last_slot = ?, duration_ms = ?, replica_lag_seconds = ?, listing_ms = ?"
+            f" WHERE {CONTINUES} RETURNING id",
+            (
+                stamp(started),
+                stamp(finished_at),
+                stamp(claim.slot) if claim else None,
+                result.duration_ms,
+                result.replica_lag,
+                result.listing_ms,
+                last_run,
+                result.target,
+                json.dumps(result.columns),
+                earliest_start(started),
+            ),
+        )
+    )
 
 
 def insert_incident(

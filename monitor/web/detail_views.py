@@ -57,10 +57,12 @@ class RunLine:
     duration: str
     lag: str
     error: str
+    stretch: str = ""  # a held stretch: how many runs, until when; "" for one run
 
 
 def run_line(point: RunPoint) -> RunLine:
     lag = point.replica_lag_seconds
+    last = point.last_started_at
     return RunLine(
         when(point.started_at),
         iso(point.started_at),
@@ -69,6 +71,7 @@ def run_line(point: RunPoint) -> RunLine:
         duration_ms(point.duration_ms, point.listing_ms),
         "–" if lag is None else f"{lag:,.1f} s",
         cut(point.error or "", TEXT_LIMIT),
+        "" if last is None else f"held for {point.repeats:,} runs, the last at {when(last)}",
     )
 
 
@@ -196,7 +199,8 @@ class HistoryView:
     words: str  # the window shown, "7 days"
     wide: TimeChart
     narrow: TimeChart
-    runs: int  # runs of the window drawn
+    runs: int  # runs of the window drawn, a held stretch's every run counted
+    reaches_back: bool  # `runs` counts a held stretch that began before the window
     truncated: str  # the older runs of the window not shown, in words; "" when none
     fallback: bool  # the query asked for a window not offered: the default is shown
 
@@ -212,7 +216,7 @@ def history_view(history: History, window: Window, now: datetime) -> HistoryView
         oldest = min(at for at, _ in history.runs)
         truncated = (
             f"This window holds more runs than the page reads: the chart shows the newest "
-            f"{len(history.runs):,}, from {when(oldest)}; older runs of this window are not "
+            f"{history.repeats:,}, from {when(oldest)}; older runs of this window are not "
             "shown (the shaded part)."
         )
     return HistoryView(
@@ -223,7 +227,8 @@ def history_view(history: History, window: Window, now: datetime) -> HistoryView
         words=span_words(window.span),
         wide=wide,
         narrow=narrow,
-        runs=wide.runs,
+        runs=wide.runs + history.between,
+        reaches_back=history.reaches_back,
         truncated=truncated,
         fallback=window.unknown,
     )

@@ -51,6 +51,10 @@ class RunPoint:
     error: str | None
     target: str
     listing_ms: float | None = None  # its sources' listing, part of duration_ms
+    # A held stretch (monitor/store/stretches.py) stands for `repeats` runs, the last of
+    # which started at last_started_at; a single run has 1 and None.
+    repeats: int = 1
+    last_started_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -98,10 +102,21 @@ class InvariantRecords:
 
 @dataclass(frozen=True)
 class History:
-    """An invariant's runs since a moment, newest first: when each started and its count."""
+    """An invariant's runs since a moment, newest first: when each started and its count
+    (a held stretch gives two points, its last run's start and its first's)."""
 
     runs: list[tuple[datetime, int | None]]
     truncated: bool  # the window held older runs than these, not read
+    # The runs of held stretches between their drawn points: len(runs) + between is how
+    # many runs the points stand for. When the oldest stretch began before the window,
+    # all of its runs are counted and `reaches_back` says so: when each ran was not kept.
+    between: int = 0
+    reaches_back: bool = False
+
+    @property
+    def repeats(self) -> int:
+        """How many runs the chart stands for."""
+        return len(self.runs) + self.between
 
 
 @dataclass(frozen=True)
@@ -116,12 +131,13 @@ class IncidentRecords:
 
 _POINT = (
     "id, invariant, started_at, finished_at, status, count, duration_ms,"
-    " replica_lag_seconds, error, target, listing_ms"
+    " replica_lag_seconds, error, target, listing_ms, repeats, last_started_at"
 )
 
 
 def _point(row: tuple[Any, ...]) -> RunPoint:
-    i, inv, started, finished, status, count, duration, lag, error, target, listing = row
+    i, inv, started, finished, status, count, duration, lag, error, target, listing = row[:11]
+    repeats, last_started = row[11:]
     return RunPoint(
         int(i),
         str(inv),
@@ -134,6 +150,8 @@ def _point(row: tuple[Any, ...]) -> RunPoint:
         error,
         str(target),
         None if listing is None else float(listing),
+        int(repeats),
+        None if last_started is None else parse_stamp(last_started),
     )
 
 
@@ -200,7 +218,8 @@ def _older_runs(tx: Tx, name: str, before: int | None, limit: int) -> list[tuple
     older = "" if before is None else " AND id < ?"
     params = (name,) if before is None else (name, before)
     return tx.rows(
-        f"SELECT id, started_at, count FROM runs WHERE invariant = ?{older}"
+        "SELECT id, started_at, count, repeats, last_started_at FROM runs"
+        f" WHERE invariant = ?{older}"
         " ORDER BY id DESC LIMIT ?",
         (*params, limit),
     )
@@ -217,21 +236,31 @@ def read_history(
     the window would go on through all of the invariant's older ones). Runs are numbered as
     they are recorded, so a run older than the window means no later one is in it."""
     runs: list[tuple[datetime, int | None]] = []
+    between = 0
     before: int | None = None
     while True:
         # One more than the limit: a run past it that is still in the window is the proof
         # that the window held more than was read.
         want = min(HISTORY_PAGE, limit + 1 - len(runs))
         page = store.read(partial(_older_runs, name=name, before=before, limit=want))
-        for _, started, count in page:
-            at = parse_stamp(started)
-            if at < since:
-                return History(runs, truncated=False)
-            if len(runs) == limit:
-                return History(runs, truncated=True)
-            runs.append((at, None if count is None else int(count)))
+        for _, started, count, stretch, last_started in page:
+            counted = None if count is None else int(count)
+            # A held stretch is drawn as its last run and its first (or the window's
+            # start, when it began before the window): the line between is its runs.
+            first = parse_stamp(started)
+            points = [parse_stamp(last_started or started)]
+            if last_started is not None:
+                points.append(max(first, since))
+            if points[0] < since:
+                return History(runs, False, between)
+            if len(runs) + len(points) > limit:
+                return History(runs, True, between)
+            runs.extend((at, counted) for at in points)
+            between += int(stretch) - len(points)
+            if first < since:
+                return History(runs, False, between, reaches_back=True)
         if len(page) < want:
-            return History(runs, truncated=False)
+            return History(runs, False, between)
         before = int(page[-1][0])
 
 

@@ -76,7 +76,7 @@ def folder(tmp_path: Path) -> Path:
 
 
 def runs_of(store: StateStore, name: str) -> int:
-    return len(store.runs(name, limit=100))
+    return sum(r.repeats for r in store.runs(name, limit=100))
 
 
 def later(minutes: int) -> datetime:

@@ -15,10 +15,11 @@ from pathlib import Path
 import psycopg
 import pytest
 from builders import config_file
-from helpers import cli
+from helpers import SLOTTED_RUNS, cli, runs_per_slot
 from psycopg import sql
 
 from monitor.authoring.pgtemp import scratch_database
+from monitor.clock import stamp
 from monitor.daemon.fleet import Queue, preferred
 from monitor.execution.results import RunResult
 from monitor.store.claims import CLAIM, Claim, Claims, Due, LostClaim
@@ -36,13 +37,9 @@ T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
 
 
-def runs_per_slot(store: StateStore) -> dict[tuple[str, str], int]:
+def stored_slots(store: StateStore, period: timedelta | None = None) -> dict[tuple[str, str], int]:
     with store.storage.transaction() as tx:
-        found = tx.rows(
-            "SELECT invariant, slot, count(*) FROM runs WHERE slot IS NOT NULL"
-            " GROUP BY invariant, slot"
-        )
-    return {(str(i), str(s)): int(n) for i, s, n in found}
+        return dict(runs_per_slot(tx.rows(SLOTTED_RUNS), period))
 
 
 def test_a_slot_is_claimed_by_exactly_one_of_many_daemons_racing(store: StateStore) -> None:
@@ -73,7 +70,7 @@ def test_a_run_is_stored_once_per_slot_and_only_by_the_claims_holder(store: Stat
     store.record_run("refunds", result, T0, claim=Claim("refunds", T0, "a"))
     with pytest.raises(LostClaim):  # finished: a second store of the slot is refused too
         store.record_run("refunds", result, T0, claim=Claim("refunds", T0, "a"))
-    assert runs_per_slot(store) == {("refunds", "2026-11-30T12:00:00.000000Z"): 1}
+    assert stored_slots(store) == {("refunds", "2026-11-30T12:00:00.000000Z"): 1}
 
 
 def test_a_claim_whose_daemon_stopped_renewing_is_taken_over_once(store: StateStore) -> None:
@@ -89,7 +86,7 @@ def test_a_claim_whose_daemon_stopped_renewing_is_taken_over_once(store: StateSt
     with pytest.raises(LostClaim):  # a came back from a long pause: its run is dropped
         store.record_run("refunds", result, late, claim=Claim("refunds", T0, "a"))
     store.record_run("refunds", result, late, claim=Claim("refunds", T0, "b"))
-    assert runs_per_slot(store) == {("refunds", "2026-11-30T12:00:00.000000Z"): 1}
+    assert stored_slots(store) == {("refunds", "2026-11-30T12:00:00.000000Z"): 1}
     with store.storage.transaction() as tx:
         assert tx.rows("SELECT owner, outcome, takeovers FROM slot_claims") == [("b", "run", 1)]
 
@@ -123,7 +120,58 @@ def test_an_orphan_holds_its_invariants_later_slots_until_it_is_taken_over_and_r
         "refunds", RunResult.counted("refunds", 0, [], []), after, claim=Claim("refunds", T0, "b")
     )
     assert b.claim(later, after) == "claimed"
-    assert sorted(runs_per_slot(store).items()) == [(("refunds", "2026-11-30T12:00:00.000000Z"), 1)]
+    assert sorted(stored_slots(store).items()) == [(("refunds", "2026-11-30T12:00:00.000000Z"), 1)]
+
+
+def test_a_slot_the_fleet_has_passed_is_never_claimed(store: StateStore) -> None:
+    a, b = Claims(store.storage, "a", LEASE), Claims(store.storage, "b", LEASE)
+    later = T0 + timedelta(minutes=1)
+    assert a.claim(Due("refunds", later), later) == "claimed"
+    # b fell behind (paused, say) and comes to the earlier slot only now.
+    assert b.claim(Due("refunds", T0), later) == "taken"
+    assert b.claim(Due("ledger", T0), later) == "claimed"  # another invariant's own
+    assert claimed_slots(store) == [("ledger", stamp(T0)), ("refunds", stamp(later))]
+
+
+def test_finished_claims_are_pruned_but_each_invariants_newest_and_open_ones_stay(
+    store: StateStore,
+) -> None:
+    a = Claims(store.storage, "a", LEASE)
+    minute = timedelta(minutes=1)
+    result = RunResult.counted("refunds", 0, [], [])
+    for n in range(4):
+        slot = T0 + n * minute
+        assert a.claim(Due("refunds", slot), slot) == "claimed"
+        store.record_run("refunds", result, slot, claim=Claim("refunds", slot, "a"))
+    assert a.claim(Due("ledger", T0), T0) == "claimed"  # finished below
+    store.record_run("ledger", result, T0, claim=Claim("ledger", T0, "a"))
+    assert a.claim(Due("jobs", T0), T0) == "claimed"  # still open: never pruned
+    a.prune(T0 + 10 * minute)
+    assert claimed_slots(store) == [
+        ("jobs", stamp(T0)),
+        ("ledger", stamp(T0)),
+        ("refunds", stamp(T0 + 3 * minute)),
+    ]
+    # What refuses a pruned slot is the newest claim kept: it is never run again.
+    assert a.claim(Due("refunds", T0 + minute), T0 + 11 * minute) == "taken"
+    assert a.claim(Due("refunds", T0 + 4 * minute), T0 + 11 * minute) == "claimed"
+    # Before `before` only: a claim newer than that is kept whatever follows it.
+    store.record_run(
+        "refunds", result, T0 + 4 * minute, claim=Claim("refunds", T0 + 4 * minute, "a")
+    )
+    a.prune(T0 + 3 * minute)
+    assert claimed_slots(store) == [
+        ("jobs", stamp(T0)),
+        ("ledger", stamp(T0)),
+        ("refunds", stamp(T0 + 3 * minute)),
+        ("refunds", stamp(T0 + 4 * minute)),
+    ]
+
+
+def claimed_slots(store: StateStore) -> list[tuple[str, str]]:
+    with store.storage.transaction() as tx:
+        found = tx.rows("SELECT invariant, slot FROM slot_claims ORDER BY invariant, slot")
+    return [(str(i), str(s)) for i, s in found]
 
 
 def test_the_preferred_daemon_spreads_slots_evenly_and_moves_only_a_leavers_share() -> None:
@@ -305,7 +353,7 @@ def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
             for claim in taken:
                 assert b.evaluate(claim.invariant, claim) is not None
             assert b.metrics.slots_taken_over._value.get() == 6
-            per_slot = runs_per_slot(stores[0])
+            per_slot = stored_slots(stores[0], timedelta(minutes=1))
             assert set(per_slot.values()) == {1}
             assert len(per_slot) == 6 * 4
         finally:
@@ -363,7 +411,7 @@ def test_a_claim_reads_its_own_invariants_open_claims_not_the_fleets(admin_dsn: 
                     types = ", ".join(["text"] * CLAIM.count("?"))  # every column is TEXT
                     conn.execute(f"PREPARE claim ({types}) AS {text}")
                     later = (T0 + timedelta(minutes=1)).isoformat()
-                    args = ("inv42", later, "d2", later, later, "inv42", later)
+                    args = ("inv42", later, "d2", later, later, "inv42", later, "inv42", later)
                     row = conn.execute(
                         sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim ({})").format(
                             sql.SQL(", ").join(map(sql.Literal, args))
