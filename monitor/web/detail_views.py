@@ -266,7 +266,7 @@ def invariant_page(
     infos = {name: info} if info else {}
     mine = Overview(
         {k: v for k, v in overview.latest.items() if k == name},
-        {k: v for k, v in overview.points.items() if k == name},
+        {k: v for k, v in overview.counts.items() if k == name},
         [i for i in overview.open_incidents if i.invariant == name],
     )
     [row] = rows_of(infos, mine, now) or [_unknown_row(name, records, now)]

@@ -87,7 +87,9 @@ class Overview:
     """Everything the front page shows, read at one moment."""
 
     latest: dict[str, RunPoint]  # each invariant's last run
-    points: dict[str, list[RunPoint]]  # its recent runs, oldest first
+    # The offending-row counts of its last SPARK_RUNS runs, oldest first (None: the run
+    # counted nothing): all its sparkline draws, so no more of those runs is read.
+    counts: dict[str, list[int | None]]
     open_incidents: list[Incident]
     mutes: list[Mute] = field(default_factory=list)  # in force or scheduled
 
@@ -155,30 +157,74 @@ def _point(row: tuple[Any, ...]) -> RunPoint:
     )
 
 
-def _points(tx: Tx, invariant: str, limit: int) -> list[RunPoint]:
-    # One index range scan each (runs_by_invariant: invariant, id).
-    found = tx.rows(
+def _last_runs(tx: Tx, invariant: str, limit: int) -> list[tuple[Any, ...]]:
+    """Its last `limit` runs' _POINT columns, newest first: one index range scan
+    (runs_by_invariant: invariant, id)."""
+    return tx.rows(
         f"SELECT {_POINT} FROM runs WHERE invariant = ? ORDER BY id DESC LIMIT ?",
         (invariant, limit),
     )
-    return [_point(r) for r in found]
+
+
+def _points(tx: Tx, invariant: str, limit: int) -> list[RunPoint]:
+    return [_point(r) for r in _last_runs(tx, invariant, limit)]
+
+
+_COUNT = _POINT.split(", ").index("count")
+
+
+def _recent(
+    tx: Tx, postgres: bool, names: list[str], limit: int
+) -> list[tuple[RunPoint, list[int | None]]]:
+    """The last run of each of `names` that has runs, with the counts of its last `limit`
+    runs, oldest first."""
+    if not postgres:
+        # In-process: a statement per invariant costs no round trip. Each is one range scan
+        # of runs_by_invariant (invariant, id); only the newest row becomes a RunPoint.
+        each = (_last_runs(tx, n, limit) for n in names)
+        return [
+            (_point(rows[0]), [_count(r[_COUNT]) for r in reversed(rows)]) for rows in each if rows
+        ]
+    # One statement, where a statement per invariant was a round trip each: 1,000 of them
+    # were most of the 516 ms `/` took cold at 1,000 invariants (bench/page.py). Per name,
+    # the same two short scans of runs_by_invariant; the counts come back as one array, not
+    # 30 rows of 11 columns (30,000 rows at 1,000 invariants, ~90 ms of Python to unpack).
+    # The planner prices each scan as the whole history before its LIMIT, so past a few
+    # hundred invariants the estimate crosses jit_above_cost and compiling took ~8 ms of a
+    # 30 ms statement that JIT cannot speed up: off, for this transaction only.
+    tx.run("SET LOCAL jit = off")
+    rows = tx.rows(
+        f"SELECT {_POINT}, recent.counts FROM unnest(?::text[]) AS n (name)"
+        f" CROSS JOIN LATERAL (SELECT {_POINT} FROM runs WHERE invariant = n.name"
+        " ORDER BY id DESC LIMIT 1) AS newest"
+        " CROSS JOIN LATERAL (SELECT array_agg(r.count ORDER BY r.id) FROM"
+        " (SELECT id, count FROM runs WHERE invariant = n.name ORDER BY id DESC LIMIT ?)"
+        " AS r) AS recent (counts)",
+        (names, limit),
+    )
+    return [(_point(row[:-1]), [_count(c) for c in row[-1]]) for row in rows]
+
+
+def _count(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def read_overview(store: StateStore, names: Iterable[str], now: datetime | None = None) -> Overview:
-    """The latest run of every invariant the store knows or the daemon runs, the last
-    SPARK_RUNS runs of each, the open incidents, and (with `now`) the mutes not over."""
+    """The latest run of every invariant the store knows or the daemon runs, the counts of
+    its last SPARK_RUNS runs, the open incidents, and (with `now`) the mutes not over."""
+    postgres = store.storage.kind == "postgresql"
 
-    def reading(tx: Tx) -> dict[str, list[RunPoint]]:
+    def reading(tx: Tx) -> list[tuple[RunPoint, list[int | None]]]:
         known = {str(n) for (n,) in tx.rows("SELECT invariant FROM invariant_state")}
         # Subjects such as "(replica)" have a state row but no runs: they show as incidents.
-        return {n: _points(tx, n, SPARK_RUNS) for n in sorted(known | set(names))}
+        return _recent(tx, postgres, sorted(known | set(names)), SPARK_RUNS)
 
-    by_name = store.read(reading)
-    latest = {name: points[0] for name, points in by_name.items() if points}
-    oldest_first = {name: list(reversed(points)) for name, points in by_name.items() if points}
+    recent = store.read(reading)
+    latest = {newest.invariant: newest for newest, _ in recent}
+    counts = {newest.invariant: counted for newest, counted in recent}
     table = MuteTable(store.storage)
     mutes = table.listed(now) if now is not None and table.kept() else []
-    return Overview(latest, oldest_first, store.open_incidents(), mutes)
+    return Overview(latest, counts, store.open_incidents(), mutes)
 
 
 def _events(tx: Tx, where: str, params: tuple[Any, ...]) -> list[StoredEvent]:

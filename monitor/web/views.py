@@ -77,7 +77,6 @@ def rows_of(infos: Mapping[str, InvariantInfo], overview: Overview, now: datetim
         run = overview.latest.get(name)
         incident = incidents.get(name)
         context = incident.context if incident else None
-        points = overview.points.get(name, [])
         # No version of the file loads: say so, rather than "not run yet" as if it would run.
         unloadable = info is None and incident is not None and incident.kind == "invalid_file"
         rows.append(
@@ -103,7 +102,7 @@ def rows_of(infos: Mapping[str, InvariantInfo], overview: Overview, now: datetim
                 last_run_iso=iso(run.finished_at if run else None),
                 duration=duration_ms(run.duration_ms if run else None),
                 count=run.count if run else None,
-                spark=sparkline([p.count for p in points]),
+                spark=sparkline(overview.counts.get(name, [])),
                 incident=summary_of(incident, now) if incident else None,
                 loaded=info is not None,
             )

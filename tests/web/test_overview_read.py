@@ -103,7 +103,7 @@ def test_the_overview_reads_each_invariants_last_runs_and_nothing_else(
     shown = ("alpha", "beta", HOSTILE, "state_only", "runs_no_state")
     expected = Overview(
         latest={name: last(name)[-1] for name in shown},
-        points={name: last(name) for name in shown},
+        counts={name: [p.count for p in last(name)] for name in shown},
         open_incidents=[],
         mutes=[],
     )
@@ -111,7 +111,8 @@ def test_the_overview_reads_each_invariants_last_runs_and_nothing_else(
     # "(replica)" have no run to show.
     loaded = ["alpha", "never_ran", "runs_no_state", HOSTILE]
     assert read_overview(store, loaded) == expected
-    assert [len(expected.points[n]) for n in shown] == [SPARK_RUNS, 3, SPARK_RUNS, 2, 2]
+    assert [len(expected.counts[n]) for n in shown] == [SPARK_RUNS, 3, SPARK_RUNS, 2, 2]
+    assert None in expected.counts["alpha"]  # runs that counted nothing are kept as such
 
 
 def test_the_overview_of_an_empty_store_is_empty(store: StateStore) -> None:

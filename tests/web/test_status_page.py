@@ -108,7 +108,11 @@ def incident(name: str, number: int = 7, **fields: object) -> Incident:
 
 
 def overview_of(points: dict[str, list[RunPoint]]) -> Overview:
-    return Overview({n: p[-1] for n, p in points.items()}, points, [])
+    return Overview(
+        {n: p[-1] for n, p in points.items()},
+        {n: [r.count for r in p] for n, p in points.items()},
+        [],
+    )
 
 
 class Tags(HTMLParser):
@@ -142,7 +146,8 @@ def test_hostile_names_and_row_values_are_escaped_on_every_page() -> None:
     infos = {name: info(name, description=HOSTILE, owner=HOSTILE, tags=(HOSTILE,))}
     points = {name: [point(name, 1, 2), point(name, 2, 1)]}
     run = latest(points[name][-1], ["id", HOSTILE], [{"id": 1, HOSTILE: HOSTILE_VALUE}])
-    overview = Overview({name: points[name][-1]}, points, [incident(name)])
+    counts = {name: [p.count for p in points[name]]}
+    overview = Overview({name: points[name][-1]}, counts, [incident(name)])
 
     front = render(
         "overview.html",
