@@ -13,7 +13,8 @@ import pytest
 from builders import slack_signature
 from helpers import wait_for
 
-from monitor.daemon.http import MAX_BODY, Listener, Probe, Routes
+from monitor.daemon.http import MAX_BODY, THREADS, Listener, Probe, Routes
+from monitor.web.page import Reply
 
 SECRET = "signing-secret-for-tests"
 
@@ -123,6 +124,64 @@ def test_slow_clients_neither_block_the_probes_nor_stay_forever(listener: Listen
     finally:
         for conn in slow:
             conn.close()
+
+
+def test_healthz_is_answered_while_every_worker_thread_is_held() -> None:
+    """Page builds, /readyz's connections to targets, Slack actions: whatever holds the
+    listener's threads, /healthz does not wait in line behind it, and still says what the
+    daemon's parts say."""
+    lock = threading.Lock()  # guards `held`
+    held = 0
+    release = threading.Event()
+    problem: list[str | None] = [None]
+
+    def stuck(method: str, path: str, query: str, headers: Mapping[str, str]) -> Reply | None:
+        nonlocal held
+        if path != "/stuck":
+            return None
+        with lock:
+            held += 1
+        release.wait(60)
+        return Reply(200, b"built\n", "text/plain")
+
+    routes = Routes(
+        healthz=Probe(lambda: problem[0]),
+        readyz=Probe(lambda: None),
+        metrics=lambda: b"",
+        page=stuck,
+    )
+    served = Listener("127.0.0.1:0", routes)
+    served.start()
+    answers: list[bytes] = []
+    # Every worker thread held, and two more requests queued behind them.
+    clients = [
+        threading.Thread(
+            target=lambda: answers.append(raw(served, b"GET /stuck HTTP/1.0\r\n\r\n", 60))
+        )
+        for _ in range(THREADS + 2)
+    ]
+    try:
+        for client in clients:
+            client.start()
+
+        def all_held() -> bool:
+            with lock:
+                return held == THREADS
+
+        wait_for(all_held, 30, "every worker thread to be held")
+        assert raw(served, b"GET /healthz HTTP/1.0\r\n\r\n", 10).endswith(b"\r\n\r\nok\n")
+        problem[0] = "scheduler is not running"
+        unhealthy = raw(served, b"GET /healthz HTTP/1.0\r\n\r\n", 10)
+        assert status_of(unhealthy) == 503
+        assert unhealthy.endswith(b"\r\n\r\nscheduler is not running\n")
+        with lock:
+            assert held == THREADS  # the pages were still being built meanwhile
+    finally:
+        release.set()
+        for client in clients:
+            client.join(60)
+        served.stop()
+    assert [status_of(a) for a in answers] == [200] * (THREADS + 2)
 
 
 # --- the signed Slack endpoint, with its real verifier --------------------------------------
