@@ -339,6 +339,13 @@ def test_the_sparkline_shows_its_scale_so_a_line_at_7_and_one_at_7000_differ() -
     )
 
 
+def test_a_sparkline_is_drawn_once_for_the_same_counts() -> None:
+    first = sparkline([4, None, 0, 4])
+    assert sparkline((4, None, 0, 4)) is first  # kept, not drawn again
+    assert sparkline([4, None, 0, 5]) != first
+    assert sparkline([4, None, 0, 5]) == sparkline((4, None, 0, 5))
+
+
 def test_a_holding_run_is_drawn_in_the_ok_colour_and_a_violated_stretch_in_red() -> None:
     chart = sparkline([0, 0, 3, 0, None, 0, 0])
     assert chart is not None
