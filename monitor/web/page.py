@@ -7,12 +7,13 @@
     /static/page.css|js   the page's own style and script (no CDN: the host may be offline)
 
 Read-only: GET and HEAD only, no form that changes anything. Access is decided by
-access.py. The page must never slow /healthz, which shares the listener's four threads:
-a rendered page is kept for CACHE_SECONDS and served to everyone who asks meanwhile; the
+access.py. /healthz has a listener thread of its own (daemon/http.Lanes); the page shares
+the other four with /readyz, /metrics and Slack actions, and must never take them all: a
+rendered page is kept for CACHE_SECONDS and served to everyone who asks meanwhile; the
 store is read once per CACHE_SECONDS for all pages; at most RENDERERS threads build pages
 at once, and a request that finds them busy gets the last copy, or with none, one request
 waits (WAIT_SECONDS at most) and the others get a 503 at once: page visitors never hold
-more than three of the four threads, so a probe always finds one.
+more than three of the four threads, so the other routes always find one.
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ class StatusPage:
     def _wait_for_budget(self) -> bool:
         """A renderer for a page nobody has a copy of: at most MAX_WAITING requests wait for
         one (WAIT_SECONDS at most); the others are answered at once, so page requests never
-        hold all of the listener's threads and a probe always finds one free."""
+        hold all of the listener's threads and the other routes always find one free."""
         if self._budget.acquire(blocking=False):
             return True
         with self._lock:
