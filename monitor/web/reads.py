@@ -188,7 +188,7 @@ def _recent(
     # One statement, where a statement per invariant was a round trip each: 1,000 of them
     # were most of the 516 ms `/` took cold at 1,000 invariants (bench/page.py). Per name,
     # the same two short scans of runs_by_invariant; the counts come back as one array, not
-    # 30 rows of 11 columns (30,000 rows at 1,000 invariants, ~90 ms of Python to unpack).
+    # 30 whole rows (30,000 at 1,000 invariants were ~90 ms of Python to unpack).
     # The planner prices each scan as the whole history before its LIMIT, so past a few
     # hundred invariants the estimate crosses jit_above_cost and compiling took ~8 ms of a
     # 30 ms statement that JIT cannot speed up: off, for this transaction only.

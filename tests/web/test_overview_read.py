@@ -39,16 +39,21 @@ def planned() -> list[Planned]:
 
 
 def fill(store: StateStore, runs: list[Planned]) -> list[RunPoint]:
-    """Store `runs`, one a minute, and the state rows the daemon would leave (and one for a
-    subject such as "(replica)", which has no runs); the points as they were stored."""
+    """Store `runs`, one a minute ("beta"'s as held stretches of 60), and the state rows the
+    daemon would leave (and one for a subject such as "(replica)", which has no runs); the
+    points as they were stored."""
+
+    def stretch(name: str, i: int) -> tuple[int, datetime | None]:
+        return (60, START + timedelta(minutes=i + 59)) if name == "beta" else (1, None)
 
     def writing(tx: Tx) -> list[int]:
         for i, (name, status, count, error, lag, listing, target) in enumerate(runs):
             at = START + timedelta(minutes=i)
+            repeats, last = stretch(name, i)
             tx.run(
                 "INSERT INTO runs (invariant, started_at, finished_at, status, count, error,"
-                " duration_ms, replica_lag_seconds, target, listing_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " duration_ms, replica_lag_seconds, target, listing_ms, repeats,"
+                " last_started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     stamp(at),
@@ -60,6 +65,8 @@ def fill(store: StateStore, runs: list[Planned]) -> list[RunPoint]:
                     lag,
                     target,
                     listing,
+                    repeats,
+                    None if last is None else stamp(last),
                 ),
             )
         for name in ("alpha", "beta", HOSTILE, "state_only", "(replica)"):
@@ -85,6 +92,7 @@ def fill(store: StateStore, runs: list[Planned]) -> list[RunPoint]:
             error,
             target,
             listing,
+            *stretch(name, i),
         )
         for i, (run_id, (name, status, count, error, lag, listing, target)) in enumerate(
             zip(ids, runs, strict=True)
