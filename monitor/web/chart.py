@@ -140,13 +140,14 @@ def _lines(stretches: Sequence[Sequence[Point]]) -> tuple[list[Line], list[Point
 SPARK_CACHE = 4096
 
 
-def sparkline(counts: Sequence[int | None]) -> Sparkline | None:
-    """Oldest first. None when there is no run to draw."""
-    return _sparkline(tuple(counts))
+def sparkline(counts: Sequence[int | None], runs: int | None = None) -> Sparkline | None:
+    """Oldest first, a point per row of runs; `runs`: how many runs they stand for, when a
+    held stretch (one point) stood for several. None when there is no run to draw."""
+    return _sparkline(tuple(counts), len(counts) if runs is None else runs)
 
 
 @lru_cache(maxsize=SPARK_CACHE)  # pure, and a Sparkline is immutable: safe to share
-def _sparkline(counts: tuple[int | None, ...]) -> Sparkline | None:
+def _sparkline(counts: tuple[int | None, ...], runs: int) -> Sparkline | None:
     if not counts:
         return None
     known = [c for c in counts if c is not None]
@@ -183,12 +184,14 @@ def _sparkline(counts: tuple[int | None, ...]) -> Sparkline | None:
     room = max((_text_width(s.text, SCALE_FONT) for s in scale), default=0)
     width = WIDTH + (ceil(room) + 3 if scale else 0)
     return Sparkline(
-        width, HEIGHT, tuple(lines), tuple(marks), tuple(scale), _label(counts, known), peak
+        width, HEIGHT, tuple(lines), tuple(marks), tuple(scale), _label(counts, known, runs), peak
     )
 
 
-def _label(counts: Sequence[int | None], known: Sequence[int]) -> str:
-    runs = counted(len(counts), "run")
+def _label(counts: Sequence[int | None], known: Sequence[int], stood_for: int) -> str:
+    runs = counted(stood_for, "run")
+    if stood_for != len(counts):
+        runs += f" ({len(counts):,} points: runs that held one after another are one)"
     if not known:
         return f"Offending rows over the last {runs}: none counted."
     first, last = known[0], known[-1]

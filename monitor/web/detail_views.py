@@ -268,6 +268,7 @@ def invariant_page(
         {k: v for k, v in overview.latest.items() if k == name},
         {k: v for k, v in overview.counts.items() if k == name},
         [i for i in overview.open_incidents if i.invariant == name],
+        runs={k: v for k, v in overview.runs.items() if k == name},
     )
     [row] = rows_of(infos, mine, now) or [_unknown_row(name, records, now)]
     context = records.incidents[0].context if records.incidents else None

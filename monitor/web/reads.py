@@ -92,6 +92,9 @@ class Overview:
     counts: dict[str, list[int | None]]
     open_incidents: list[Incident]
     mutes: list[Mute] = field(default_factory=list)  # in force or scheduled
+    # How many runs those counts stand for, where a held stretch (one count) stood for
+    # more than one: absent, one run each.
+    runs: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -171,19 +174,26 @@ def _points(tx: Tx, invariant: str, limit: int) -> list[RunPoint]:
 
 
 _COUNT = _POINT.split(", ").index("count")
+_REPEATS = _POINT.split(", ").index("repeats")
 
 
 def _recent(
     tx: Tx, postgres: bool, names: list[str], limit: int
-) -> list[tuple[RunPoint, list[int | None]]]:
+) -> list[tuple[RunPoint, list[int | None], int]]:
     """The last run of each of `names` that has runs, with the counts of its last `limit`
-    runs, oldest first."""
+    rows of runs, oldest first, and how many runs those rows stand for."""
     if not postgres:
         # In-process: a statement per invariant costs no round trip. Each is one range scan
         # of runs_by_invariant (invariant, id); only the newest row becomes a RunPoint.
         each = (_last_runs(tx, n, limit) for n in names)
         return [
-            (_point(rows[0]), [_count(r[_COUNT]) for r in reversed(rows)]) for rows in each if rows
+            (
+                _point(rows[0]),
+                [_count(r[_COUNT]) for r in reversed(rows)],
+                sum(int(r[_REPEATS]) for r in rows),
+            )
+            for rows in each
+            if rows
         ]
     # One statement, where a statement per invariant was a round trip each: 1,000 of them
     # were most of the 516 ms `/` took cold at 1,000 invariants (bench/page.py). Per name,
@@ -194,15 +204,15 @@ def _recent(
     # 30 ms statement that JIT cannot speed up: off, for this transaction only.
     tx.run("SET LOCAL jit = off")
     rows = tx.rows(
-        f"SELECT {_POINT}, recent.counts FROM unnest(?::text[]) AS n (name)"
+        f"SELECT {_POINT}, recent.counts, recent.runs FROM unnest(?::text[]) AS n (name)"
         f" CROSS JOIN LATERAL (SELECT {_POINT} FROM runs WHERE invariant = n.name"
         " ORDER BY id DESC LIMIT 1) AS newest"
-        " CROSS JOIN LATERAL (SELECT array_agg(r.count ORDER BY r.id) FROM"
-        " (SELECT id, count FROM runs WHERE invariant = n.name ORDER BY id DESC LIMIT ?)"
-        " AS r) AS recent (counts)",
+        " CROSS JOIN LATERAL (SELECT array_agg(r.count ORDER BY r.id), sum(r.repeats) FROM"
+        " (SELECT id, count, repeats FROM runs WHERE invariant = n.name"
+        " ORDER BY id DESC LIMIT ?) AS r) AS recent (counts, runs)",
         (names, limit),
     )
-    return [(_point(row[:-1]), [_count(c) for c in row[-1]]) for row in rows]
+    return [(_point(row[:-2]), [_count(c) for c in row[-2]], int(row[-1])) for row in rows]
 
 
 def _count(value: Any) -> int | None:
@@ -214,17 +224,18 @@ def read_overview(store: StateStore, names: Iterable[str], now: datetime | None 
     its last SPARK_RUNS runs, the open incidents, and (with `now`) the mutes not over."""
     postgres = store.storage.kind == "postgresql"
 
-    def reading(tx: Tx) -> list[tuple[RunPoint, list[int | None]]]:
+    def reading(tx: Tx) -> list[tuple[RunPoint, list[int | None], int]]:
         known = {str(n) for (n,) in tx.rows("SELECT invariant FROM invariant_state")}
         # Subjects such as "(replica)" have a state row but no runs: they show as incidents.
         return _recent(tx, postgres, sorted(known | set(names)), SPARK_RUNS)
 
     recent = store.read(reading)
-    latest = {newest.invariant: newest for newest, _ in recent}
-    counts = {newest.invariant: counted for newest, counted in recent}
+    latest = {newest.invariant: newest for newest, _, _ in recent}
+    counts = {newest.invariant: counted for newest, counted, _ in recent}
+    runs = {newest.invariant: n for newest, counted, n in recent if n != len(counted)}
     table = MuteTable(store.storage)
     mutes = table.listed(now) if now is not None and table.kept() else []
-    return Overview(latest, counts, store.open_incidents(), mutes)
+    return Overview(latest, counts, store.open_incidents(), mutes, runs)
 
 
 def _events(tx: Tx, where: str, params: tuple[Any, ...]) -> list[StoredEvent]:

@@ -102,7 +102,7 @@ def rows_of(infos: Mapping[str, InvariantInfo], overview: Overview, now: datetim
                 last_run_iso=iso(run.finished_at if run else None),
                 duration=duration_ms(run.duration_ms if run else None),
                 count=run.count if run else None,
-                spark=sparkline(overview.counts.get(name, [])),
+                spark=sparkline(overview.counts.get(name, []), overview.runs.get(name)),
                 incident=summary_of(incident, now) if incident else None,
                 loaded=info is not None,
             )

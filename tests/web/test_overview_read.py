@@ -114,6 +114,8 @@ def test_the_overview_reads_each_invariants_last_runs_and_nothing_else(
         counts={name: [p.count for p in last(name)] for name in shown},
         open_incidents=[],
         mutes=[],
+        # beta's three rows are held stretches of 60 runs each: the sparkline says 180.
+        runs={"beta": 180},
     )
     # Loaded by the daemon or known to the store; "orphan" is neither, "never_ran" and
     # "(replica)" have no run to show.

@@ -339,6 +339,18 @@ def test_the_sparkline_shows_its_scale_so_a_line_at_7_and_one_at_7000_differ() -
     )
 
 
+def test_a_sparkline_of_held_stretches_says_how_many_runs_its_points_stand_for() -> None:
+    one_each = sparkline([0, 3, 0])
+    stretched = sparkline([0, 3, 0], runs=122)
+    assert one_each is not None and stretched is not None
+    assert one_each.label == "Offending rows over the last 3 runs: 0 at first, 0 now, at most 3."
+    assert stretched.label == (
+        "Offending rows over the last 122 runs (3 points: runs that held one after another"
+        " are one): 0 at first, 0 now, at most 3."
+    )
+    assert stretched.lines == one_each.lines  # the same drawing, a truer caption
+
+
 def test_a_sparkline_is_drawn_once_for_the_same_counts() -> None:
     first = sparkline([4, None, 0, 4])
     assert sparkline((4, None, 0, 4)) is first  # kept, not drawn again
