@@ -21,8 +21,10 @@ sending the request to reading the status line (http.client), over fresh connect
 `/` and `/invariants/NAME?window=30d` (NAME the violated invariant with the most runs), the
 median and the highest of `--repeat` cold requests each, the cold ones interleaved (/, then
 detail, …). Then 8 client threads fetch pages (`/`, and detail pages of random invariants
-and windows, each mostly a cache miss) for `--load-seconds`, while this thread asks /healthz
-every 20 ms: its p50/p99 latency, full response, under that load.
+and windows, each mostly a cache miss) for `--load-seconds`, while a probe asks /healthz
+every 20 ms: its p50/p99 latency, full response, under that load. The clients and the probe
+each run in a process of their own, as a daemon's clients do: in this process they would
+share the server's GIL, and the probe would time this script as much as the daemon.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -265,6 +268,38 @@ def summary_ms(values: list[float]) -> dict[str, float]:
 
 
 def under_load(port: int, names: list[str], seconds: float) -> dict[str, Any]:
+    """8 clients fetch pages while a probe asks /healthz every 20 ms, each in a process of
+    its own: as the daemon's clients are, so the probe's latency is the daemon's, not a
+    share of this process's GIL with 8 client threads."""
+    with tempfile.TemporaryDirectory(prefix="invmon-page-load-") as scratch:
+        listed = Path(scratch) / "names.json"
+        listed.write_text(json.dumps(names))
+        me = [sys.executable, str(Path(__file__).resolve())]
+        clients = subprocess.Popen(
+            [*me, "--clients", str(port), str(seconds), str(listed)], stdout=subprocess.PIPE
+        )
+        probe = subprocess.Popen([*me, "--probe", str(port), str(seconds)], stdout=subprocess.PIPE)
+        probed = json.loads(probe.communicate(timeout=seconds + 120)[0])
+        fetched = json.loads(clients.communicate(timeout=seconds + 120)[0])
+    if probe.returncode or clients.returncode:
+        raise SystemExit(f"the load processes failed: {probe.returncode}, {clients.returncode}")
+    latencies = probed["latencies"]
+    return {
+        "threads": 8,
+        "processes": "clients and probe each in a process of its own",
+        "seconds": seconds,
+        "pages_fetched": fetched["fetched"],
+        "pages_by_status": fetched["by_status"],
+        "healthz_n": len(latencies),
+        "healthz_failed": probed["failed"],
+        "healthz_p50_ms": percentile(latencies, 0.5) * 1000,
+        "healthz_p99_ms": percentile(latencies, 0.99) * 1000,
+        "healthz_max_ms": max(latencies) * 1000,
+    }
+
+
+def clients(port: int, seconds: float, names: list[str]) -> dict[str, Any]:
+    """8 client threads fetching `/` and detail pages of random invariants and windows."""
     stop = threading.Event()
     fetched = [0] * 8
     codes: list[Counter[int]] = [Counter() for _ in range(8)]
@@ -287,28 +322,25 @@ def under_load(port: int, names: list[str], seconds: float) -> dict[str, Any]:
     threads = [threading.Thread(target=client, args=(n,), daemon=True) for n in range(8)]
     for t in threads:
         t.start()
+    stop.wait(seconds)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    by_status = sum(codes, Counter())
+    return {"fetched": sum(fetched), "by_status": {str(k): v for k, v in sorted(by_status.items())}}
+
+
+def probe(port: int, seconds: float) -> dict[str, Any]:
+    """/healthz every 20 ms (its own pace), each over a fresh connection, whole response."""
     latencies: list[float] = []
-    bad = 0
+    failed = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         _first, whole, code, _ = ttfb(port, "/healthz")
         latencies.append(whole)
-        bad += code != 200
-        time.sleep(0.02)  # the probe's own pace
-    stop.set()
-    for t in threads:
-        t.join(60)
-    return {
-        "threads": 8,
-        "seconds": seconds,
-        "pages_fetched": sum(fetched),
-        "pages_by_status": {str(k): v for k, v in sorted(sum(codes, Counter()).items())},
-        "healthz_n": len(latencies),
-        "healthz_failed": bad,
-        "healthz_p50_ms": percentile(latencies, 0.5) * 1000,
-        "healthz_p99_ms": percentile(latencies, 0.99) * 1000,
-        "healthz_max_ms": max(latencies) * 1000,
-    }
+        failed += code != 200
+        time.sleep(0.02)
+    return {"latencies": latencies, "failed": failed}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,7 +351,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7, help="cold requests of each page")
     parser.add_argument("--load-seconds", type=float, default=30)
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    # The load's own processes (under_load): not for a person to call.
+    parser.add_argument("--clients", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--probe", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.clients:
+        port, seconds, listed = args.clients
+        names = json.loads(Path(listed).read_text())
+        print(json.dumps(clients(int(port), float(seconds), names)))
+        return 0
+    if args.probe:
+        print(json.dumps(probe(int(args.probe[0]), float(args.probe[1]))))
+        return 0
     result = run(args.dsn, args.invariants, args.days, args.repeat, args.load_seconds)
     if args.json:
         print(json.dumps(result, indent=2))

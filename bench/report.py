@@ -35,6 +35,12 @@ def _met(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
+def before_commit(r: dict[str, Any], section: str) -> str:
+    """Which invmon a section's "before" figures came from."""
+    at = (r.get("previous_at") or {}).get(section)
+    return str(at or (r.get("previous") or {}).get("commit", "?"))
+
+
 def _fleet_before_after(r: dict[str, Any]) -> list[str]:
     """The fleet's store work beside the run before, configuration by configuration."""
     before = r.get("previous") or {}
@@ -51,7 +57,7 @@ def _fleet_before_after(r: dict[str, Any]) -> list[str]:
         ]
         if pairs:
             lines.append(
-                f"The fleet, before (invmon at {before['commit']}) → now: "
+                f"The fleet, before (invmon at {before_commit(r, 'fleet')}) → now: "
                 + "; ".join(pairs)
                 + ".\n"
             )
@@ -65,7 +71,7 @@ def _before_after(r: dict[str, Any]) -> list[str]:
     if "startup" in before:
         b, a = before["startup"], r["startup"]
         lines.append(
-            f"Before (invmon at {before['commit']}): every command imported everything, "
+            f"Before (invmon at {before_commit(r, 'startup')}): every command imported everything, "
             f"{b['import_cli_s'] * 1000:.0f} ms for `import monitor.cli`; now "
             f"{a['import_cli_s'] * 1000:.0f} ms for the command line and, whole commands, "
             f"`--help` {a.get('help_s', 0) * 1000:.0f} ms, `lint` of one file "
@@ -81,8 +87,8 @@ def _before_after(r: dict[str, Any]) -> list[str]:
         ]
         gone = sorted(set(b) - set(a))
         lines.append(
-            f"One tick, paired median ratio to psql, before (invmon at {before['commit']}) → "
-            "now: "
+            "One tick, paired median ratio to psql, before (invmon at "
+            f"{before_commit(r, 'tick')}) → now: "
             + "; ".join(pairs)
             + "."
             + (f" Not run again this time: {', '.join(gone)} (see the run before)." if gone else "")
@@ -308,7 +314,7 @@ def _earlier(
     if not before:
         return []
     return [
-        f"The run before (invmon at {r['previous']['commit']}) → this run: "
+        f"Before (invmon at {before_commit(r, section)}) → now: "
         f"{figures(before)} → {figures(r[section])}.\n"
     ]
 
@@ -636,8 +642,13 @@ def page_section(pg: dict[str, Any]) -> list[str]:
         "503 is the page's own limit on builds at once, answered at once): p50 "
         f"{load['healthz_p50_ms']:.1f} ms, p99 {load['healthz_p99_ms']:.1f} ms, max "
         f"{load['healthz_max_ms']:.1f} ms over {load['healthz_n']:,} requests "
-        f"({load['healthz_failed']} failed). Machine load average at the end: "
-        f"{pg['load_average']:.1f}.\n"
+        f"({load['healthz_failed']} failed)"
+        + (
+            "; the clients and the probe each in a process of their own, as a daemon's are"
+            if "processes" in load
+            else "; the clients and the probe in the bench's process, sharing the server's GIL"
+        )
+        + f". Machine load average at the end: {pg['load_average']:.1f}.\n"
     )
     out.append(
         "Measured by bench/run.py's `page` section, or alone by `python bench/page.py --dsn "

@@ -607,11 +607,21 @@ def main() -> None:
         for section in measure
         if section not in reuse and section in earlier
     }
-    if results["previous"]:
-        # The run those figures came from: the sections' own when they say, not the last run's.
-        earlier_at = earlier.get("measured_at", {})
-        said = next((earlier_at[s] for s in results["previous"] if s in earlier_at), None)
-        results["previous"]["commit"] = (said or earlier["machine"])["commit"]
+    # Which invmon each "before" came from: the section's own run when it says, not the last
+    # run's. A section carried over keeps the before it had, so its before/after stays on
+    # the page until it is measured again.
+    earlier_at = earlier.get("measured_at", {})
+    results["previous_at"] = {
+        section: (earlier_at.get(section) or earlier["machine"])["commit"]
+        for section in results["previous"]
+    }
+    for section in sorted(reuse & set(measure)):
+        kept = (earlier.get("previous") or {}).get(section)
+        if kept is not None:
+            results["previous"][section] = kept
+            results["previous_at"][section] = (earlier.get("previous_at") or {}).get(
+                section, earlier["previous"].get("commit", "?")
+            )
     # Which invmon each section's figures came from: a section carried over keeps the run
     # it was measured in, so the page never dates it by the run that merely copied it.
     now = {"commit": results["machine"]["commit"], "date": results["machine"]["date"]}
