@@ -337,6 +337,7 @@ def page_summary(pg: dict[str, Any]) -> str:
         f"`/` {pg['root_ttfb_ms']['median']:,.0f} ms, detail "
         f"{pg['detail_ttfb_ms']['median']:,.0f} ms, /healthz p99 "
         f"{pg['load']['healthz_p99_ms']:.1f} ms"
+        + ("" if "processes" in pg["load"] else " (load and probe in the server's process)")
     )
 
 
