@@ -50,7 +50,7 @@ from fake_slack import TOKEN, FakeSlack  # noqa: E402
 
 from monitor.authoring.pgtemp import scratch_database  # noqa: E402
 from monitor.clock import parse_stamp  # noqa: E402
-from monitor.config import Config, HttpConfig, SlackConfig  # noqa: E402
+from monitor.config import Config, DatabaseConfig, HttpConfig, SlackConfig  # noqa: E402
 from monitor.daemon.assembly import assemble  # noqa: E402
 from monitor.store.state import StateStore  # noqa: E402
 
@@ -201,6 +201,8 @@ def run(
         config = Config(
             invariants=folder,
             http=HttpConfig(listen=None),
+            # The scratch database is the admin DSN's: a superuser, refused unless allowed.
+            database=DatabaseConfig(allow_privileged_role=True),
             slack=SlackConfig(
                 token=TOKEN,
                 api_url=fake.api_url,
