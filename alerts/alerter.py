@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 
+from alerts import bursts
 from alerts.console import ConsoleTransport
 from alerts.content import Describe, Views
 from alerts.ledger import Ledger
 from alerts.muting import Mutes
-from alerts.planned import PlannedDeliveries
+from alerts.planned import PlannedDeliveries, RecentOpenings
 from alerts.plans import (
     CHURN,
     OPENING,
@@ -137,26 +138,52 @@ class Alerter:
                 return roots
         return [self.channel(incident, event.invariant)]
 
-    def ready(self, events: Sequence[StoredEvent]) -> bool:
-        """Plan a batch once it has been quiet for `digest_window`, or is big enough for a
-        digest already, or has waited long enough: a burst of incidents arrives over a few
-        seconds and should become one message, but nothing waits unboundedly."""
+    def hold(self, events: Sequence[StoredEvent], running: Collection[str] = ()) -> bursts.Decision:
+        """Which pending events to plan now and until when the others wait at the latest,
+        decided per channel (alerts/bursts.py). `running`: the invariants with a run due or
+        in flight on this daemon, whose openings may be about to join a burst."""
         if not events:
-            return False
+            return bursts.Decision((), None)
         now = self.clock()
-        window = self.config.digest_window
-        quiet = now - max(e.created_at for e in events) >= window
-        waited = now - min(e.created_at for e in events) >= window * 6
-        openings = sum(e.kind in OPENING for e in events)
-        return quiet or waited or openings >= self.config.digest_threshold
+        incidents = self.store.incidents_by_id({e.incident_id for e in events})
+        by_channel: dict[str, list[StoredEvent]] = defaultdict(list)
+        for event in events:
+            by_channel[self.channel(incidents.get(event.incident_id), event.invariant)].append(
+                event
+            )
+        busy = {self.channel(None, name) for name in running}
+        recent: dict[str, RecentOpenings] = {}
+        if any(e.kind in OPENING for e in events):
+            interval = self.config.digest_group_interval
+            with self.store.storage.transaction() as tx:
+                recent = self.planned.recent_openings(
+                    tx, now - max(self.config.digest_window, interval)
+                )
+        rule = bursts.Rule(self.config.digest_window, self.config.digest_threshold)
+        joinable = now - self.config.digest_group_interval
+        go: list[StoredEvent] = []
+        until: datetime | None = None
+        for channel, group in by_channel.items():
+            seen = recent.get(channel, RecentOpenings(None, None))
+            known = bursts.Channel(
+                group,
+                running=channel in busy,
+                last_opening=seen.opening,
+                digest_open=seen.digest is not None and seen.digest >= joinable,
+            )
+            decision = bursts.decide(known, now, rule)
+            go.extend(decision.go)
+            if decision.held_until is not None:
+                until = decision.held_until if until is None else min(until, decision.held_until)
+        return bursts.Decision(tuple(sorted(go, key=lambda e: e.id)), until)
 
-    def plan(self, events: Sequence[StoredEvent], force: bool = False) -> list[StoredEvent]:
-        """Turn pending events into deliveries; return the events this call planned.
-        `force` plans without waiting for quiet (burst mode, shutdown)."""
-        if not events or not (force or self.ready(events)):
+    def plan(self, events: Sequence[StoredEvent]) -> list[StoredEvent]:
+        """Turn these pending events into deliveries now (`hold` chooses which may go);
+        return the events this call planned (another daemon may have planned some)."""
+        if not events:
             return []
         now = self.clock()
-        incidents = {e.incident_id: self.store.incident(e.incident_id) for e in events}
+        incidents = self.store.incidents_by_id({e.incident_id for e in events})
         quiet = {
             e.id for e in events if e.kind in ("keys_appeared", "keys_gone") and self._quiet(e, now)
         }
@@ -168,7 +195,7 @@ class Alerter:
             openings: dict[str, list[StoredEvent]] = defaultdict(list)
             for event in planned:
                 if event.kind in OPENING and event.id not in muted:
-                    incident = incidents[event.incident_id]
+                    incident = incidents.get(event.incident_id)
                     openings[self.channel(incident, event.invariant)].append(event)
             digested: set[int] = set()
             for channel, group in openings.items():
@@ -176,7 +203,7 @@ class Alerter:
                     digested.update(e.id for e in group)
             for event in planned:
                 posted = bool(self.roots.channels(tx, event.incident_id))
-                for channel in self.channels(tx, event, incidents[event.incident_id]):
+                for channel in self.channels(tx, event, incidents.get(event.incident_id)):
                     specs = plan_event(event, channel)
                     if event.id in muted:
                         specs = self.mutes.still_said(specs, posted)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,14 @@ from monitor.store.records import StoredEvent
 from monitor.store.storage import Tx
 
 _THREADED = frozenset({"post_reply", "post_detail", "upload_csv"})  # kept in order per thread
+
+
+@dataclass(frozen=True)
+class RecentOpenings:
+    """One channel's latest planned opening and latest digest, each None when none is recent."""
+
+    opening: datetime | None
+    digest: datetime | None
 
 
 class PlannedDeliveries:
@@ -147,6 +156,26 @@ class PlannedDeliveries:
             (json.dumps(merge(json.loads(locked[0][0]))), delivery_id),
         )
         return True
+
+    def recent_openings(self, tx: Tx, since: datetime) -> dict[str, RecentOpenings]:
+        """Per channel, when an opening was last planned there since `since` (a root, a
+        digest, or an incident's own message in a digest's thread), and when its latest
+        digest that did not fail was: what alerts/bursts.py needs to tell a burst arriving.
+        Read by the time rows were planned (deliveries_created), so only recent rows."""
+        found = tx.rows(
+            "SELECT channel, action, state, max(created_at) FROM deliveries"
+            " WHERE created_at >= ? AND action IN ('post_root', 'post_digest', 'post_detail')"
+            " GROUP BY channel, action, state",
+            (stamp(since),),
+        )
+        openings: dict[str, datetime] = {}
+        digests: dict[str, datetime] = {}
+        for channel, action, state, latest in found:
+            at = parse_stamp(str(latest))
+            openings[channel] = max(at, openings.get(channel, at))
+            if action == "post_digest" and state != "FAILED":
+                digests[channel] = max(at, digests.get(channel, at))
+        return {c: RecentOpenings(at, digests.get(c)) for c, at in openings.items()}
 
     def recent_digest(self, tx: Tx, channel: str, since: datetime) -> int | None:
         """The channel's latest digest planned at or after `since`, unless it failed."""

@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import timedelta
+from collections.abc import Callable, Collection
+from datetime import datetime, timedelta
 
 from alerts.alerter import Alerter
+from alerts.bursts import Decision
 from alerts.observed import DeliveryMetrics
 from monitor.clock import Clock
 from monitor.execution.rows import key_values
@@ -28,24 +30,41 @@ class DeliveryPump:
         metrics: DeliveryMetrics,
         clock: Clock,
         health: StoreHealth,
+        running: Callable[[], Collection[str]] = frozenset,
     ) -> None:
+        """`running`: the invariants with a run due or in flight on this daemon (a burst in
+        their channels may still be arriving: alerts/bursts.py)."""
         self.health = health
         self.alerter = alerter
         self.store = store
         self.metrics = metrics
         self.clock = clock
+        self.running = running
+        # Set when an alerts turn has work now (a run stored events, or ended while a batch
+        # waited for it); the alerts thread waits on it between turns (daemon/jobs.py).
+        self.woken = threading.Event()
         # One planner at a time in this process; taken without waiting (see dispatch).
         self._planning = threading.Lock()
+        # Guards `_held_until`: when the batch the last planning held goes at the latest
+        # (None: nothing held). Written by the planner, read by the threads that wake it.
+        self._held = threading.Lock()
+        self._held_until: datetime | None = None
 
     def dispatch(self, force: bool = False) -> list[StoredEvent]:
-        """Plan pending events into the ledger; returns the events planned. A burst is held
-        until quiet so it can become one digest (`force`: plan now)."""
+        """Plan pending events into the ledger; returns the events planned. A burst arriving
+        in a channel is held so it can become one digest (`force`: plan everything now)."""
         # Another thread (the alerts job or the watchdog's turn) planning now plans these
         # same events: this one goes straight on to delivering rather than wait behind it.
         if not self._planning.acquire(blocking=False):
             return []
         try:
-            planned = self.alerter.plan(self.store.pending_events(limit=1000), force)
+            pending = self.store.pending_events(limit=1000)
+            decision = Decision(tuple(pending), None)
+            if not force:
+                decision = self.alerter.hold(pending, self.running())
+            planned = self.alerter.plan(decision.go)
+            with self._held:
+                self._held_until = decision.held_until
         finally:
             self._planning.release()
         for event in planned:
@@ -75,6 +94,26 @@ class DeliveryPump:
                 },
             )
         return planned
+
+    def holding(self) -> bool:
+        """Whether the last planning held a batch back."""
+        with self._held:
+            return self._held_until is not None
+
+    def ran(self, wrote_events: bool) -> None:
+        """A run ended (stored, or not): wake the alerts turn when it wrote events, or when
+        a batch is held, which may have waited for this very run."""
+        if wrote_events or self.holding():
+            self.woken.set()
+
+    def next_turn_in(self, every: float) -> float:
+        """Seconds until the alerts turn is next needed: when the held batch goes at the
+        latest, or `every` (deliveries due later, retries) if sooner."""
+        with self._held:
+            until = self._held_until
+        if until is None:
+            return every
+        return min(every, max(0.0, (until - self.clock()).total_seconds()))
 
     def deliver(self, force: bool = False) -> int:
         """Plan what is pending, then perform the deliveries that are due."""

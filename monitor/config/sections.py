@@ -205,7 +205,10 @@ class SlackConfig(Model):
     # acknowledged, snoozed, and what resolved in the last day. Unset: none.
     daily_summary: str | None = None
     digest_threshold: int = Field(default=5, ge=2)  # this many openings at once: one digest
-    digest_window: timedelta = timedelta(seconds=2)  # quiet time that ends a burst
+    # A burst of openings in one channel is held until the channel has been quiet this long
+    # (six times this at most); a lone opening, with nothing else of its channel running,
+    # is planned as soon as its run is stored.
+    digest_window: timedelta = timedelta(seconds=2)
     # An opening this soon after its channel's digest was planned joins it (the digest is
     # edited to list it, its own message goes in the digest's thread), like Alertmanager's
     # group_interval: a burst whose last incidents open a round late is still one digest.

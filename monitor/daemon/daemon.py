@@ -9,9 +9,9 @@
     what it answers about itself    probes.Probes (/healthz, /readyz), http.Listener
     the stop and its bound          stopping.StopDeadline
 
-This module only wires them together: every second the jobs tick the timetable and pump
-deliveries, and less often they run reminders and pruning; evaluations run on each
-target's workers. Tests drive the same path without threads through `run_due(now)`
+This module only wires them together: every second the jobs tick the timetable, the alerts
+turn pumps deliveries whenever a run stored events (and at least every second), and less
+often the jobs run reminders and pruning; evaluations run on each target's workers. Tests drive the same path without threads through `run_due(now)`
 (`Scheduler.tick(now)`, then each run).
 """
 
@@ -33,7 +33,7 @@ from monitor.daemon.databases import Databases
 from monitor.daemon.evaluation import Evaluator
 from monitor.daemon.housekeeping import Housekeeping
 from monitor.daemon.http import Listener
-from monitor.daemon.jobs import Jobs, Turns
+from monitor.daemon.jobs import TICK, Jobs, Turns
 from monitor.daemon.liveness import Liveness
 from monitor.daemon.metrics import Metrics, build_info
 from monitor.daemon.probes import Probes
@@ -95,7 +95,14 @@ class Daemon:
         )
         services = Services(store, store_health, self.metrics, clock)
         self.evaluator = Evaluator(databases, config.daemon, services)
-        self.pump = DeliveryPump(alerter, store, self.metrics, clock, self.store_health)
+        self.pump = DeliveryPump(
+            alerter,
+            store,
+            self.metrics,
+            clock,
+            self.store_health,
+            running=lambda: self.scheduler.outstanding(),
+        )
         # Can alerts reach anyone? Checked at start and after a delivery fails for good.
         self.delivery = DeliveryHealth(config, alerter, self.metrics, self.store_health)
         self.interactions = Interactions(alerter, config.slack)
@@ -174,11 +181,17 @@ class Daemon:
                 self.scheduler.release(claim, self.clock())
             return None
         bound = (inv.longest_run + RUN_MARGIN).total_seconds()
+        wrote = False
         try:
             with self.liveness.busy(f"the run of {name}", bound):
-                return self.evaluator.evaluate(inv, claim)
+                evaluated = self.evaluator.evaluate(inv, claim)
+                wrote = evaluated is not None and evaluated.events > 0
+                return evaluated.result if evaluated is not None else None
         finally:
             self.scheduler.end(name, claim)
+            # After `end`: the alerts turn woken now sees this run no longer in flight, so
+            # a lone opening goes at once (alerts/bursts.py).
+            self.pump.ran(wrote)
 
     def run_due(self, now: datetime) -> list[RunResult]:
         """One turn of the timetable in this thread: evaluate what is due at `now`."""
@@ -253,6 +266,8 @@ class Daemon:
                 beat=self.beat,
                 beat_every=self.scheduler.beat_every,
                 deliver=self.deliver,
+                deliver_in=lambda: self.pump.next_turn_in(TICK.total_seconds()),
+                deliver_woken=self.pump.woken,
                 delivery_path=self.delivery.tick,
                 remind=self.housekeeping.remind,
                 prune=self.housekeeping.prune,

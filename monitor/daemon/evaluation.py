@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 
 from monitor.config import DaemonConfig, Target
@@ -18,7 +19,7 @@ from monitor.execution.quarantine import overrun, version_of
 from monitor.execution.results import RunResult
 from monitor.invariants.loader import Invariant
 from monitor.store.claims import Claim, LostClaim
-from monitor.store.records import IncidentContext
+from monitor.store.records import IncidentContext, StoredEvent
 
 log = logging.getLogger("invmon.daemon")
 
@@ -26,6 +27,12 @@ log = logging.getLogger("invmon.daemon")
 def context_of(inv: Invariant, target: Target | None = None) -> IncidentContext:
     """What an incident opened by this invariant keeps of its file and of its target."""
     return IncidentContext.of(inv.header, inv.severity, inv.target, target)
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    result: RunResult
+    events: int  # the events storing it wrote: the alerts turn is woken for them
 
 
 class Evaluator:
@@ -40,7 +47,7 @@ class Evaluator:
         self.store, self.health = services.store, services.health
         self.metrics, self.clock = services.metrics, services.clock
 
-    def evaluate(self, inv: Invariant, claim: Claim | None = None) -> RunResult | None:
+    def evaluate(self, inv: Invariant, claim: Claim | None = None) -> Evaluated | None:
         """Run and store one evaluation; None when `claim` was taken over meanwhile (another
         daemon stores that slot's run, so this one is dropped). A run that overran its
         timeout quarantines the invariant (quarantine.py)."""
@@ -51,9 +58,10 @@ class Evaluator:
         reason = overrun(took, inv, self.settings.overrun_margin)
         if reason is not None:
             self.quarantine(inv, reason)
+        events: list[StoredEvent] = []
         with self.health.guard(f"recording a run of {inv.name}"):
             try:
-                self.store.record_run(
+                events = self.store.record_run(
                     inv.name,
                     result,
                     finished,
@@ -83,7 +91,7 @@ class Evaluator:
                 }
             },
         )
-        return result
+        return Evaluated(result, len(events))
 
     def quarantine(self, inv: Invariant, reason: str) -> None:
         log.error(

@@ -1,6 +1,8 @@
-"""The threads that turn the daemon: an APScheduler background scheduler with one job per
-recurring turn (the timetable's tick, the fleet's heartbeat, alerts, reminders, the daily
-summary, pruning), and a stop that is bounded where APScheduler's own wait is not.
+"""The threads that turn the daemon: a loop of its own for the alerts turn, whose moment is
+signalled (a run stored events), an APScheduler background scheduler with one job per other
+recurring turn (the timetable's tick, the fleet's heartbeat, the check of the alert path,
+reminders, the daily summary, pruning), and a stop that is bounded where APScheduler's own
+wait is not.
 
 A shell: it only calls the turns it is given, on the wall clock (APScheduler's own time).
 What each turn does lives with its owner (daemon, scheduling, alerts).
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,7 +26,7 @@ from monitor.store.claims import CLAIMS_PRUNED_EVERY
 
 log = logging.getLogger("invmon.daemon")
 
-TICK = timedelta(seconds=1)
+TICK = timedelta(seconds=1)  # the tick's period, and the longest a loop waits between turns
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class Turns:
     beat: Callable[[], object]  # the fleet's heartbeat, every `beat_every`
     beat_every: timedelta
     deliver: Callable[[], object]  # the alerts turn
+    deliver_in: Callable[[], float]  # seconds until a held batch goes (alerts/pump.py)
+    deliver_woken: threading.Event  # set when a run stored events (alerts/pump.py)
     delivery_path: Callable[[], object]  # can alerts reach anyone (DeliveryHealth.tick)
     remind: Callable[[], object]  # every minute
     prune: Callable[[], object]  # every six hours, and at start
@@ -42,21 +47,90 @@ class Turns:
     daily_summary: str | None  # "HH:MM" UTC, or no summary
 
 
-class Jobs:
-    """The background scheduler, once started; `running` is what /healthz reads."""
+class Loop:
+    """One turn after another on a thread of its own: after each turn it waits as long as
+    `next_in` says (between `shortest` and `every` seconds), or less when `woken` is set.
+    An APScheduler interval job comes only once a period, and a job that is due again while
+    it still runs is skipped (max_instances), where a woken loop just turns again."""
 
-    def __init__(self) -> None:
-        self._scheduler: BackgroundScheduler | None = None
+    def __init__(
+        self,
+        name: str,
+        turn: Callable[[], object],
+        next_in: Callable[[], float],
+        woken: threading.Event,
+        every: timedelta = TICK,
+        shortest: timedelta = timedelta(0),
+    ) -> None:
+        self.name = name
+        self.turn = turn
+        self.next_in = next_in
+        self.woken = woken
+        self.every = every.total_seconds()
+        self.shortest = shortest.total_seconds()
+        self._halted = threading.Event()  # no turn starts once set
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     @property
     def running(self) -> bool:
-        return self._scheduler is not None and bool(self._scheduler.running)
+        """Turning, or halted on purpose; False when its thread ended on its own."""
+        return self._thread.is_alive() or self._halted.is_set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def halt(self) -> None:
+        """No new turn from now on; a turn under way goes on."""
+        self._halted.set()
+        self.woken.set()
+
+    def join(self, seconds: float) -> bool:
+        """Whether the turn under way (if any) ended within `seconds`."""
+        if self._thread.is_alive():
+            self._thread.join(max(0.0, seconds))
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._halted.is_set():
+            # Cleared before the turn: a wake during it brings the next turn at once.
+            self.woken.clear()
+            try:
+                self.turn()
+            except Exception:  # as APScheduler does with a job: said, and turned again
+                log.exception("the %s turn failed", self.name)
+            self.woken.wait(self._wait())
+
+    def _wait(self) -> float:
+        try:
+            wanted = float(self.next_in())
+        except Exception:
+            log.exception("the %s loop could not tell when its next turn is", self.name)
+            wanted = self.every
+        return min(self.every, max(self.shortest, wanted))
+
+
+class Jobs:
+    """The loops and the background scheduler, once started; `running` is what /healthz
+    reads."""
+
+    def __init__(self) -> None:
+        self._scheduler: BackgroundScheduler | None = None
+        self._loops: list[Loop] = []
+
+    @property
+    def running(self) -> bool:
+        return (
+            self._scheduler is not None
+            and bool(self._scheduler.running)
+            and all(loop.running for loop in self._loops)
+        )
 
     def start(self, turns: Turns) -> None:
         scheduler = BackgroundScheduler(
             timezone=UTC,
-            # Ticking, delivering and housekeeping each have a thread, so a slow Slack never
-            # delays an evaluation and the heartbeat ticks even when every worker is busy.
+            # Ticking, the fleet, the alerts' other turns and housekeeping each have a thread
+            # (and the alerts turn a loop, below), so a slow Slack never delays an evaluation
+            # and the heartbeat ticks even when every worker is busy.
             executors={
                 "ticks": JobExecutor(1),
                 "fleet": JobExecutor(1),
@@ -78,7 +152,6 @@ class Jobs:
         beat_every = IntervalTrigger(seconds=turns.beat_every.total_seconds())
         add(turns.tick, every_second, "tick", "ticks", at_once=True)
         add(turns.beat, beat_every, "beat", "fleet", at_once=True)
-        add(turns.deliver, every_second, "deliver", "alerts", at_once=True)
         add(turns.delivery_path, every_second, "delivery_path", "alerts", at_once=True)
         add(turns.remind, IntervalTrigger(minutes=1), "remind", "alerts", at_once=False)
         if turns.daily_summary:
@@ -90,15 +163,30 @@ class Jobs:
         add(turns.prune_claims, claims_every, "prune_claims", "housekeeping", at_once=True)
         scheduler.start()
         self._scheduler = scheduler
+        # The alerts turn comes when a run stored events (or a held batch is due to go)
+        # rather than at the next second of a grid; at least once a second still.
+        self._loops = [
+            Loop("invmon-alerts", turns.deliver, turns.deliver_in, turns.deliver_woken, TICK),
+        ]
+        for loop in self._loops:
+            loop.start()
 
     def pause(self) -> None:
         """No new job from now on; the ones under way go on (a stop, or a test's hook)."""
+        for loop in self._loops:
+            loop.halt()
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.pause()
 
     def stop(self, seconds: float) -> None:
         """Shut the scheduler down, waiting at most `seconds` for a job under way (a tick,
         an alerts turn inside a Slack call): APScheduler's own wait has no bound."""
+        deadline = time.monotonic() + seconds
+        for loop in self._loops:
+            loop.halt()
+        for loop in self._loops:
+            if not loop.join(deadline - time.monotonic()):
+                log.warning("the %s turn was still running into the stop; leaving it", loop.name)
         scheduler = self._scheduler
         if scheduler is None or not scheduler.running:
             return
@@ -106,7 +194,7 @@ class Jobs:
             target=scheduler.shutdown, kwargs={"wait": True}, name="invmon-stop", daemon=True
         )
         done.start()
-        done.join(seconds)
+        done.join(max(0.0, deadline - time.monotonic()))
         if done.is_alive():
             log.warning(
                 "a scheduler job was still running %.0fs into the stop; leaving it", seconds

@@ -166,6 +166,12 @@ class Scheduler:
         for claim in self.queued():
             self.release(claim, now)
 
+    def outstanding(self) -> set[str]:
+        """The invariants whose runs this daemon started or holds a claim for, not yet
+        stored: their openings may be about to join a burst (alerts/bursts.py)."""
+        with self._lock:
+            return set(self._in_flight) | set(self._holding)
+
     def holding(self) -> dict[str, Claim]:
         with self._lock:
             return dict(self._holding)

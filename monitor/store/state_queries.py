@@ -4,7 +4,7 @@ typed records. StateStore (state.py) adds what changes them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -102,6 +102,14 @@ class StateQueries:
     def incident(self, incident_id: int) -> Incident | None:
         found = self._incidents("WHERE id = ?", (incident_id,))
         return found[0] if found else None
+
+    def incidents_by_id(self, ids: Collection[int]) -> dict[int, Incident]:
+        """Several incidents by id in one query (planning reads those of its pending events)."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        marks = ", ".join("?" for _ in wanted)
+        return {i.id: i for i in self._incidents(f"WHERE id IN ({marks})", wanted)}
 
     def incidents(
         self, invariant: str | None = None, limit: int = 20, targets: Sequence[str] = ()

@@ -35,6 +35,7 @@ def test_a_removed_file_closes_its_incident_in_its_own_thread(world: World) -> N
         daemon = world.daemon(fake, routes={"severity": {"critical": "#payments"}})
         script(world, daemon, 0)
         settle(daemon, world.clock, "opened")
+        world.clock.advance(2)  # open for 2s when its file goes
         (world.folder / "bad_items.sql").unlink()
         daemon.reload()
         settle(daemon, world.clock, "retired")

@@ -458,6 +458,7 @@ def test_the_daily_summary_after_a_removal_lists_it_as_retired(world: World) -> 
         daemon = world.daemon(fake)
         script(world, daemon, 0)
         settle(daemon, world.clock, "opened")
+        world.clock.advance(2)  # open for 2s when its file goes
         (world.folder / "bad_items.sql").unlink()
         daemon.reload()
         settle(daemon, world.clock, "retired")

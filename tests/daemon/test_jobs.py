@@ -1,0 +1,67 @@
+"""The loops that turn the alerts (and the tick): a turn when woken, not a period later, and
+a halt that lets the turn under way end and starts no other."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from helpers import wait_for
+
+from monitor.daemon.jobs import Loop
+
+HOUR = timedelta(hours=1)
+
+
+def test_a_woken_loop_turns_again_at_once_not_a_period_later() -> None:
+    turns: list[int] = []
+    woken = threading.Event()
+    # Its period is an hour: only the wake can bring the second turn within the deadline.
+    loop = Loop("test-loop", lambda: turns.append(len(turns)), lambda: 3600.0, woken, HOUR)
+    loop.start()
+    wait_for(lambda: turns == [0], 10, "the first turn, at start")
+    woken.set()
+    wait_for(lambda: turns == [0, 1], 10, "a turn when woken")
+    loop.halt()
+    assert loop.join(10)
+    assert turns == [0, 1]
+    assert loop.running  # halted on purpose: not a loop that died
+
+
+def test_a_turn_that_fails_is_said_and_the_loop_turns_again() -> None:
+    turns: list[int] = []
+    woken = threading.Event()
+
+    def turn() -> None:
+        turns.append(len(turns))
+        if len(turns) == 1:
+            raise RuntimeError("the first turn fails")
+
+    loop = Loop("test-loop", turn, lambda: 3600.0, woken, HOUR)
+    loop.start()
+    wait_for(lambda: turns == [0], 10, "the failing turn")
+    woken.set()
+    wait_for(lambda: turns == [0, 1], 10, "the next turn")
+    loop.halt()
+    assert loop.join(10)
+
+
+def test_a_halt_lets_the_turn_under_way_end_and_starts_no_other() -> None:
+    inside = threading.Event()
+    release = threading.Event()
+    turns: list[int] = []
+    woken = threading.Event()
+
+    def turn() -> None:
+        turns.append(len(turns))
+        inside.set()
+        release.wait(10)
+
+    loop = Loop("test-loop", turn, lambda: 0.0, woken, HOUR)
+    loop.start()
+    assert inside.wait(10)
+    loop.halt()
+    assert not loop.join(0)  # the turn is still under way
+    release.set()
+    assert loop.join(10)
+    assert turns == [0]
