@@ -9,15 +9,17 @@
     what it answers about itself    probes.Probes (/healthz, /readyz), http.Listener
     the stop and its bound          stopping.StopDeadline
 
-This module only wires them together: every second the jobs tick the timetable, the alerts
-turn pumps deliveries whenever a run stored events (and at least every second), and less
-often the jobs run reminders and pruning; evaluations run on each target's workers. Tests drive the same path without threads through `run_due(now)`
-(`Scheduler.tick(now)`, then each run).
+This module only wires them together: the tick starts each slot when it is due, the alerts
+turn pumps deliveries whenever a run stored events (each at least every second), and less
+often the jobs run reminders and pruning; evaluations run on each target's workers. Tests
+drive the same path without threads through `run_due(now)` (`Scheduler.tick(now)`, then
+each run).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -121,7 +123,8 @@ class Daemon:
         self.signals = signals or SignalLoop()
         self.liveness = Liveness()
         self.supervisor = Supervisor(self.liveness, Notifier())
-        self.jobs = Jobs()  # APScheduler: the threads that turn it
+        self.jobs = Jobs()  # APScheduler and two loops: the threads that turn it
+        self._tick_woken = threading.Event()  # the tick loop turns at once when set
         self.probes = Probes(
             config,
             services,
@@ -167,7 +170,8 @@ class Daemon:
         with self.liveness.busy("a reload of the invariants", RELOAD_LIMIT.total_seconds()):
             change = self.reloader.reload()
             self.evaluator.lift_changed_quarantines(self.invariants)
-            return change
+        self._tick_woken.set()  # a new file is due at once: the tick need not wait for it
+        return change
 
     # --- evaluating ----------------------------------------------------------------------
 
@@ -209,6 +213,11 @@ class Daemon:
         for inv, reason in self.scheduler.overdue(self.clock(), self.config.daemon.overrun_margin):
             self.evaluator.quarantine(inv, reason)
         return self._start(self.scheduler.tick(self.clock()))
+
+    def _next_tick_in(self) -> float:
+        """Seconds until the timetable's next start (the tick loop's wait, jobs.py)."""
+        at = self.scheduler.next_tick()
+        return TICK.total_seconds() if at is None else (at - self.clock()).total_seconds()
 
     def beat(self) -> list[Future[RunResult | None]]:
         """The fleet's turn (every third of a lease): heartbeat, then run what was taken over."""
@@ -263,6 +272,8 @@ class Daemon:
         self.jobs.start(
             Turns(
                 tick=self.tick,
+                tick_in=self._next_tick_in,
+                tick_woken=self._tick_woken,
                 beat=self.beat,
                 beat_every=self.scheduler.beat_every,
                 deliver=self.deliver,

@@ -66,9 +66,14 @@ class Queue:
             del self._waiting[item.name]
 
     def keep_only(self, names: Collection[str]) -> None:
-        """Forget the slots of invariants no longer loaded."""
-        for name in set(self._waiting) - set(names):
+        """Forget the slots of invariants no longer loaded. (At every tick: it looks at the
+        slots waiting, not at every name loaded.)"""
+        for name in [n for n in self._waiting if n not in names]:
             del self._waiting[name]
+
+    def next_try(self) -> datetime | None:
+        """When the earliest slot waiting here is to be tried; None when none waits."""
+        return min((w.try_at for w in self._waiting.values()), default=None)
 
     def __len__(self) -> int:
         return len(self._waiting)

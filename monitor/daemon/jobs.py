@@ -1,8 +1,8 @@
-"""The threads that turn the daemon: a loop of its own for the alerts turn, whose moment is
-signalled (a run stored events), an APScheduler background scheduler with one job per other
-recurring turn (the timetable's tick, the fleet's heartbeat, the check of the alert path,
-reminders, the daily summary, pruning), and a stop that is bounded where APScheduler's own
-wait is not.
+"""The threads that turn the daemon: two loops of their own for the turns whose moment is
+known or signalled (the timetable's tick, when its next slot starts; the alerts turn, when a
+run stored events), an APScheduler background scheduler with one job per other recurring
+turn (the fleet's heartbeat, the check of the alert path, reminders, the daily summary,
+pruning), and a stop that is bounded where APScheduler's own wait is not.
 
 A shell: it only calls the turns it is given, on the wall clock (APScheduler's own time).
 What each turn does lives with its owner (daemon, scheduling, alerts).
@@ -26,7 +26,11 @@ from monitor.store.claims import CLAIMS_PRUNED_EVERY
 
 log = logging.getLogger("invmon.daemon")
 
-TICK = timedelta(seconds=1)  # the tick's period, and the longest a loop waits between turns
+TICK = timedelta(seconds=1)  # the longest a loop waits between two turns
+# The shortest wait between two ticks. A slot starts at most this late past its moment (on a
+# grid of one second, up to a second late), and the tick's own store read (the quarantine
+# list, when something is due) comes at most ten times a second however many slots are due.
+SHORTEST_TICK = timedelta(milliseconds=100)
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,8 @@ class Turns:
     """What the jobs call, and how often where it is not every second."""
 
     tick: Callable[[], object]  # the timetable: start what is due
+    tick_in: Callable[[], float]  # seconds until the timetable's next start
+    tick_woken: threading.Event  # set when the timetable changed (a reload)
     beat: Callable[[], object]  # the fleet's heartbeat, every `beat_every`
     beat_every: timedelta
     deliver: Callable[[], object]  # the alerts turn
@@ -128,11 +134,10 @@ class Jobs:
     def start(self, turns: Turns) -> None:
         scheduler = BackgroundScheduler(
             timezone=UTC,
-            # Ticking, the fleet, the alerts' other turns and housekeeping each have a thread
-            # (and the alerts turn a loop, below), so a slow Slack never delays an evaluation
-            # and the heartbeat ticks even when every worker is busy.
+            # The fleet, the alerts' other turns and housekeeping each have a thread (and the
+            # tick and the alerts turn a loop each, below), so a slow Slack never delays an
+            # evaluation and the heartbeat ticks even when every worker is busy.
             executors={
-                "ticks": JobExecutor(1),
                 "fleet": JobExecutor(1),
                 "alerts": JobExecutor(1),
                 "housekeeping": JobExecutor(1),
@@ -150,7 +155,6 @@ class Jobs:
             scheduler.add_job(turn, trigger, id=job, next_run_time=first, executor=executor)
 
         beat_every = IntervalTrigger(seconds=turns.beat_every.total_seconds())
-        add(turns.tick, every_second, "tick", "ticks", at_once=True)
         add(turns.beat, beat_every, "beat", "fleet", at_once=True)
         add(turns.delivery_path, every_second, "delivery_path", "alerts", at_once=True)
         add(turns.remind, IntervalTrigger(minutes=1), "remind", "alerts", at_once=False)
@@ -163,9 +167,11 @@ class Jobs:
         add(turns.prune_claims, claims_every, "prune_claims", "housekeeping", at_once=True)
         scheduler.start()
         self._scheduler = scheduler
-        # The alerts turn comes when a run stored events (or a held batch is due to go)
-        # rather than at the next second of a grid; at least once a second still.
+        # The tick comes when the timetable's next slot starts, and the alerts turn when a
+        # run stored events (or a held batch is due to go), rather than at the next second
+        # of a grid; each at least once a second still.
         self._loops = [
+            Loop("invmon-tick", turns.tick, turns.tick_in, turns.tick_woken, TICK, SHORTEST_TICK),
             Loop("invmon-alerts", turns.deliver, turns.deliver_in, turns.deliver_woken, TICK),
         ]
         for loop in self._loops:

@@ -99,6 +99,15 @@ class Scheduler:
                     won.append(claim)
         return won
 
+    def next_tick(self) -> datetime | None:
+        """When the next turn has something to do: the timetable's next start, or a slot
+        waiting for another daemon to take it (`handoff`); None when nothing is loaded.
+        Slots due while their invariant still runs are tried again at the turns in
+        between, which come at least once a second (jobs.py)."""
+        with self._lock:
+            times = [t for t in (self.timetable.next_start(), self.queue.next_try()) if t]
+        return min(times, default=None)
+
     def heartbeat(self, now: datetime) -> list[Claim]:
         """Say this daemon is alive, renew the leases of its runs in flight, learn who else
         is, and take over the slots of daemons that stopped renewing theirs."""

@@ -15,6 +15,7 @@ Missed slots are not caught up: a run that starts late evaluates the latest slot
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -84,11 +85,27 @@ class _Entry:
 
 
 class Timetable:
-    """What is due when. Not thread-safe: its owner serialises calls."""
+    """What is due when. Not thread-safe: its owner serialises calls.
+
+    The entries are kept in a heap by start time as well, so a turn costs what is due, not
+    the number of invariants: the daemon ticks when the next start comes (jobs.py), up to
+    ten times a second, rather than once a second over every entry."""
 
     def __init__(self, max_jitter: timedelta) -> None:
         self.max_jitter = max_jitter
         self._entries: dict[str, _Entry] = {}
+        # (run_at, name) of every entry, and of entries since replaced: an item whose
+        # run_at is no longer its entry's is stale, skipped when it comes to the top.
+        self._heap: list[tuple[datetime, str]] = []
+        # Due, but their run was still in flight at the last turn: tried at every turn.
+        self._deferred: set[str] = set()
+
+    def _put(self, name: str, entry: _Entry) -> None:
+        self._entries[name] = entry
+        heapq.heappush(self._heap, (entry.run_at, name))
+        if len(self._heap) > 2 * len(self._entries) + 64:  # replaced entries pile up
+            self._heap = [(e.run_at, n) for n, e in self._entries.items()]
+            heapq.heapify(self._heap)
 
     def sync(self, schedules: Mapping[str, Schedule], now: datetime) -> None:
         """Follow the loaded invariants: a new one is due now (its first run happens at
@@ -96,12 +113,14 @@ class Timetable:
         slot; a removed one is dropped."""
         for name in set(self._entries) - set(schedules):
             del self._entries[name]
+            self._deferred.discard(name)
         for name, schedule in schedules.items():
             entry = self._entries.get(name)
             if entry is None:
-                self._entries[name] = _Entry(schedule, latest_slot(schedule, now), now)
+                self._put(name, _Entry(schedule, latest_slot(schedule, now), now))
             elif entry.schedule != schedule:
-                self._entries[name] = self._after(name, schedule, now)
+                self._deferred.discard(name)
+                self._put(name, self._after(name, schedule, now))
 
     def _after(self, name: str, schedule: Schedule, moment: datetime) -> _Entry:
         slot = next_slot(schedule, moment)
@@ -111,14 +130,35 @@ class Timetable:
         """Every invariant whose start time has come and that is not running, with the slot
         it evaluates (the latest one: missed slots are coalesced); each is then scheduled
         for its next slot."""
+        ready = [n for n in self._deferred if n not in busy]
+        self._deferred.difference_update(ready)
+        while self._heap and self._heap[0][0] <= now:
+            run_at, name = heapq.heappop(self._heap)
+            entry = self._entries.get(name)
+            if entry is None or entry.run_at != run_at:
+                continue  # removed, or rescheduled since
+            if name in busy:
+                self._deferred.add(name)
+            else:
+                ready.append(name)
         started = []
-        for name, entry in sorted(self._entries.items()):
-            if entry.run_at > now or name in busy:
-                continue
+        for name in sorted(set(ready)):
+            entry = self._entries[name]
             slot = max(entry.next_slot, latest_slot(entry.schedule, now))
             started.append(Due(name, slot))
-            self._entries[name] = self._after(name, entry.schedule, slot)
+            self._put(name, self._after(name, entry.schedule, slot))
         return started
+
+    def next_start(self) -> datetime | None:
+        """When the earliest entry not yet due starts; None when there is none. (Those due
+        but still running wait for their run to end: tried at every turn.)"""
+        while self._heap:
+            run_at, name = self._heap[0]
+            entry = self._entries.get(name)
+            if entry is not None and entry.run_at == run_at and name not in self._deferred:
+                return run_at
+            heapq.heappop(self._heap)  # stale, or deferred (it is back once it runs)
+        return None
 
     def next_run(self, name: str) -> datetime | None:
         entry = self._entries.get(name)

@@ -10,6 +10,7 @@ from helpers import invariant
 
 from monitor.clock import utc_now
 from monitor.config import DaemonConfig
+from monitor.daemon.fleet import preferred
 from monitor.daemon.metrics import Metrics
 from monitor.daemon.scheduling import Scheduler
 from monitor.daemon.services import Services
@@ -112,3 +113,23 @@ def test_a_run_far_past_its_timeout_is_reported_overdue_once(store: StateStore) 
         "the database is not stopping it",
     )
     assert loop.overdue(START + timedelta(minutes=5), margin) == []  # said once
+
+
+def test_the_next_tick_is_the_next_start_or_a_slot_waiting_for_another_daemon(
+    store: StateStore,
+) -> None:
+    """The tick loop waits until then (jobs.py): the timetable's next start, or the moment a
+    slot another daemon should take is tried here (`handoff`)."""
+    loop = scheduler(store)
+    assert loop.next_tick() is None  # nothing loaded
+    loop.members = {loop.me, "elsewhere"}
+    name = next(
+        n for n in (f"inv{i}" for i in range(100)) if preferred(n, START, loop.members) != loop.me
+    )
+    loop.install({name: every_minute(name)}, START)
+    assert loop.next_tick() == START  # due at once
+    assert loop.tick(START) == []  # the other daemon's to take first
+    assert loop.next_tick() == START + loop.settings.handoff
+    [claim] = loop.tick(START + loop.settings.handoff)
+    assert (claim.invariant, claim.slot) == (name, START)
+    assert loop.next_tick() == START + timedelta(minutes=1)

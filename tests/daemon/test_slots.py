@@ -114,3 +114,27 @@ def test_jitter_0s_turns_it_off_and_a_negative_one_is_refused_naming_the_key() -
         "invmon.yaml: field 'daemon.jitter': a duration must be 0 (off) or more and under "
         "100 years, got -5"
     )
+
+
+def test_the_timetable_says_when_its_next_start_is_and_a_running_one_is_tried_apart() -> None:
+    """The daemon ticks when the next start comes (jobs.py), so the timetable says when
+    that is; an invariant due while its run is in flight is not a start to wait for: it is
+    tried at every turn until its run ends, then runs its latest slot."""
+    table = Timetable(max_jitter=timedelta(0))
+    assert table.next_start() is None
+    table.sync({"a": parse_schedule("every 1m"), "b": parse_schedule("every 5m")}, T0)
+    assert table.next_start() == T0  # new: due at once
+    assert [d.name for d in table.due(T0)] == ["a", "b"]
+    minute = datetime(2026, 11, 30, 12, 8, tzinfo=UTC)
+    assert table.next_start() == minute
+    assert table.due(minute, busy={"a"}) == []
+    assert table.next_start() == datetime(2026, 11, 30, 12, 10, tzinfo=UTC)  # b's
+    assert [(d.name, d.slot) for d in table.due(minute + timedelta(seconds=3))] == [("a", minute)]
+    assert table.next_start() == minute + timedelta(minutes=1)
+    # A schedule changed many times leaves stale items behind; none of them is due.
+    five = parse_schedule("every 5m")
+    for n in range(200):
+        table.sync({"a": parse_schedule(f"every {n % 7 + 1}m"), "b": five}, T0)
+    late = T0 + timedelta(hours=1)
+    assert sorted(d.name for d in table.due(late)) == ["a", "b"]
+    assert table.due(late) == []
