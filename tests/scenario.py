@@ -155,8 +155,11 @@ def crash(daemon: Daemon, fake: FakeSlack, rng: random.Random) -> None:
     if state == "PENDING" and delivery.action in ("post_root", "post_reply") and rng.random() < 0.7:
         with contextlib.suppress(TransportError):
             daemon.alerter.worker._perform(delivery)  # the effect lands...
-        # ...and the worker dies before recording it: the claim stays as it was.
+        # ...and the worker dies before recording it: the claim stays as it was, and what
+        # the ledger counted of it (alerts/ledger.py, count_sent) is undone with it.
         with daemon.store.storage.transaction() as tx:
+            if tx.rows("SELECT state FROM deliveries WHERE id = ?", (delivery.id,)) == [("SENT",)]:
+                tx.run("UPDATE delivery_counts SET n = n - 1 WHERE state = 'SENT'")
             tx.run(
                 "UPDATE deliveries SET state = 'UNKNOWN', lease_owner = 'doomed-worker',"
                 " lease_until = ? WHERE id = ?",

@@ -55,8 +55,11 @@ def test_a_new_store_has_every_table_of_the_schema_files_and_nothing_but_its_ver
     report = inspect(store.storage)
     assert tables_in(store.storage) == list(invmon_tables())
     assert report.rows == {name: 0 for name in invmon_tables()} | {
-        "invmon_schema": schema_version()
+        "invmon_schema": schema_version(),
+        "delivery_counts": 1,  # the ledger's SENT deliveries: none yet (alerts/ledger.py)
     }
+    with store.storage.transaction() as tx:
+        assert tx.rows("SELECT state, n FROM delivery_counts") == [("SENT", 0)]
     assert (report.schema_version, report.known_version) == (schema_version(), schema_version())
     assert (report.pending, report.too_new) == (0, False)
     assert (report.oldest_run, report.newest_run) == (None, None)

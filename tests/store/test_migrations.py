@@ -4,11 +4,17 @@ and every step applied on both stores (the `store` fixture opens each at the new
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import monitor.store
+from alerts.ledger import Ledger
+from monitor.authoring.pgtemp import scratch_database
 from monitor.store.migrations import migrations, statements
 from monitor.store.state import StateStore
+from monitor.store.storage import PostgresStorage, SqliteStorage, migrate
 
 SCHEMA = Path(monitor.store.__file__).parent / "schema"
 SQLITE = ("INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER", "REAL")
@@ -37,3 +43,39 @@ def test_a_new_store_is_at_the_newest_schema_version(store: StateStore) -> None:
     with store.storage.transaction() as tx:
         versions = [int(v) for (v,) in tx.rows("SELECT version FROM invmon_schema ORDER BY 1")]
     assert versions == list(range(1, len(migrations(*SQLITE)) + 1))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def bare_storage(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[SqliteStorage | PostgresStorage]:
+    """A store no migration has touched yet."""
+    if request.param == "sqlite":
+        storage: SqliteStorage | PostgresStorage = SqliteStorage(tmp_path / "state.db")
+        yield storage
+        storage.close()
+        return
+    with scratch_database(request.getfixturevalue("admin_dsn")) as dsn:
+        storage = PostgresStorage(dsn)
+        yield storage
+        storage.close()
+
+
+def test_the_sent_count_starts_from_the_deliveries_a_store_already_holds(
+    bare_storage: SqliteStorage | PostgresStorage,
+) -> None:
+    """Migration 0016: the ledger's counts read the SENT count it keeps from then on, so it
+    starts from what was SENT when migrated."""
+    storage = bare_storage
+    migrate(storage, storage.migrations[:15])
+    with storage.transaction() as tx:
+        for n, state in enumerate(["SENT", "SENT", "FAILED", "SENT", "PENDING"]):
+            tx.run(
+                "INSERT INTO deliveries (idem_key, invariant, channel, action, state,"
+                " next_attempt_at, created_at, updated_at) VALUES (?, 'inv', '#c', 'post_root',"
+                " ?, '2026-11-01T00:00:00.000000Z', '2026-11-01T00:00:00.000000Z',"
+                " '2026-11-01T00:00:00.000000Z')",
+                (f"key-{n}", state),
+            )
+    migrate(storage, storage.migrations)
+    assert Ledger(storage).counts() == {"SENT": 3, "FAILED": 1, "PENDING": 1}
