@@ -41,6 +41,7 @@ from monitor.store.storage import Tx
 
 log = logging.getLogger("invmon.alerts")
 DAY = timedelta(days=1)
+PRUNE_BATCH = 500  # deliveries removed per transaction
 
 
 def summary_group(incident: Incident, now: datetime) -> str:
@@ -358,6 +359,22 @@ class Alerter:
                     self.planned.enqueue(tx, None, "(summary)", None, channel, [spec], now)
                 )
         return queued
+
+    def prune(self, before: datetime) -> int:
+        """Remove the finished deliveries nothing needs any more (alerts/ledger.py says
+        which), finished before `before` and at least a day ago whatever the retention (a
+        daily summary's key is its day), with the alert_roots rows of the threads they
+        rooted; in batches, each its own transaction. Returns how many went."""
+        cutoff = min(before, self.clock() - DAY)
+        removed = 0
+        after: int | None = 0
+        while after is not None:
+            with self.store.storage.transaction() as tx:
+                doomed, after = self.ledger.prunable(tx, cutoff, after, PRUNE_BATCH)
+                self.roots.forget(tx, [i for i, _ in doomed])
+                self.ledger.delete(tx, doomed)
+            removed += len(doomed)
+        return removed
 
     def deliver(self) -> int:
         self.mutes.release(self.clock())

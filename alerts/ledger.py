@@ -55,6 +55,38 @@ _READY = (
 )
 
 
+# Pruning, after state.retention. A finished row (SENT or FAILED) may go once it finished
+# before the cutoff and is of no incident (a daily summary) or of one that closed before the
+# cutoff with no event still to plan: nothing will be planned about it again, so none of its
+# idempotency keys can come back (an open incident's reminders are keyed by their number,
+# and its thread needs its root). Each `?` is the cutoff.
+def _done(row: str) -> str:
+    return (
+        f"{row}.state IN ('SENT', 'FAILED') AND {row}.updated_at < ?"
+        f" AND ({row}.incident_id IS NULL OR EXISTS ("
+        f"SELECT 1 FROM incidents i WHERE i.id = {row}.incident_id AND i.resolved_at < ?"
+        " AND NOT EXISTS (SELECT 1 FROM events e WHERE e.incident_id = i.id"
+        " AND e.dispatched_at IS NULL)))"
+    )
+
+
+# The candidates, in id order from where the last batch stopped: each row is looked at once
+# however many batches a prune takes.
+_CANDIDATES = (
+    f"SELECT d.id, d.state FROM deliveries d WHERE d.id > ? AND {_done('d')} ORDER BY d.id LIMIT ?"
+)
+# Of the candidates (`{ids}`), those something kept still needs: a row threaded under them
+# that is not done, or an incident open (or closed after the cutoff) whose thread they root
+# (a digest roots each incident it lists). Looked up by root, one candidate at a time
+# (deliveries_root, alert_roots_by_delivery), not over the whole ledger.
+_STILL_ROOTS = (
+    "SELECT c.root_id FROM deliveries c WHERE c.root_id IN ({ids})"
+    f" AND NOT ({_done('c')})"
+    " UNION SELECT r.delivery_id FROM alert_roots r JOIN incidents i ON i.id = r.incident_id"
+    " WHERE r.delivery_id IN ({ids}) AND (i.resolved_at IS NULL OR i.resolved_at >= ?)"
+)
+
+
 def count_sent(tx: Tx, change: int) -> None:
     """Rows became SENT, or SENT rows were pruned: the count `counts` reads, changed in the
     same transaction. Taken last in it, after any deliveries row, as every writer does, so
@@ -282,6 +314,35 @@ class Ledger:
         if sent and int(sent[0][0]):
             found["SENT"] = int(sent[0][0])
         return found
+
+    # --- pruning (alerts/alerter.py's prune, with alert_roots) ----------------------------
+
+    def prunable(
+        self, tx: Tx, before: datetime, after: int, limit: int
+    ) -> tuple[list[tuple[int, str]], int | None]:
+        """Of the next `limit` finished rows past id `after` that may go (see _done), those
+        nothing kept still needs, as (id, state); and the last id looked at, None when no
+        row is left past it."""
+        cutoff = stamp(before)
+        found = tx.rows(_CANDIDATES, [after, cutoff, cutoff, limit])
+        if not found:
+            return [], None
+        ids = [int(i) for i, _ in found]
+        marks = ", ".join("?" for _ in ids)
+        needed = tx.rows(_STILL_ROOTS.format(ids=marks), [*ids, cutoff, cutoff, *ids, cutoff])
+        kept = {int(i) for (i,) in needed}
+        doomed = [(int(i), str(state)) for i, state in found if int(i) not in kept]
+        return doomed, ids[-1] if len(found) == limit else None
+
+    def delete(self, tx: Tx, rows: list[tuple[int, str]]) -> None:
+        """Remove these rows (their alert_roots rows gone first), and their count."""
+        if not rows:
+            return
+        marks = ", ".join("?" for _ in rows)
+        tx.run(f"DELETE FROM deliveries WHERE id IN ({marks})", [i for i, _ in rows])
+        sent = sum(state == "SENT" for _, state in rows)
+        if sent:
+            count_sent(tx, -sent)
 
     def next_due(self) -> datetime | None:
         """When the earliest row a worker could claim becomes due (its lease included)."""

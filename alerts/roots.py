@@ -5,6 +5,8 @@ Not pure: reads and writes the state store.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from alerts.deliveries import Delivery
 from alerts.ledger import read_delivery
 from monitor.store.storage import Storage, Tx
@@ -36,6 +38,13 @@ class Roots:
             (incident_id, channel),
         )
         return int(found[0][0]) if found else None
+
+    def forget(self, tx: Tx, delivery_ids: Sequence[int]) -> None:
+        """Pruning: these deliveries go, and with them whatever thread they root (only
+        threads of incidents closed before the cutoff: see alerts/ledger.py)."""
+        if delivery_ids:
+            marks = ", ".join("?" for _ in delivery_ids)
+            tx.run(f"DELETE FROM alert_roots WHERE delivery_id IN ({marks})", delivery_ids)
 
     def root_of(self, incident_id: int, channel: str) -> Delivery | None:
         with self.storage.transaction() as tx:

@@ -70,7 +70,9 @@ class StateConfig(Model):
 
     path: Path = Path("invmon-state.db")  # SQLite file, used unless dsn is set
     dsn: str | None = None  # PostgreSQL, for a shared store (several daemons, HA)
-    retention: timedelta = timedelta(days=30)  # runs older than this are pruned
+    # Runs older than this are pruned (each invariant's last is kept), and finished alert
+    # deliveries of incidents closed before it (every open incident's thread is kept).
+    retention: timedelta = timedelta(days=30)
 
     _t = field_validator("retention", mode="before")(as_duration)
     _d = field_validator("dsn")(check_dsn)

@@ -1,7 +1,7 @@
-"""The daemon's upkeep, each a job of its own (jobs.py): old runs pruned past
-`state.retention`, finished fleet claims past CLAIMS_KEPT, reminders and the daily summary
-planned. Each goes through the store's guard, so a failing store turns /healthz red instead
-of ending the job's thread."""
+"""The daemon's upkeep, each a job of its own (jobs.py): old runs and finished alert
+deliveries pruned past `state.retention`, finished fleet claims past CLAIMS_KEPT, reminders
+and the daily summary planned. Each goes through the store's guard, so a failing store turns
+/healthz red instead of ending the job's thread."""
 
 from __future__ import annotations
 
@@ -25,11 +25,15 @@ class Housekeeping:
     retention: timedelta  # state.retention
 
     def prune(self) -> None:
-        with self.services.health.guard("pruning old runs"):
+        with self.services.health.guard("pruning old runs and deliveries"):
             before = self.services.clock() - self.retention
             removed = self.services.store.prune_runs(before)
-            if removed:
-                log.info("pruned old runs", extra={"fields": {"runs": removed}})
+            deliveries = self.alerter.prune(before)
+            if removed or deliveries:
+                log.info(
+                    "pruned old runs and deliveries",
+                    extra={"fields": {"runs": removed, "deliveries": deliveries}},
+                )
 
     def prune_claims(self) -> None:
         with self.services.health.guard("pruning finished claims"):
