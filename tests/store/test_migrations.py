@@ -64,10 +64,10 @@ def bare_storage(
 def test_the_sent_count_starts_from_the_deliveries_a_store_already_holds(
     bare_storage: SqliteStorage | PostgresStorage,
 ) -> None:
-    """Migration 0016: the ledger's counts read the SENT count it keeps from then on, so it
+    """Migration 0017: the ledger's counts read the SENT count it keeps from then on, so it
     starts from what was SENT when migrated."""
     storage = bare_storage
-    migrate(storage, storage.migrations[:15])
+    migrate(storage, storage.migrations[:16])
     with storage.transaction() as tx:
         for n, state in enumerate(["SENT", "SENT", "FAILED", "SENT", "PENDING"]):
             tx.run(
