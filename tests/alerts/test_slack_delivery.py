@@ -27,6 +27,7 @@ from scenario import (
 
 from alerts.slack import SlackTransport
 from alerts.transport import TransportError
+from monitor.clock import parse_stamp
 from monitor.store.acks import Action
 from monitor.store.state import StateStore
 
@@ -119,6 +120,17 @@ def test_a_429_holds_every_pending_post_to_that_channel_until_retry_after(
         roots = [d for d in daemon.alerter.ledger.all() if d.action == "post_root"]
         assert [d.state for d in roots] == ["PENDING"] * 4
         assert len(posts) == 1  # the other three were held, not each refused in turn
+        # And released a second apart, Slack's rate per channel, not all at once when the
+        # hold ends (each after the first would draw a 429 of its own).
+        with daemon.alerter.ledger.storage.transaction() as tx:
+            due = [
+                parse_stamp(at)
+                for (at,) in tx.rows(
+                    "SELECT next_attempt_at FROM deliveries WHERE action = 'post_root' ORDER BY id"
+                )
+            ]
+        assert [at - due[0] for at in due] == [timedelta(seconds=n) for n in range(4)]
+        assert due[0] == world.clock() + timedelta(seconds=1)  # the fake's Retry-After
         daemon.deliver()
         assert len(posts) == 1  # still within Retry-After
         world.clock.advance(1)
