@@ -64,6 +64,11 @@ def test_the_fleet_latency_and_page_sections_each_give_their_goals_a_verdict() -
         "/healthz p99 < 50 ms while 8 clients fetch pages",
     ):
         assert goal in targets
-    # A section measured again is shown beside the run before's figures.
-    results["previous"] = {"commit": "before", "page": results["page"]}
-    assert "The run before (invmon at before) → this run: `/` " in report.render(results)
+    # A section measured again is shown beside the run before's figures, each dated by
+    # the invmon it measured; an older results file without previous_at still renders.
+    results["previous"] = {"page": results["page"]}
+    results["previous_at"] = {"page": "before"}
+    assert "Before (invmon at before) → now: `/` " in report.render(results)
+    del results["previous_at"]
+    results["previous"]["commit"] = "older"
+    assert "Before (invmon at older) → now: `/` " in report.render(results)
