@@ -404,7 +404,7 @@ def fleet_section(f: dict[str, Any]) -> list[str]:
         "(`Claims.claim`: one transaction, its INSERT … ON CONFLICT DO NOTHING) timed by a "
         "probe in the bench process ten times a second on the loaded store, its transactions "
         "taken out of the counts; slot due → claimed is each claim row's `claimed_at` less "
-        "its slot plus its stable jitter, so it includes the scheduler's one-second tick "
+        "its slot plus its stable jitter, so it includes the wait for the scheduler's tick "
         "(and, for a slot its preferred daemon left, the others' five-second handoff). CPU is "
         "user + system over the window (/proc/PID/stat), RSS the daemon's VmRSS at its end.\n"
     )
@@ -500,7 +500,7 @@ def fleet_verdicts(f: dict[str, Any] | None) -> list[tuple[str, str, str]]:
             "p99 claim < 100 ms",
             f"claim round trip p99 {many['claim_roundtrip_ms']['p99']:.1f} ms "
             f"({many['daemons']} daemons × {largest:,}); slot due → claimed p99 "
-            f"{many['claim_late_ms']['p99']:,.0f} ms (the one-second tick included)",
+            f"{many['claim_late_ms']['p99']:,.0f} ms (the scheduler's tick included)",
             _met(many["claim_roundtrip_ms"]["p99"] < TARGETS["claim_p99_ms"]),
         )
     )
@@ -563,10 +563,10 @@ def latency_section(lat: dict[str, Any]) -> list[str]:
         )
     parts = lat.get("parts_ms") or {}
     names = {
-        "due_to_started": "slot due → run started (the scheduler's one-second tick)",
+        "due_to_started": "slot due → run started (the scheduler's tick)",
         "run": "the run (replica gate, query, stored)",
-        "stored_to_planned": "run stored → alert planned (the alerts turn, once a second; "
-        "the digest's 2-second quiet window)",
+        "stored_to_planned": "run stored → alert planned (the alerts turn, and the digest's "
+        "hold while a burst may be arriving)",
         "planned_to_root": "planned → accepted by Slack",
     }
     for key, label in names.items():
