@@ -382,6 +382,9 @@ def idle_daemon(dsn: str, seconds: float) -> dict[str, Any]:
         (work / "invmon.yaml").write_text(
             f"invariants: {SHIPPED}\nstate:\n  path: {work / 'state.db'}\n"
             f"http:\n  listen: 127.0.0.1:{port}\nlog:\n  level: warning\n"
+            # The bench's own database, as its admin (the daemon refuses such a role unless
+            # told, monitor/fence/role_check.py).
+            "database:\n  allow_privileged_role: true\n"
         )
         with (work / "daemon.log").open("wb") as log:
             proc = subprocess.Popen(
