@@ -19,6 +19,7 @@ from scenario import INVARIANT, World
 
 from monitor.authoring.pgtemp import apply_sql, scratch_database, temporary_server
 from monitor.store.state import StateStore
+from monitor.store.storage import PostgresStorage, SqliteStorage
 
 # The `standby_pair` fixture (tests/standby.py): a real streaming standby. Registered as a
 # plugin rather than imported, so pytest rewrites its asserts too.
@@ -51,6 +52,23 @@ def schema_database(database: str) -> str:
     """This test's own database with the reference (refunds) schema and no rows."""
     apply_sql(database, (DEMO / "schema.sql").read_text())
     return database
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def bare_storage(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[SqliteStorage | PostgresStorage]:
+    """A state store's database that no invmon has migrated yet, once as a SQLite file and
+    once in PostgreSQL."""
+    if request.param == "sqlite":
+        storage: SqliteStorage | PostgresStorage = SqliteStorage(tmp_path / "state.db")
+        yield storage
+        storage.close()
+        return
+    with scratch_database(request.getfixturevalue("admin_dsn"), prefix="invmon_state") as dsn:
+        storage = PostgresStorage(dsn)
+        yield storage
+        storage.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

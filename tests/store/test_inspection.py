@@ -5,7 +5,6 @@ log line a migration writes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -16,22 +15,6 @@ from monitor.store.inspection import applied_version, inspect, invmon_tables
 from monitor.store.migrations import schema_version
 from monitor.store.state import StateStore
 from monitor.store.storage import PostgresStorage, SqliteStorage, Storage, migrate
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def bare(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[SqliteStorage | PostgresStorage]:
-    """A store no invmon has migrated yet."""
-    if request.param == "sqlite":
-        storage: SqliteStorage | PostgresStorage = SqliteStorage(tmp_path / "state.db")
-        yield storage
-        storage.close()
-        return
-    with scratch_database(request.getfixturevalue("admin_dsn"), prefix="invmon_state") as dsn:
-        storage = PostgresStorage(dsn)
-        yield storage
-        storage.close()
 
 
 def tables_in(storage: Storage) -> list[str]:
@@ -67,12 +50,12 @@ def test_a_new_store_has_every_table_of_the_schema_files_and_nothing_but_its_ver
 
 
 def test_a_store_never_migrated_reads_as_version_zero_and_stays_empty(
-    bare: SqliteStorage | PostgresStorage,
+    bare_storage: SqliteStorage | PostgresStorage,
 ) -> None:
-    report = inspect(bare)
+    report = inspect(bare_storage)
     assert (report.schema_version, report.pending, report.rows) == (0, schema_version(), {})
-    assert applied_version(bare) == 0
-    assert tables_in(bare) == []  # reading created nothing, not even invmon_schema
+    assert applied_version(bare_storage) == 0
+    assert tables_in(bare_storage) == []  # reading created nothing, not even invmon_schema
 
 
 def test_the_runs_kept_are_the_oldest_and_newest_finished(store: StateStore) -> None:
@@ -123,20 +106,20 @@ def test_the_size_of_a_postgresql_store_is_its_tables_with_their_indexes(
 
 
 def test_a_migration_logs_one_line_with_its_numbers_and_none_when_up_to_date(
-    bare: SqliteStorage | PostgresStorage, caplog: pytest.LogCaptureFixture
+    bare_storage: SqliteStorage | PostgresStorage, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="invmon.store")
 
     def said() -> list[tuple[str, int, str]]:
         return [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
 
-    migrate(bare, bare.migrations[:3])
+    migrate(bare_storage, bare_storage.migrations[:3])
     assert said() == [("invmon.store", logging.INFO, "state store migrated 0→3")]
-    assert applied_version(bare) == 3
-    migrate(bare, bare.migrations)
+    assert applied_version(bare_storage) == 3
+    migrate(bare_storage, bare_storage.migrations)
     assert said()[1:] == [
         ("invmon.store", logging.INFO, f"state store migrated 3→{schema_version()}")
     ]
-    migrate(bare, bare.migrations)
+    migrate(bare_storage, bare_storage.migrations)
     assert len(said()) == 2
-    assert applied_version(bare) == schema_version()
+    assert applied_version(bare_storage) == schema_version()

@@ -4,14 +4,10 @@ and every step applied on both stores (the `store` fixture opens each at the new
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 import monitor.store
 from alerts.ledger import Ledger
-from monitor.authoring.pgtemp import scratch_database
 from monitor.store.migrations import migrations, statements
 from monitor.store.state import StateStore
 from monitor.store.storage import PostgresStorage, SqliteStorage, migrate
@@ -43,22 +39,6 @@ def test_a_new_store_is_at_the_newest_schema_version(store: StateStore) -> None:
     with store.storage.transaction() as tx:
         versions = [int(v) for (v,) in tx.rows("SELECT version FROM invmon_schema ORDER BY 1")]
     assert versions == list(range(1, len(migrations(*SQLITE)) + 1))
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def bare_storage(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[SqliteStorage | PostgresStorage]:
-    """A store no migration has touched yet."""
-    if request.param == "sqlite":
-        storage: SqliteStorage | PostgresStorage = SqliteStorage(tmp_path / "state.db")
-        yield storage
-        storage.close()
-        return
-    with scratch_database(request.getfixturevalue("admin_dsn")) as dsn:
-        storage = PostgresStorage(dsn)
-        yield storage
-        storage.close()
 
 
 def test_the_sent_count_starts_from_the_deliveries_a_store_already_holds(
