@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -41,8 +41,9 @@ from monitor.execution.rows import unique_column_names
 from monitor.execution.temp_files import DEFAULT_TEMP_FILE_LIMIT, temp_file_kb
 from monitor.fence.allowances import TRUST_NOTHING, Allowances
 from monitor.fence.catalog import Name
-from monitor.fence.catalog_memory import CatalogMemory
+from monitor.fence.catalog_memory import Asked, CatalogMemory, Recording
 from monitor.fence.fence import verdict
+from monitor.fence.known import MAX_VIEW_DEPTH
 from monitor.fence.live_catalog import LiveCatalog
 from monitor.fence.sqltree import analyze
 from monitor.fence.tree import Analysis
@@ -60,6 +61,10 @@ from monitor.text import shorten
 
 # A run that was cancelled leaves its transaction idle at most this long past its timeout.
 IDLE_MARGIN = timedelta(seconds=30)
+
+# Rounds of LiveFence.learn: each view nesting asks one more, and an answer can lead to one
+# more question (an xml cast found through a function's signature).
+LEARNING_ROUNDS = MAX_VIEW_DEPTH + 2
 
 
 def may_set_temp_file_limit(conn: psycopg.Connection[Any]) -> bool:
@@ -140,6 +145,27 @@ def _ms(delta: timedelta) -> str:
     return f"{max(1, int(delta.total_seconds() * 1000))}ms"
 
 
+def read_only_settings(
+    timeout: timedelta, lock_timeout: timedelta, application_name: str
+) -> sql.Composed:
+    """READ ONLY and the limits of what follows in the transaction, all `SET LOCAL` (the
+    monitoring role needs no EXECUTE on `set_config`, which deploy/readonly-role.sql
+    revokes): a statement timeout, a lock timeout, and an idle limit IDLE_MARGIN past it."""
+    # standard_conforming_strings on: the server must read backslashes in '…' as the fence's
+    # parser did (off, 'x\\'' would end the string elsewhere and hide a call after it).
+    return sql.SQL(
+        "SET TRANSACTION READ ONLY; SET LOCAL standard_conforming_strings = on; "
+        "SET LOCAL statement_timeout = {}; "
+        "SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}; "
+        "SET LOCAL application_name = {}"
+    ).format(
+        sql.Literal(_ms(timeout)),
+        sql.Literal(_ms(lock_timeout)),
+        sql.Literal(_ms(timeout + IDLE_MARGIN)),
+        sql.Literal(application_name[:63]),
+    )
+
+
 def begin_read_only(
     conn: psycopg.Connection[Any],
     invariant: Invariant,
@@ -149,8 +175,6 @@ def begin_read_only(
     """Inside a transaction just begun: READ ONLY, and the invariant's limits, in one trip.
     `temp_file_limit` bounds a superuser's run (None: the session's own setting stays); a
     limit the session already has that is lower is kept."""
-    # standard_conforming_strings on: the server must read backslashes in '…' as the fence's
-    # parser did (off, 'x\\'' would end the string elsewhere and hide a call after it).
     if conn.info.encoding != "utf-8":
         # The text is sent as UTF-8; in another client encoding the server would read other
         # characters than the fence did (a multi-byte SJIS character can swallow a quote).
@@ -164,17 +188,7 @@ def begin_read_only(
                 )
             ]
         )
-    settings = sql.SQL(
-        "SET TRANSACTION READ ONLY; SET LOCAL standard_conforming_strings = on; "
-        "SET LOCAL statement_timeout = {}; "
-        "SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}; "
-        "SET LOCAL application_name = {}"
-    ).format(
-        sql.Literal(_ms(invariant.timeout)),
-        sql.Literal(_ms(lock_timeout)),
-        sql.Literal(_ms(invariant.timeout + IDLE_MARGIN)),
-        sql.Literal(f"invmon:{invariant.name}"[:63]),
-    )
+    settings = read_only_settings(invariant.timeout, lock_timeout, f"invmon:{invariant.name}")
     if temp_file_limit is not None and may_set_temp_file_limit(conn):
         # A superuser has no temp_file_limit unless someone set one: `generate_series(1,
         # 1e12)` wrote 300 MB of temporary files in 3 s. pg_settings holds it in kB (-1:
@@ -240,6 +254,33 @@ class LiveFence:
                 }
             self._verdicts[text] = (now, found)
         return found
+
+    def learn(self, conn: psycopg.Connection[Any], texts: Iterable[str]) -> None:
+        """Ask this database's catalog about every name the verdicts on `texts` will ask
+        about, all texts together: one question per kind of name per round, where each run
+        would ask its own on its own connection, cold. A round judges the texts against the
+        memory alone and notes what it lacks; the next asks the answers' own names (a
+        view's text), so verdicts given afterwards ask nothing. Only answers are kept:
+        every verdict is still given in full when its text runs."""
+        now = self._clock()
+        pending = []
+        for text in texts:
+            with self._lock:
+                known = self._verdicts.get(text)
+            if known is None or now - known[0] >= self._remember:
+                pending.append(self._reading(text))
+        for _ in range(LEARNING_ROUNDS):
+            asked, still = Asked(), []
+            for reading in pending:
+                recording = Recording()
+                verdict(reading, self.catalog.over(recording, keep=False), self.allow)
+                if recording.asked:
+                    asked.add(recording.asked)
+                    still.append(reading)
+            if not still:
+                return
+            self.catalog.learn(asked, LiveCatalog(conn))
+            pending = still
 
     def refuse_unless_allowed(
         self, conn: psycopg.Connection[Any], text: str, invariant: Invariant, user_line: int = 1

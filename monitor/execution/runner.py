@@ -30,6 +30,7 @@ from monitor.execution.execute import (
     Refused,
     Unrunnable,
     execute,
+    read_only_settings,
     register_loaders,
 )
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
@@ -232,8 +233,31 @@ class Runner:
                 )
                 for i in invariants
             ]
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="invmon-run") as pool:
-            return list(pool.map(self.run_one, invariants))
+        # The connections the runs will use are opened (by the pool's own workers) while
+        # the first one learns the catalog: a run then starts on an open connection.
+        self._pool.resize(min(len(invariants), self.concurrency), self.concurrency)
+        try:
+            self.learn(invariants)
+            with ThreadPoolExecutor(self.concurrency, thread_name_prefix="invmon-run") as pool:
+                return list(pool.map(self.run_one, invariants))
+        finally:
+            self._pool.resize(0, self.concurrency)
+
+    def learn(self, invariants: Sequence[Invariant]) -> None:
+        """Ask the catalog about the names all of `invariants` use, together (LiveFence.learn),
+        bounded by the shortest of their timeouts. Only a head start: when it fails, each
+        run asks for itself and meets the same failure there, where it is reported."""
+        if not invariants:
+            return
+        texts = [unlisted(i.header.source, i.sql)[0] for i in invariants]
+        timeout = min(i.timeout for i in invariants)
+        settings = read_only_settings(timeout, self.database.lock_timeout, "invmon:fence")
+        try:
+            with self._pool.connection() as conn, self._in_flight(conn), conn.transaction():
+                conn.execute(settings.as_bytes(conn))
+                self.fence.learn(conn, texts)
+        except (psycopg.Error, PoolTimeout):
+            return  # the runs ask, and say what went wrong
 
     def _list_sources(self, invariant: Invariant) -> tuple[Bound, float | None]:
         """Its sources listed and bound (before a connection is taken: a listing may take
@@ -345,6 +369,7 @@ class Runner:
         if self.probe() is not None:  # fails at once on a refused port, unlike the pool
             return {}
         try:
+            self.learn(invariants)
             with self._pool.connection() as conn, conn.transaction():
                 for inv in invariants:
                     # With sources, the text judged is the one sent: their CTEs before it.

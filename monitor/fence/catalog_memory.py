@@ -1,14 +1,17 @@
 """Remembered catalog answers: `CatalogMemory` keeps what one database's catalog said about
-each name for a while, and `CatalogMemory.over` puts it in front of a catalog. Pure: in
-memory, on the clock it is given; thread-safe.
+each name for a while, and `CatalogMemory.over` puts it in front of a catalog. `Asked`
+records which names a verdict asks about, so that many texts' names are asked together
+(`CatalogMemory.learn`). Pure: in memory, on the clock it is given; thread-safe.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
+from monitor.fence.builtin_catalog import builtin_catalog
 from monitor.fence.catalog import Catalog, Name, Routine
 
 
@@ -28,15 +31,22 @@ class CatalogMemory:
         self._answers: dict[tuple[str, Name], Any] = {}
         self._lock = threading.Lock()
 
-    def over(self, catalog: Catalog) -> Catalog:
-        """`catalog` (the live one, on the connection at hand) behind this memory."""
-        return _Remembering(self, catalog)
+    def over(self, catalog: Catalog, keep: bool = True) -> Catalog:
+        """`catalog` (the live one, on the connection at hand) behind this memory; with
+        `keep` false, what it answers is not remembered (a `Recording` behind it notes the
+        names this memory does not know, and knows none of them)."""
+        return _Remembering(self, catalog, keep)
 
     def recall(
-        self, kind: str, names: Iterable[Name], ask: Callable[[list[Name]], dict[Name, Any]]
+        self,
+        kind: str,
+        names: Iterable[Name],
+        ask: Callable[[list[Name]], dict[Name, Any]],
+        keep: bool = True,
     ) -> dict[Name, Any]:
         """The answer for each name: remembered ones, then one `ask` for the others. A name
-        the catalog does not know is remembered as unknown (absent from the answer)."""
+        the catalog does not know is remembered as unknown (absent from the answer); with
+        `keep` false nothing `ask` answers is remembered."""
         wanted = sorted(set(names))
         with self._lock:
             if self._clock() - self._since >= self._remember:
@@ -46,42 +56,123 @@ class CatalogMemory:
         missing = [n for n in wanted if n not in known]
         if missing:
             found = ask(missing)
-            with self._lock:
-                for name in missing:
-                    self._answers[(kind, name)] = found.get(name, _UNKNOWN)
-            known.update((n, found.get(n, _UNKNOWN)) for n in missing)
+            answers = {n: found.get(n, _UNKNOWN) for n in missing}
+            if keep:
+                with self._lock:
+                    self._answers.update(((kind, n), a) for n, a in answers.items())
+            known.update(answers)
         return {n: answer for n, answer in known.items() if answer is not _UNKNOWN}
+
+    def learn(self, asked: Asked, catalog: Catalog) -> None:
+        """Ask `catalog` about every name in `asked` not remembered yet: one question per
+        kind of name, however many texts the names came from."""
+        remembering = self.over(catalog)
+        remembering.functions(asked.functions)
+        remembering.operators(asked.operators)
+        remembering.casts(asked.casts)
+        remembering.view_definitions(asked.views)
+        remembering.row_types(asked.rows)
+        remembering.implicit_casts(asked.implicit)
+
+
+@dataclass
+class Asked:
+    """The names a catalog was asked about, by kind."""
+
+    functions: set[Name] = field(default_factory=set)
+    operators: set[Name] = field(default_factory=set)
+    casts: set[Name] = field(default_factory=set)
+    views: set[Name] = field(default_factory=set)
+    rows: set[Name] = field(default_factory=set)
+    implicit: set[Name] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return any(
+            (self.functions, self.operators, self.casts, self.views, self.rows, self.implicit)
+        )
+
+    def add(self, other: Asked) -> None:
+        self.functions |= other.functions
+        self.operators |= other.operators
+        self.casts |= other.casts
+        self.views |= other.views
+        self.rows |= other.rows
+        self.implicit |= other.implicit
+
+
+class Recording:
+    """A catalog that knows no name and notes in `asked` each one it is asked about. A
+    verdict judged against it (fence.names_asked) lists the names the same verdict on a
+    real catalog asks first; what a real answer leads to (a view's own text, the functions
+    a system view calls) is asked when that verdict is given."""
+
+    def __init__(self) -> None:
+        self.asked = Asked()
+
+    @property
+    def source(self) -> str:
+        return "no catalog"
+
+    def functions(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
+        self.asked.functions.update(names)
+        return {}
+
+    def operators(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
+        self.asked.operators.update(names)
+        return {}
+
+    def casts(self, types: Iterable[Name]) -> dict[Name, list[Routine]]:
+        self.asked.casts.update(types)
+        return {}
+
+    def view_definitions(self, relations: Iterable[Name]) -> dict[Name, str]:
+        self.asked.views.update(relations)
+        return {}
+
+    def system_view_calls(self, relations: Iterable[Name]) -> dict[Name, list[str]]:
+        # Answered by the shipped table, as LiveCatalog answers them: the functions a
+        # system view calls are asked about in the same pass.
+        return builtin_catalog().system_view_calls(relations)
+
+    def row_types(self, relations: Iterable[Name]) -> dict[Name, list[Routine]]:
+        self.asked.rows.update(relations)
+        return {}
+
+    def implicit_casts(self, types: Iterable[Name]) -> dict[Name, list[str]]:
+        self.asked.implicit.update(types)
+        return {}
 
 
 _UNKNOWN = object()  # remembered: the catalog has nothing by this name
 
 
 class _Remembering:
-    def __init__(self, memory: CatalogMemory, catalog: Catalog) -> None:
+    def __init__(self, memory: CatalogMemory, catalog: Catalog, keep: bool) -> None:
         self._memory = memory
         self._catalog = catalog
+        self._keep = keep
 
     @property
     def source(self) -> str:
         return self._catalog.source
 
     def functions(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
-        return self._memory.recall("function", names, self._catalog.functions)
+        return self._memory.recall("function", names, self._catalog.functions, self._keep)
 
     def operators(self, names: Iterable[Name]) -> dict[Name, list[Routine]]:
-        return self._memory.recall("operator", names, self._catalog.operators)
+        return self._memory.recall("operator", names, self._catalog.operators, self._keep)
 
     def casts(self, types: Iterable[Name]) -> dict[Name, list[Routine]]:
-        return self._memory.recall("cast", types, self._catalog.casts)
+        return self._memory.recall("cast", types, self._catalog.casts, self._keep)
 
     def view_definitions(self, relations: Iterable[Name]) -> dict[Name, str]:
-        return self._memory.recall("view", relations, self._catalog.view_definitions)
+        return self._memory.recall("view", relations, self._catalog.view_definitions, self._keep)
 
     def row_types(self, relations: Iterable[Name]) -> dict[Name, list[Routine]]:
-        return self._memory.recall("row", relations, self._catalog.row_types)
+        return self._memory.recall("row", relations, self._catalog.row_types, self._keep)
 
     def implicit_casts(self, types: Iterable[Name]) -> dict[Name, list[str]]:
-        return self._memory.recall("implicit", types, self._catalog.implicit_casts)
+        return self._memory.recall("implicit", types, self._catalog.implicit_casts, self._keep)
 
     def system_view_calls(self, relations: Iterable[Name]) -> dict[Name, list[str]]:
         return self._catalog.system_view_calls(relations)
