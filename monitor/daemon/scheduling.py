@@ -117,8 +117,16 @@ class Scheduler:
         loaded -= self.held_out()
         with self.health.guard("renewing this daemon's claims"):
             self.claims.heartbeat(now, holding, socket.gethostname(), os.getpid())
-            self.members = self.claims.members(now, 3 * self.beat_every) | {self.me}
-            self.metrics.fleet_daemons.set(len(self.members))
+            members = self.claims.members(now, 3 * self.beat_every) | {self.me}
+            joined, left = sorted(members - self.members), sorted(self.members - members)
+            self.members = members
+            self.metrics.fleet_daemons.set(len(members))
+            if joined or left:
+                # Which daemons share the slots (fleet.py): a change moves slots between them.
+                log.info(
+                    "the fleet changed",
+                    extra={"fields": {"joined": joined, "left": left, "daemons": len(members)}},
+                )
             taken = self.claims.take_over(loaded, now)
             self.metrics.slots_taken_over.inc(len(taken))
             with self._lock:

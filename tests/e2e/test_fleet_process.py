@@ -81,6 +81,18 @@ def fleet(
                 process.wait()
 
 
+def fleet_story(
+    found: list[tuple[str, str, str, str, str | None, str | None, int]], logs: Path
+) -> str:
+    """Who claimed each slot and when, and what each daemon saw of the fleet: the evidence
+    a failed spread needs (the slots' preferred daemon follows from who each one saw)."""
+    lines = [f"{c[1]} {c[0]} by {c[2]} at {c[3]} (takeovers {c[6]})" for c in sorted(found)]
+    for log in sorted(logs.glob("daemon-*.log")):
+        seen = [line for line in log.read_text().splitlines() if "the fleet changed" in line]
+        lines += [f"{log.name}: {line}" for line in seen]
+    return "\n".join(lines)
+
+
 def run_fleet(
     seed: int,
     fleet: tuple[str, Path, Callable[[Path, int], subprocess.Popen[bytes]]],
@@ -183,7 +195,9 @@ def run_fleet(
         assert gaps == {PERIOD}, f"{label}: slow_{n} slots {stored}"
     # The work spread over the daemons, and each kill mid-run was taken over in time.
     owners = Counter(c[2] for c in found)
-    assert len(owners) >= 2 and max(owners.values()) < 0.8 * len(found), f"{label}: {owners}"
+    assert len(owners) >= 2 and max(owners.values()) < 0.8 * len(found), (
+        f"{label}: {owners}\n{fleet_story(found, tmp_path)}"
+    )
     taken = [c for c in found if c[6] > 0]
     assert {(c[0], c[1]) for c in taken} <= set(orphans), f"{label}: {orphans}, {taken}"
     for c in found:

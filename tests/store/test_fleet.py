@@ -4,6 +4,7 @@ around it (one daemon per SQLite file, no code older than its store)."""
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sys
@@ -296,7 +297,7 @@ def test_daemons_starting_together_on_a_new_postgres_store_migrate_it_once(
 
 
 def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
-    admin_dsn: str, database: str, tmp_path: Path
+    admin_dsn: str, database: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The daemon's own path, driven by a clock the test holds: both daemons see every slot
     due, each slot is stored once, and a slot claimed by a daemon that then stops (no
@@ -307,6 +308,7 @@ def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
     from monitor.authoring.pgtemp import scratch_database
     from monitor.config import DaemonConfig
 
+    caplog.set_level(logging.INFO, logger="invmon.daemon")
     items_table(database, bad=(1,))
     folder = tmp_path / "invariants"
     folder.mkdir()
@@ -356,6 +358,14 @@ def test_two_daemons_in_one_process_share_slots_and_one_takes_over_the_others(
             per_slot = stored_slots(stores[0], timedelta(minutes=1))
             assert set(per_slot.values()) == {1}
             assert len(per_slot) == 6 * 4
+            # Each change of the fleet is said: b saw a, a saw b, and b saw a go.
+            said = [r for r in caplog.records if r.getMessage() == "the fleet changed"]
+            changes = [getattr(r, "fields", None) for r in said]
+            assert changes == [
+                {"joined": [a.scheduler.me], "left": [], "daemons": 2},
+                {"joined": [b.scheduler.me], "left": [], "daemons": 2},
+                {"joined": [], "left": [a.scheduler.me], "daemons": 1},
+            ]
         finally:
             for daemon, store in zip((a, b), stores, strict=True):
                 daemon.close()
