@@ -117,3 +117,30 @@ def test_a_command_s_help_loads_it(name: str) -> None:
     result = CliRunner().invoke(main, [name, "--help"])
     assert result.exit_code == 0, result.output
     assert COMMANDS[name][2] in " ".join(result.output.split())
+
+
+GC_PROBE = """
+import gc, json, sys
+from monitor.cli.commands import main
+found = {"before": [gc.isenabled(), gc.get_freeze_count()]}
+main.commands["check"]
+found["loaded"] = [gc.isenabled(), gc.get_freeze_count()]
+try:
+    from monitor.cli.commands import import_quietly
+    import_quietly("monitor.cli.no_such_module")
+except ModuleNotFoundError:
+    found["failed"] = [gc.isenabled()]
+print(json.dumps(found))
+"""
+
+
+def test_a_command_loads_with_the_collector_paused_then_frozen_and_running_again() -> None:
+    """What it loaded is frozen (never walked by a full collection again), and collection
+    is on afterwards, even when the import fails."""
+    done = subprocess.run(
+        [sys.executable, "-c", GC_PROBE], capture_output=True, text=True, check=True, timeout=60
+    )
+    found = json.loads(done.stdout)
+    assert found["before"] == [True, 0]
+    assert found["loaded"][0] is True and found["loaded"][1] > 10_000, found
+    assert found["failed"] == [True]
