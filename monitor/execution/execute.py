@@ -263,12 +263,18 @@ class LiveFence:
         view's text), so verdicts given afterwards ask nothing. Only answers are kept:
         every verdict is still given in full when its text runs."""
         now = self._clock()
-        pending = []
+        # What a verdict asks the catalog depends only on the names a text refers to, and
+        # of what kind: one text per set of them is judged (1,000 generated invariants over
+        # four query shapes are four texts to judge, not 1,000).
+        by_names: dict[frozenset[tuple[str, Name]], Analysis] = {}
         for text in texts:
             with self._lock:
                 known = self._verdicts.get(text)
             if known is None or now - known[0] >= self._remember:
-                pending.append(self._reading(text))
+                reading = self._reading(text)
+                names = frozenset((r.kind, r.name) for r in reading.references)
+                by_names.setdefault(names, reading)
+        pending = list(by_names.values())
         for _ in range(LEARNING_ROUNDS):
             asked, still = Asked(), []
             for reading in pending:
