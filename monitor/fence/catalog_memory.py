@@ -101,10 +101,10 @@ class Asked:
 
 
 class Recording:
-    """A catalog that knows no name and notes in `asked` each one it is asked about. A
-    verdict judged against it (fence.names_asked) lists the names the same verdict on a
-    real catalog asks first; what a real answer leads to (a view's own text, the functions
-    a system view calls) is asked when that verdict is given."""
+    """A catalog that knows no name and notes in `asked` each one it is asked about.
+    Behind a memory that keeps nothing (`CatalogMemory.over(Recording(), keep=False)`), a
+    verdict notes the names the memory lacks: LiveFence.learn asks for those, then judges
+    again for what the answers lead to (a view's own text)."""
 
     def __init__(self) -> None:
         self.asked = Asked()
