@@ -110,16 +110,20 @@ def _before_after(r: dict[str, Any]) -> list[str]:
 
 
 def _carried(r: dict[str, Any]) -> str:
-    """Which sections were carried over, each dated by the run that measured it."""
+    """Which sections were carried over, each dated by the run that measured it, and named
+    by the machine it ran on when that is not this run's."""
     measured_at = r.get("measured_at") or {}
-    fallback = r.get("carried_from")
-    groups: dict[tuple[str, str], list[str]] = {}
+    fallback = r.get("carried_from") or {}
+    groups: dict[tuple[str, str, str], list[str]] = {}
     for section in r["reused"]:
         was = measured_at.get(section) or fallback or {"commit": "?", "date": "?"}
-        groups.setdefault((was["date"], was["commit"]), []).append(section)
+        cpu = was.get("cpu") or fallback.get("cpu") or r["machine"]["cpu"]
+        groups.setdefault((was["date"], was["commit"], cpu), []).append(section)
     said = "; ".join(
-        f"{', '.join(sections)} (invmon at {commit}, {date})"
-        for (date, commit), sections in sorted(groups.items())
+        f"{', '.join(sections)} (invmon at {commit}, {date}"
+        + (f", on {cpu}" if cpu != r["machine"]["cpu"] else "")
+        + ")"
+        for (date, commit, cpu), sections in sorted(groups.items())
     )
     return f"Sections carried over from earlier runs rather than measured again: {said}.\n"
 
@@ -771,6 +775,22 @@ def render(r: dict[str, Any]) -> str:
         "questions and the row description; the difference also holds run-to-run noise of the "
         "queries themselves.\n"
     )
+    counted = r.get("instructions")
+    if counted:
+        earlier = (r.get("previous") or {}).get("instructions") or {}
+
+        def figure(name: str) -> str:
+            now = f"{counted[name] / 1e6:,.0f}M"
+            return f"{earlier[name] / 1e6:,.0f}M → {now}" if name in earlier else now
+
+        out.append(
+            "Instructions of invmon's own process for one `invmon check` (valgrind's callgrind; "
+            "a busy machine does not move them as it moves wall times; the database's work is "
+            f"not counted): one trivial invariant {figure('trivial')}, the four shipped at "
+            f"concurrency 1 {figure('four_shipped')}"
+            + (f" (invmon at {before_commit(r, 'instructions')} → now)" if earlier else "")
+            + ".\n"
+        )
     sc = r["scale"]
     out.append("## 1,000 invariants\n")
     out.append(

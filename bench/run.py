@@ -61,6 +61,7 @@ SECTIONS = [
     "tick",
     "startup",
     "profile",
+    "instructions",
     "scale",
     "idle",
     "rows_memory",
@@ -328,6 +329,40 @@ def tick_profile(dsn: str) -> dict[str, Any]:
     return found
 
 
+TRIVIAL_INVARIANT = "-- description: Bench only; holds.\n-- key: [x]\nSELECT 1 AS x WHERE false\n"
+
+
+def own_instructions(dsn: str) -> dict[str, int] | None:
+    """The instructions invmon's own process executes for one `invmon check` (valgrind's
+    callgrind counts them), of one trivial invariant and of the four shipped ones at
+    concurrency 1: a figure that a busy machine does not move, unlike wall times. The
+    database's work is in other processes and not counted. None without valgrind."""
+    if shutil.which("valgrind") is None:
+        return None
+    found = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        trivial = work / "trivial"
+        trivial.mkdir()
+        (trivial / "holds.sql").write_text(TRIVIAL_INVARIANT)
+        (work / "invmon.yaml").write_text("concurrency: 1\n")
+        for name, folder in (("trivial", trivial), ("four_shipped", SHIPPED)):
+            out = work / f"callgrind.{name}"
+            check = ["check", "--config", str(work / "invmon.yaml"), "--invariants", str(folder)]
+            check += ["--allow-privileged-role", "--dsn", dsn, "--format", "json"]
+            done = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *INVMON, *check],
+                capture_output=True,
+                text=True,
+                cwd=work,
+            )
+            match = re.search(r"Collected : (\d+)", done.stderr)
+            if done.returncode not in (0, 1) or match is None:
+                raise SystemExit(f"callgrind of invmon check failed: {done.stderr[-500:]}")
+            found[name] = int(match.group(1))
+    return found
+
+
 # --- scale ----------------------------------------------------------------------------------
 
 SCALE_SCRIPT = """
@@ -552,7 +587,7 @@ def main() -> None:
         raise SystemExit("psql is needed: it is the floor every figure is compared with")
 
     shape = data.Shape(args.scale, args.every)
-    if {"tick", "profile", "scale", "idle"} <= reuse:
+    if {"tick", "profile", "instructions", "scale", "idle"} <= reuse:
         # Nothing measured reads the refunds data set: neither built nor checked again.
         dsn, expected = args.dsn, earlier["expected"]
     else:
@@ -568,6 +603,7 @@ def main() -> None:
         "tick": lambda: tick(dsn, expected, args.rounds, not args.no_peers),
         "startup": startup,
         "profile": lambda: tick_profile(dsn),
+        "instructions": lambda: own_instructions(dsn),
         "scale": lambda: scale_figures(dsn, args.every),
         "idle": lambda: idle_daemon(dsn, args.idle),
         "rows_memory": lambda: offending_rows_memory(args.dsn, sizes),
@@ -627,14 +663,17 @@ def main() -> None:
             )
     # Which invmon each section's figures came from: a section carried over keeps the run
     # it was measured in, so the page never dates it by the run that merely copied it.
-    now = {"commit": results["machine"]["commit"], "date": results["machine"]["date"]}
+    now = {k: results["machine"][k] for k in ("commit", "date", "cpu")}
     earlier_at = earlier.get("measured_at", {})
     results["measured_at"] = {}
     for section, run in measure.items():
         if section in reuse and section in earlier:
             results[section] = earlier[section]
             was = earlier_at.get(section) or results.get("carried_from") or now
+            # Runs before the cpu was kept per section were all on the carried run's machine.
+            cpu = was.get("cpu") or (results.get("carried_from") or now)["cpu"]
             results["measured_at"][section] = {"commit": was["commit"], "date": was["date"]}
+            results["measured_at"][section]["cpu"] = cpu
         else:
             print(f"{section} ...", flush=True)
             results[section] = run()
