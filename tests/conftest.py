@@ -47,6 +47,16 @@ def database(admin_dsn: str) -> Iterator[str]:
         yield dsn
 
 
+@pytest.fixture(scope="module")
+def fence_database(admin_dsn: str) -> Iterator[str]:
+    """The fence corpora's tables (tests/fence/corpus), read by every test of a module; a
+    case that needs more creates it in a transaction it rolls back."""
+    with scratch_database(admin_dsn, prefix="invmon_fence") as dsn:
+        apply_sql(dsn, (DEMO / "schema.sql").read_text())
+        apply_sql(dsn, (ROOT / "tests" / "fence" / "corpus" / "schema.sql").read_text())
+        yield dsn
+
+
 @pytest.fixture
 def schema_database(database: str) -> str:
     """This test's own database with the reference (refunds) schema and no rows."""

@@ -278,15 +278,23 @@ class LiveFence:
         for _ in range(LEARNING_ROUNDS):
             asked, still = Asked(), []
             for reading in pending:
-                recording = Recording()
-                verdict(reading, self.catalog.over(recording, keep=False), self.allow)
-                if recording.asked:
-                    asked.add(recording.asked)
+                if lacking := self._lacking(reading):
+                    asked.add(lacking)
                     still.append(reading)
             if not still:
                 return
             self.catalog.learn(asked, LiveCatalog(conn))
             pending = still
+
+    def still_to_ask(self, text: str) -> Asked:
+        """What the verdict on `text` would ask the database now: the names it needs that
+        the memory does not hold (nothing, after `learn` of a batch holding `text`)."""
+        return self._lacking(self._reading(text))
+
+    def _lacking(self, reading: Analysis) -> Asked:
+        recording = Recording()
+        verdict(reading, self.catalog.over(recording, keep=False), self.allow)
+        return recording.asked
 
     def refuse_unless_allowed(
         self, conn: psycopg.Connection[Any], text: str, invariant: Invariant, user_line: int = 1

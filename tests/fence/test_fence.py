@@ -9,7 +9,6 @@ runs its rule cases), so adding a case never means editing Python.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pglast import keywords
 
-from monitor.authoring.pgtemp import apply_sql, scratch_database
+from monitor.execution.execute import LiveFence
+from monitor.fence.catalog_memory import Asked
 from monitor.fence.fence import fence
 from monitor.fence.known import (
     HARMLESS_EXTENSION_FUNCTIONS,
@@ -38,16 +38,6 @@ ROOT = Path(__file__).resolve().parents[2]
 HOSTILE: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "hostile.yaml").read_text())
 LIVE: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "hostile_live.yaml").read_text())
 ACCEPTED: dict[str, str] = yaml.safe_load((CORPUS / "accepted.yaml").read_text())
-
-
-@pytest.fixture(scope="module")
-def fence_database(admin_dsn: str) -> Iterator[str]:
-    """The corpora's tables, read by every test here; a case that needs more creates it in
-    a transaction it rolls back."""
-    with scratch_database(admin_dsn, prefix="invmon_fence") as dsn:
-        apply_sql(dsn, (ROOT / "deploy" / "demo" / "schema.sql").read_text())
-        apply_sql(dsn, (CORPUS / "schema.sql").read_text())
-        yield dsn
 
 
 def errors(problems: list[Any]) -> list[Any]:
@@ -110,8 +100,15 @@ def test_the_database_catalog_refuses_each_hostile_query_at_its_line(
         if case.get("extension") and not _has_extension(conn, case["extension"]):
             pytest.skip(f"extension {case['extension']} is not available on this server")
         conn.execute(case["setup"].encode())
-        refused = errors(fence(case["sql"], LiveCatalog(conn)))
+        fresh = fence(case["sql"], LiveCatalog(conn))
+        # Learned first (LiveFence.learn), the verdict is the same and nothing is left to ask.
+        live = LiveFence()
+        live.learn(conn, [case["sql"]])
+        left = live.still_to_ask(case["sql"])  # before a verdict, which would ask itself
+        learned = live.problems(conn, case["sql"])
         conn.rollback()
+    assert (learned, left) == (fresh, Asked()), name
+    refused = errors(fresh)
     assert refused, f"{name}: accepted by the database's catalog"
     first = refused[0]
     assert (first.line, case["says"] in first.message) == (case["line"], True), first

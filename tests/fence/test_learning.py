@@ -1,51 +1,31 @@
 """Learning the catalog for a batch of texts (LiveFence.learn, Runner.learn): afterwards no
 verdict on those texts asks the database anything, every verdict is the one a fresh catalog
-gives, and a catalog that cannot be read stops nothing."""
+gives (test_fence.py also judges each hostile case of the live corpus after learning), and
+a catalog that cannot be read stops nothing."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg
-import pytest
 import yaml
 from helpers import invariant
 
-from monitor.authoring.pgtemp import apply_sql, scratch_database
 from monitor.config import DatabaseConfig
 from monitor.execution.execute import LiveFence
 from monitor.execution.runner import Runner
 from monitor.fence.builtin_catalog import builtin_catalog
 from monitor.fence.catalog_memory import Asked, CatalogMemory, Recording
-from monitor.fence.fence import fence, verdict
+from monitor.fence.fence import fence
 from monitor.fence.live_catalog import LiveCatalog
-from monitor.fence.sqltree import analyze
 from monitor.invariants.loader import load_directory
 
 CORPUS = Path(__file__).parent / "corpus"
 ROOT = Path(__file__).resolve().parents[2]
 ACCEPTED: dict[str, str] = yaml.safe_load((CORPUS / "accepted.yaml").read_text())
-LIVE: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "hostile_live.yaml").read_text())
 SHIPPED = load_directory(ROOT / "invariants").invariants
-
-
-@pytest.fixture(scope="module")
-def corpus_database(admin_dsn: str) -> Iterator[str]:
-    with scratch_database(admin_dsn, prefix="invmon_learn") as dsn:
-        apply_sql(dsn, (ROOT / "deploy" / "demo" / "schema.sql").read_text())
-        apply_sql(dsn, (CORPUS / "schema.sql").read_text())
-        yield dsn
-
-
-def left_to_ask(live: LiveFence, text: str) -> Asked:
-    """What the verdict on `text` would still ask the database, given what `live` knows."""
-    recording = Recording()
-    verdict(analyze(text), live.catalog.over(recording, keep=False), live.allow)
-    return recording.asked
 
 
 def test_a_memory_that_keeps_nothing_notes_only_what_it_lacks_and_learns_nothing() -> None:
@@ -59,47 +39,28 @@ def test_a_memory_that_keeps_nothing_notes_only_what_it_lacks_and_learns_nothing
 
 
 def test_after_learning_a_folder_no_verdict_asks_again_and_none_changes(
-    corpus_database: str,
+    fence_database: str,
 ) -> None:
     texts = sorted(ACCEPTED.values())
     live = LiveFence()
-    with psycopg.connect(corpus_database) as conn:
-        asking = {n for n, t in ACCEPTED.items() if left_to_ask(live, t)}
+    with psycopg.connect(fence_database) as conn:
+        asking = {n for n, t in ACCEPTED.items() if live.still_to_ask(t)}
         assert {"cte and window", "view read", "jsonb operators"} <= asking
         live.learn(conn, texts)
-        assert {n: left_to_ask(live, t) for n, t in ACCEPTED.items() if left_to_ask(live, t)} == {}
+        assert {n: live.still_to_ask(t) for n, t in ACCEPTED.items() if live.still_to_ask(t)} == {}
         # The view's own text was learned too, in a second round: 'view read' asks nothing.
         assert {n: live.problems(conn, t) for n, t in ACCEPTED.items()} == {
             n: fence(t, LiveCatalog(conn)) for n, t in ACCEPTED.items()
         }
 
 
-@pytest.mark.parametrize("name", sorted(LIVE))
-def test_a_learned_catalog_refuses_each_hostile_query_as_a_fresh_one_does(
-    name: str, corpus_database: str
-) -> None:
-    case = LIVE[name]
-    with psycopg.connect(corpus_database) as conn:
-        try:
-            conn.execute(case["setup"].encode())
-        except psycopg.errors.UndefinedFile:  # an extension this server lacks
-            pytest.skip(f"{name}: its setup needs what this server lacks")
-        live = LiveFence()
-        live.learn(conn, [case["sql"]])
-        assert left_to_ask(live, case["sql"]) == Asked(), name
-        learned = live.problems(conn, case["sql"])
-        assert learned == fence(case["sql"], LiveCatalog(conn)), name
-        assert [p for p in learned if p.level == "error"] != [], name
-        conn.rollback()
-
-
 def test_runner_learns_every_shipped_invariant_on_one_connection(schema_database: str) -> None:
     with Runner(schema_database, concurrency=2) as runner:
-        assert {i.name for i in SHIPPED if left_to_ask(runner.fence, i.sql)} == {
+        assert {i.name for i in SHIPPED if runner.fence.still_to_ask(i.sql)} == {
             i.name for i in SHIPPED
         }
         runner.learn(SHIPPED)
-        assert {i.name: left_to_ask(runner.fence, i.sql) for i in SHIPPED} == {
+        assert {i.name: runner.fence.still_to_ask(i.sql) for i in SHIPPED} == {
             i.name: Asked() for i in SHIPPED
         }
 
@@ -125,7 +86,7 @@ def test_a_catalog_that_cannot_be_read_in_time_delays_learning_by_the_lock_timeo
         config = DatabaseConfig(lock_timeout=timedelta(milliseconds=200))
         with Runner(database, concurrency=1, database=config) as runner:
             runner.learn([invariant("lowered", text)])
-            assert left_to_ask(runner.fence, text) == Asked(functions={("lower",)})
+            assert runner.fence.still_to_ask(text) == Asked(functions={("lower",)})
             result = runner.run_one(invariant("lowered", text))
         assert (result.status, "lock timeout" in (result.error or "")) == ("error", True), result
     finally:
