@@ -16,8 +16,9 @@ given it:
    statement: its strings, comments and parentheses close within it), and every name of its
    own is schema-qualified in pg_catalog, where only a superuser can create anything, so no
    object of the database can change what it does or make the fence refuse it;
-3. asks for the result's columns, then runs the bounded form of the query (query.py) and
-   keeps what comes back within the run's byte budgets (offending.py).
+3. asks for the result's columns and for the plan of the text alone (whose JIT the bounded
+   form then follows, query.jit_settings), then runs the bounded form of the query
+   (query.py) and keeps what comes back within the run's byte budgets (offending.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,14 @@ from psycopg.adapt import Dumper
 from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, RowLimits
-from monitor.execution.query import MAX_COLUMNS, Column, bounded_query, describing_query
+from monitor.execution.query import (
+    MAX_COLUMNS,
+    Column,
+    bounded_query,
+    describing_query,
+    jit_settings,
+    planning_query,
+)
 from monitor.execution.redaction import Masker
 from monitor.execution.rows import unique_column_names
 from monitor.execution.temp_files import DEFAULT_TEMP_FILE_LIMIT, temp_file_kb
@@ -424,6 +432,15 @@ def execute(
         # Its types are all the describing query returns: the listing is sent once, below.
         send_one_statement(sending, described, emptied(bound) if params else None)
         columns = _columns(sending, cur, live_fence.catalog)
+        if not params:
+            # Compiled (JIT) as far as the text alone would be (query.jit_settings). With
+            # sources it would be planned without its listing (sent once, below), which
+            # says nothing of its cost: the server's own settings stay.
+            send_one_statement(cur, planning_query(invariant.sql))
+            plan = cur.fetchone()
+            settings = jit_settings(plan[0] if plan else None)
+            if settings is not None:
+                cur.execute(settings.encode())
         key = _key_positions(columns, invariant)
         cell = limits.cell(len(columns))
         fetch = max(sample, track) if key else sample

@@ -15,7 +15,7 @@ from helpers import invariant, sql
 from pydantic import ValidationError
 
 from monitor.config import DatabaseConfig
-from monitor.execution.query import Column, bounded_query, describing_query
+from monitor.execution.query import Column, bounded_query, describing_query, planning_query
 from monitor.execution.runner import Runner
 from monitor.fence.sqltree import analyze
 
@@ -66,10 +66,11 @@ def test_objects_a_database_owner_creates_cannot_change_or_refuse_the_wrapper(
 
 
 def test_every_name_the_wrapper_adds_is_in_pg_catalog() -> None:
-    """What the parser reads in both texts sent, around an invariant that names nothing."""
+    """What the parser reads in the texts sent, around an invariant that names nothing."""
     columns = [Column("a", 23), Column("b", 16, via_format=True), Column("c", 25)]
     texts = [
         describing_query("SELECT 1 AS a, true AS b, 'x' AS c"),
+        planning_query("SELECT 1 AS a, true AS b, 'x' AS c"),
         bounded_query(
             "SELECT 1 AS a, true AS b, 'x' AS c", columns, [0, 2], full=5, fetch=9, cell=64
         ),
