@@ -1,9 +1,10 @@
 """The `invmon` command line. Thin: it parses flags, calls the core and prints.
 
-The commands live by family: evaluating.py (check, run), incidents.py (status, history,
-ack, unack, snooze, unquarantine), muting.py (mute, unmute, mutes), writing.py (explain,
-test, init, new, lint, demo), store_commands.py (store status, store migrate, store backup);
-options.py and resolving.py hold what they share. See options.py for the exit codes.
+The commands live by family: evaluating.py (check), running.py (run), incidents.py
+(status, history, ack, unack, snooze, unquarantine), muting.py (mute, unmute, mutes),
+writing.py (explain, test, init, new, lint, demo), store_commands.py (store status, store
+migrate, store backup); options.py and resolving.py hold what they share. See options.py
+for the exit codes.
 
 A command's module is imported only when that command is asked for: `invmon --help` and
 `invmon lint` do not pay for the database driver, the scheduler, Slack's client or the web
@@ -29,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Evaluate every invariant once and exit 0 (all hold), 1 (violated) or 2 (error).",
     ),
     "run": (
-        "monitor.cli.evaluating",
+        "monitor.cli.running",
         "run",
         "Run the daemon: evaluate every invariant on its schedule until SIGTERM.",
     ),

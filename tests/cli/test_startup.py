@@ -42,8 +42,9 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 """
 
 
-def imported_by(*args: str, cwd: Path) -> tuple[object, set[str]]:
-    """(exit code, the top-level packages imported) of `invmon ARGS` in a fresh process."""
+def imported_by(*args: str, cwd: Path, whole: bool = False) -> tuple[object, set[str]]:
+    """(exit code, the top-level packages imported) of `invmon ARGS` in a fresh process;
+    `whole`: the modules' whole names."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("INVMON_")}
     env["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), env.get("PYTHONPATH", "")])
     done = subprocess.run(
@@ -56,7 +57,7 @@ def imported_by(*args: str, cwd: Path) -> tuple[object, set[str]]:
         check=False,
     )
     found = json.loads(done.stdout.splitlines()[-1])
-    return found["code"], {name.split(".")[0] for name in found["modules"]}
+    return found["code"], {name if whole else name.split(".")[0] for name in found["modules"]}
 
 
 def test_help_imports_no_commands_machinery(tmp_path: Path) -> None:
@@ -77,6 +78,17 @@ def test_lint_of_one_file_loads_the_fence_but_no_database_driver_slack_or_web(
     assert code == 0
     assert "pglast" in packages  # the fence read it: the check is not vacuous
     assert packages.isdisjoint(SERVICES), packages & SERVICES
+
+
+def test_check_loads_nothing_only_the_daemon_needs(tmp_path: Path) -> None:
+    """Its module is loaded by `check --help` as by `check`: the daemon's own (the state
+    store, the build's version, which asks git in a checkout) stay out."""
+    code, modules = imported_by("check", "--help", cwd=tmp_path, whole=True)
+    assert code == 0
+    assert "monitor.cli.evaluating" in modules  # the command's module was loaded
+    daemons = {"monitor.cli.running", "monitor.version", "monitor.store.storage"}
+    assert modules.isdisjoint(daemons), modules & daemons
+    assert not {m for m in modules if m.startswith("monitor.daemon")}
 
 
 def test_every_command_is_where_the_table_says_and_listed_with_its_own_words() -> None:

@@ -1,0 +1,122 @@
+"""`invmon run`: the daemon, every invariant on its schedule until SIGTERM. Apart from
+`check` (evaluating.py), so that a one-shot check loads none of what only the daemon needs:
+the state store, and the build's version (a call to git in a checkout)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import IO
+
+import click
+
+from monitor.cli.options import CONFIG, DSN, INVARIANTS, InvmonError, fail
+from monitor.cli.resolving import (
+    open_store,
+    require,
+    require_every_target,
+    resolve_config,
+    store_where,
+)
+from monitor.config import Config, ConfigError
+from monitor.execution.results import exit_code
+from monitor.store.storage import StoreInUse, hold_single_daemon
+from monitor.version import commit, version
+
+
+@click.command()
+@CONFIG
+@DSN
+@INVARIANTS
+@click.option("--once", is_flag=True, help="Evaluate every invariant once, store it, and exit.")
+def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, once: bool) -> None:
+    """Run the daemon: evaluate every invariant on its schedule until SIGTERM."""
+    from monitor.daemon.assembly import assemble
+    from monitor.daemon.process import SignalLoop, Stopped
+    from monitor.logs import setup_logging
+
+    config = resolve_config(config_path, dsn, invariants_dir)
+    require(config)  # a daemon starts with every reference set, or not at all
+    setup_logging(config.log.format, config.log.level)
+    # Which invmon this is, first: before anything slow or anything that can fail.
+    logging.getLogger("invmon.daemon").info(
+        "invmon starting", extra={"fields": {"version": version, "commit": commit}}
+    )
+    require_every_target(config)
+    if once:
+        sys.exit(_run_once(config))
+    signals = SignalLoop()
+    # The handlers go in before anything slow (reaching the state store, loading and
+    # vetting the invariants): a SIGTERM meanwhile stops cleanly, a SIGHUP waits its turn.
+    with signals.installed():
+        try:
+            lock = _single_daemon_lock(config)
+            logging.getLogger("invmon.daemon").info(
+                "opening the state store (%s)", store_where(config)
+            )
+            store = signals.wait_for(lambda: open_store(config), "reaching the state store")
+        except Stopped as stopped:
+            logging.getLogger("invmon.daemon").info("stopped before start, %s", stopped.doing)
+            sys.exit(0)
+        try:
+            daemon = assemble(
+                config,
+                config.dsn,
+                store,
+                signals=signals,
+                reread=lambda: reread_config(config_path, dsn, invariants_dir),
+            )
+            code = daemon.serve(supervise=True)
+        except OSError as exc:
+            fail(f"cannot listen on http.listen {config.http.listen}: {exc.strerror or exc}")
+        finally:
+            store.close()
+            if lock is not None:
+                lock.close()
+    if code != 0:
+        # Runs still in flight past every bound: their threads would hold the interpreter's
+        # exit (it joins the workers), so end here, the reason already logged.
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def reread_config(config_path: Path | None, dsn: str | None, invariants_dir: Path | None) -> Config:
+    """The config as `run` read it at start, read again for SIGHUP: an error is a
+    ConfigError (the daemon logs it and keeps the config it has), never an exit."""
+    try:
+        return resolve_config(config_path, dsn, invariants_dir)
+    except InvmonError as exc:
+        raise ConfigError(exc.format_message()) from None
+
+
+def _single_daemon_lock(config: Config) -> IO[str] | None:
+    """A SQLite store serves one daemon: its lock file, held for the process's life."""
+    if config.state.dsn:
+        return None
+    try:
+        return hold_single_daemon(config.state.path)
+    except StoreInUse as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot lock the state store {str(config.state.path)!r}: {exc.strerror}")
+
+
+def _run_once(config: Config) -> int:
+    """`run --once`: burst mode, every invariant once through the daemon's full path."""
+    from monitor.daemon.assembly import assemble
+
+    lock = _single_daemon_lock(config)
+    store = open_store(config)
+    daemon = assemble(config, config.dsn, store)
+    try:
+        change, results = daemon.run_once()
+        return exit_code(results, load_failed=bool(change.invalid))
+    finally:
+        daemon.close()
+        store.close()
+        if lock is not None:
+            lock.close()
