@@ -5,7 +5,9 @@
 
 1. data: bench/data.py builds (or reuses) the refunds data set and checks its exact counts;
 2. one tick vs the floor: psql running the four shipped queries, a bare psycopg script
-   counting them, `invmon check` at concurrency 1 and 4, and the peers (bench/peers.py), in
+   counting them and one fetching every row as psql does (on 1 and on 4 connections: the
+   floor of a Python client), `invmon check` at concurrency 1 and 4, and the peers
+   (bench/peers.py), in
    rounds that rotate their order; each time is divided by psql's in the same round (paired
    ratio) and the median of those ratios is reported; every tool's counts are checked (==);
 3. start-up, the server's own execution time (EXPLAIN ANALYZE) and where a tick's time goes;
@@ -138,6 +140,34 @@ print(json.dumps(counts))
 """
 
 
+# The floor for a Python tool doing psql's work: the four queries, every row fetched, on
+# one connection or on four at once. What a client must pay before any query of its own
+# (the interpreter, psycopg) and what four connections buy on this machine, so invmon's
+# own share of its ratio can be read off beside it.
+ROWS_SCRIPT = """
+import json, queue, sys, threading, psycopg
+queries = json.load(open(sys.argv[2]))
+todo = queue.SimpleQueue()
+for item in queries.items():
+    todo.put(item)
+counts = {}
+def work():
+    with psycopg.connect(sys.argv[1], autocommit=True) as conn:
+        while True:
+            try:
+                name, q = todo.get_nowait()
+            except queue.Empty:
+                return
+            counts[name] = len(conn.execute(q).fetchall())
+threads = [threading.Thread(target=work) for _ in range(int(sys.argv[3]))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(counts))
+"""
+
+
 def tick_commands(dsn: str, with_peers: bool) -> list[Command]:
     queries = statements(SHIPPED)
 
@@ -150,6 +180,15 @@ def tick_commands(dsn: str, with_peers: bool) -> list[Command]:
         (work / "floor.py").write_text(FLOOR_SCRIPT)
         (work / "queries.json").write_text(json.dumps(queries))
         return [sys.executable, str(work / "floor.py"), dsn, str(work / "queries.json")], {}
+
+    def rows(connections: int) -> Callable[[Path], tuple[list[str], dict[str, str]]]:
+        def prepare(work: Path) -> tuple[list[str], dict[str, str]]:
+            (work / "rows.py").write_text(ROWS_SCRIPT)
+            (work / "queries.json").write_text(json.dumps(queries))
+            script = [sys.executable, str(work / "rows.py"), dsn, str(work / "queries.json")]
+            return [*script, str(connections)], {}
+
+        return prepare
 
     def invmon(concurrency: int) -> Callable[[Path], tuple[list[str], dict[str, str]]]:
         def prepare(work: Path) -> tuple[list[str], dict[str, str]]:
@@ -164,6 +203,12 @@ def tick_commands(dsn: str, with_peers: bool) -> list[Command]:
     commands = [
         Command("psql", psql, None, "psql, the four queries back to back (the floor)"),
         Command("psycopg", floor, plain_counts, "Python + psycopg 3, a count of each"),
+        Command(
+            "psycopg_rows_c1", rows(1), plain_counts, "Python + psycopg 3, every row, 1 connection"
+        ),
+        Command(
+            "psycopg_rows_c4", rows(4), plain_counts, "Python + psycopg 3, every row, 4 connections"
+        ),
         Command("invmon_c4", invmon(4), invmon_json_counts, "`invmon check`, concurrency 4"),
         Command("invmon_c1", invmon(1), invmon_json_counts, "`invmon check`, concurrency 1"),
     ]
@@ -680,6 +725,8 @@ def main() -> None:
             results["measured_at"][section] = now
     results["commands"] = {
         "psql": "psql -X -q -v ON_ERROR_STOP=1 DSN -f four.sql",
+        "python + psycopg, every row": "python rows.py DSN queries.json 1  # or 4 connections "
+        "(ROWS_SCRIPT in bench/run.py)",
         "invmon": "invmon check --config invmon.yaml --invariants invariants --dsn DSN "
         "--format json  # invmon.yaml: concurrency: 1 or 4",
         **peers.COMMANDS_DOC,
