@@ -9,13 +9,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pglast.parser import ParseError
+
 from monitor.authoring.ci_output import JunitCase
 from monitor.authoring.fixtures import SUFFIX, fixture_path, load_fixture
 from monitor.authoring.schema_dump import DumpParseError, dump_statements
 from monitor.config import Config
 from monitor.fence.builtin_catalog import builtin_catalog
 from monitor.fence.catalog import Catalog
-from monitor.fence.sqltree import parse
+from monitor.fence.sqltree import TreeTooDeep, TreeTooLarge, parse
 from monitor.fence.tree import node_items
 from monitor.invariants.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.invariants.selection import NothingSelected, name_matches
@@ -293,7 +295,10 @@ def key_hint_message(statement: dict[str, Any], catalog: Catalog) -> tuple[str, 
 
 def key_hint(inv: Invariant, catalog: Catalog) -> Problem | None:
     """A hint (never an error) at the first aggregate column of a keyless invariant."""
-    raw = parse(inv.sql)["stmts"][0]["stmt"]
+    try:
+        raw = parse(inv.sql)["stmts"][0]["stmt"]
+    except (TreeTooLarge, TreeTooDeep, ParseError):
+        return None  # judged already: the fence says what is wrong with such a text
     statement = raw.get("SelectStmt")
     if not statement:
         return None

@@ -47,12 +47,27 @@ class TreeTooLarge(Exception):
         )
 
 
+class TreeTooDeep(Exception):
+    def __init__(self) -> None:
+        super().__init__(
+            "the query nests too deeply to judge (its parse tree is deeper than Python's "
+            "reader goes: about 100 nested subqueries, or a thousand UNION arms); flatten "
+            "it with a CTE or move the values into a table"
+        )
+
+
 def parse(sql: str) -> dict[str, Any]:
-    """libpg_query's tree of `sql`; raises pglast's ParseError, or TreeTooLarge."""
+    """libpg_query's tree of `sql`; raises pglast's ParseError, TreeTooLarge or
+    TreeTooDeep."""
     text = pg_parser.parse_sql_json(sql)
     if len(text) > MAX_TREE_BYTES:
         raise TreeTooLarge(len(text))
-    return dict(json.loads(text))
+    try:
+        # The decoder recurses once per level of nesting; past the interpreter's recursion
+        # limit it raises, and that is the bound (everything after it walks iteratively).
+        return dict(json.loads(text))
+    except RecursionError:
+        raise TreeTooDeep() from None
 
 
 def analyze(sql: str) -> Analysis:
@@ -68,7 +83,7 @@ def analyze(sql: str) -> Analysis:
         message, *where = exc.args
         line = lines.of_char(where[0]) if where and isinstance(where[0], int) else 1
         return Analysis([SqlProblem(line, f"cannot parse the query: {message}")])
-    except TreeTooLarge as exc:
+    except (TreeTooLarge, TreeTooDeep) as exc:
         return Analysis([SqlProblem(lines.of_char(len(sql) - len(sql.lstrip())), str(exc))])
     statements = tree.get("stmts") or []
     if not statements:

@@ -70,6 +70,15 @@ ROLE_VIEWS = frozenset({"pg_roles", "pg_user", "pg_shadow"})
 SETTING_COLUMNS = frozenset({"rolconfig", "useconfig", "setconfig"})
 
 
+def routine_name(items: list[Any] | None) -> Name:
+    """The name of a function, operator, type or tablesample method as PostgreSQL resolves
+    it: `db.schema.name` is accepted only when db is the current database (else "cross-
+    database references are not implemented"), so it names what `schema.name` names, and
+    every rule keyed on `pg_catalog.x` must see it so (`mydb.pg_catalog.current_setting`)."""
+    name = names(items)
+    return name[1:] if len(name) == 3 else name
+
+
 def char_to_byte(sql: str, offset: int) -> int:
     return len(sql[:offset].encode("utf-8"))
 
@@ -95,6 +104,7 @@ class _Walk:
         self.stars: list[int] = []  # `*` and `t.*`
         self.bare_names: set[str] = set()  # one-field column references (a whole row)
         self.role_views: list[tuple[str, int]] = []  # (alias or name, line)
+        self.join_renames = False  # a join's column alias list: `(a JOIN b) AS j(x, y, …)`
 
 
 @dataclass
@@ -148,7 +158,7 @@ Handler = Callable[[str, dict[str, Any], int, _Visit], None]
 
 
 def _on_func_call(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
-    name = names(body["funcname"])
+    name = routine_name(body["funcname"])
     v.refs.append(Reference("function", name, line))
     _function_facts(name, body.get("args") or [], line, v.analysis, v.walk)
 
@@ -158,7 +168,7 @@ def _on_expression(kind: str, body: dict[str, Any], line: int, v: _Visit) -> Non
     if expr_kind.startswith(("AEXPR_BETWEEN", "AEXPR_NOT_BETWEEN")):
         v.refs.extend(Reference("operator", op, line) for op in BETWEEN_OPERATORS)
         return
-    operator = names(body.get("name"))
+    operator = routine_name(body.get("name"))
     v.refs.append(Reference("operator", operator, line))
     if expr_kind == "AEXPR_OP" and operator and operator[-1] in ORDERINGS:
         v.analysis.orderings.append(body)
@@ -174,13 +184,15 @@ def _on_constant(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
 
 def _on_sublink(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
     if body.get("operName"):
-        v.refs.append(Reference("operator", names(body["operName"]), line))
+        v.refs.append(Reference("operator", routine_name(body["operName"]), line))
     elif body.get("subLinkType") in ("ANY_SUBLINK", "ALL_SUBLINK"):
         # `x IN (SELECT …)` names no operator: PostgreSQL looks `=` up by name.
         v.refs.append(Reference("operator", ("=",), line))
 
 
 def _on_join(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
+    if (body.get("alias") or {}).get("colnames"):
+        v.walk.join_renames = True
     if body.get("usingClause") or body.get("isNatural"):
         # JOIN … USING and NATURAL JOIN compare with `=`, looked up by name too.
         v.refs.append(Reference("operator", ("=",), v.lines.of_byte(first_location(body))))
@@ -221,7 +233,7 @@ def _on_type_name(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None
 
 def _on_sort_by(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
     if body.get("useOp"):
-        v.refs.append(Reference("operator", names(body["useOp"]), line))
+        v.refs.append(Reference("operator", routine_name(body["useOp"]), line))
 
 
 def _on_case(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
@@ -234,6 +246,9 @@ def _on_column(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
     parts = body.get("fields") or []
     fields = names(parts)
     v.refs.extend(Reference("attribute", (name,), line) for name in fields[1:])
+    for name in fields[1:]:
+        # `t.fn` calls fn(t): the value of a column, never a literal.
+        _function_facts((name,), [None], line, v.analysis, v.walk)
     if any("A_Star" in part for part in parts if isinstance(part, dict)):
         v.walk.stars.append(line)
     elif len(fields) == 1:
@@ -246,6 +261,10 @@ def _on_indirection(kind: str, body: dict[str, Any], line: int, v: _Visit) -> No
     fields = names(body.get("indirection"))
     at = v.lines.of_byte(first_location(body.get("arg")))
     v.refs.extend(Reference("attribute", (name,), at) for name in fields)
+    # `(x).fn` calls fn(x), and `(x).f.g` calls g(f(x)): the rules on calls (which setting
+    # current_setting reads, numeric work) hold for these too.
+    for i, name in enumerate(fields):
+        _function_facts((name,), [body.get("arg") if i == 0 else None], at, v.analysis, v.walk)
 
 
 def _on_relation(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
@@ -254,12 +273,15 @@ def _on_relation(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
     relation = relation_name(body)
     v.refs.append(Reference("relation", relation, line))
     if relation[:-1] in ((), ("pg_catalog",)) and relation[-1] in ROLE_VIEWS:
-        alias = (body.get("alias") or {}).get("aliasname") or relation[-1]
-        v.walk.role_views.append((str(alias), line))
+        alias = body.get("alias") or {}
+        v.walk.role_views.append((str(alias.get("aliasname") or relation[-1]), line))
+        if alias.get("colnames"):
+            # `pg_roles AS r(a, b, …)` renames rolconfig: whichever name reads it, it is read.
+            v.refs.append(Reference("setting", ("*",), line))
 
 
 def _on_tablesample(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
-    v.refs.append(Reference("tablesample", names(body.get("method")), line))
+    v.refs.append(Reference("tablesample", routine_name(body.get("method")), line))
     relation_body = body.get("relation") or {}
     if "relname" in relation_body:
         at = v.lines.of_byte(relation_body.get("location"))
@@ -308,15 +330,16 @@ def _after_walk(walk: _Walk, analysis: Analysis) -> None:
                 "it on huge numbers; split the query or precompute",
             )
         )
-    # A whole row of pg_roles (`*`, `r.*`, `r`) holds rolconfig: judged as reading it.
+    # A whole row of pg_roles (`*`, `r.*`, `r`) holds rolconfig: judged as reading it, and
+    # so is a join of it whose columns are renamed (rolconfig under another name).
     for alias, line in walk.role_views:
-        if walk.stars or alias in walk.bare_names:
+        if walk.stars or alias in walk.bare_names or walk.join_renames:
             analysis.references.append(Reference("setting", ("*",), line))
 
 
 def _type_reference(type_name: dict[str, Any], lines: Lines) -> Reference:
     return Reference(
-        "cast", names(type_name.get("names")), lines.of_byte(type_name.get("location"))
+        "cast", routine_name(type_name.get("names")), lines.of_byte(type_name.get("location"))
     )
 
 
