@@ -15,11 +15,27 @@ from typing import Any
 from monitor.text import shorten
 
 MAX_SECONDS = 100 * 365 * 86400  # beyond, a typo: and timedelta itself ends near year 10000
-# PostgreSQL's statement_timeout is a 32-bit count of milliseconds: about 24.8 days.
-MAX_STATEMENT_TIMEOUT = timedelta(milliseconds=2**31 - 1)
+# A run's transaction may sit idle this long past its statement timeout before the server
+# ends it (idle_in_transaction_session_timeout, execute.read_only_settings).
+IDLE_MARGIN = timedelta(seconds=30)
+# PostgreSQL's timeouts are 32-bit counts of milliseconds, about 24.8 days; a run sets its
+# idle limit IDLE_MARGIN past its statement timeout, so that is where a timeout must end.
+MAX_STATEMENT_TIMEOUT = timedelta(milliseconds=2**31 - 1) - IDLE_MARGIN
 MIN_INTERVAL = timedelta(seconds=1)
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def statement_timeout(value: Any) -> timedelta:
+    """A `timeout:` (a header's, or the config's default): a duration PostgreSQL can run a
+    statement for; ValueError otherwise."""
+    delta = parse_duration(value)  # also refuses true/false, lists, maps
+    if delta > MAX_STATEMENT_TIMEOUT:
+        raise ValueError(
+            f"{shorten(value, 20)} is longer than PostgreSQL allows a statement to run "
+            "(statement_timeout is at most about 24 days)"
+        )
+    return delta
 
 
 def parse_duration(value: str | int | float | timedelta, zero: bool = False) -> timedelta:

@@ -35,6 +35,7 @@ from psycopg import pq, sql
 from psycopg.adapt import Dumper
 from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 
+from monitor.durations import IDLE_MARGIN
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, RowLimits
 from monitor.execution.query import (
     MAX_COLUMNS,
@@ -66,9 +67,6 @@ from monitor.sources.binding import (
     standalone,
 )
 from monitor.text import shorten
-
-# A run that was cancelled leaves its transaction idle at most this long past its timeout.
-IDLE_MARGIN = timedelta(seconds=30)
 
 # Rounds of LiveFence.learn: each view nesting asks one more, and an answer can lead to one
 # more question (an xml cast found through a function's signature).

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from monitor import yamlsafe
-from monitor.durations import MAX_STATEMENT_TIMEOUT, Schedule, parse_duration, parse_schedule
+from monitor.durations import Schedule, parse_duration, parse_schedule, statement_timeout
 from monitor.links import link_problem
 from monitor.sources.header import SourceSpec, check_source_names
 from monitor.text import shorten
@@ -87,12 +87,7 @@ class InvariantHeader(BaseModel):
     @classmethod
     def _timeout_parses(cls, value: Any) -> Any:
         if value is not None:
-            delta = parse_duration(value)  # also refuses true/false, lists, maps
-            if delta > MAX_STATEMENT_TIMEOUT:
-                raise ValueError(
-                    f"{shorten(value, 20)} is longer than PostgreSQL allows a statement to run "
-                    "(statement_timeout is at most about 24 days)"
-                )
+            statement_timeout(value)
         return value
 
     @field_validator("key", "tags", mode="before")

@@ -20,8 +20,8 @@ from monitor.durations import (
     IntervalSchedule,
     Schedule,
     format_duration,
-    parse_duration,
     parse_schedule,
+    statement_timeout,
 )
 from monitor.fence.allowances import OFFLINE, FencePolicy
 from monitor.fence.sqltree import NUL_MESSAGE
@@ -57,7 +57,7 @@ class Defaults(BaseModel):
     @field_validator("timeout", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
-        return parse_duration(value)
+        return statement_timeout(value)
 
     @field_validator("schedule")
     @classmethod

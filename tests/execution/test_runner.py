@@ -331,3 +331,30 @@ def test_a_connection_in_another_encoding_is_refused_before_sending(database: st
             lock_timeout=timedelta(seconds=1),
             live_fence=LiveFence(),
         )
+
+
+def test_the_longest_timeout_a_header_or_the_defaults_may_give_runs_and_one_past_it_is_refused(
+    runner: Runner,
+) -> None:
+    """A run's idle limit is its timeout plus IDLE_MARGIN, and PostgreSQL's limits are 32-bit
+    counts of milliseconds: `timeout: 2147483s` passed lint and then every run failed on
+    `idle_in_transaction_session_timeout`, and so did `defaults: {timeout: 30d}`."""
+    from monitor.durations import MAX_STATEMENT_TIMEOUT, statement_timeout
+    from monitor.invariants.loader import Defaults
+
+    longest = f"{int(MAX_STATEMENT_TIMEOUT.total_seconds() * 1000)}ms"
+    assert statement_timeout(longest) == MAX_STATEMENT_TIMEOUT
+    result = runner.run_one(
+        invariant(
+            "longest", "SELECT 1 AS id WHERE false", timeout=MAX_STATEMENT_TIMEOUT.total_seconds()
+        )
+    )
+    assert (result.status, result.count, result.error) == ("ok", 0, None)
+    one_past = f"{int(MAX_STATEMENT_TIMEOUT.total_seconds() * 1000) + 1}ms"
+    for header_or_default in (
+        lambda: InvariantHeader(description="x", timeout=one_past),
+        lambda: Defaults(timeout="2147483s"),
+        lambda: Defaults(timeout="30d"),
+    ):
+        with pytest.raises(ValueError, match="longer than PostgreSQL allows a statement to run"):
+            header_or_default()
