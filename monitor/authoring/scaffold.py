@@ -55,7 +55,7 @@ cases:
 
 CONFIG = """\
 # invmon's config. Offline commands (lint, test) need none of the variables below; a
-# command that needs one says which (README: Configuration).
+# command that needs one says which (docs/configuring.md).
 invariants: invariants
 schema: db/schema.sql
 dsn: ${INVMON_REPLICA_DSN}          # the read replica, for check, explain and run
@@ -173,6 +173,19 @@ def quoted(name: str) -> str:
 
 def _yaml_key(name: str) -> str:
     return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", name) else json.dumps(name)
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a new invariant, or None. A name is its path in the invariants
+    folder without `.sql` (`payments/refunds`), so it may hold folders, but never one that
+    leads out of the folder: `../x` or `/tmp/x` would write beside it or anywhere."""
+    parts = name.replace("\\", "/").split("/")
+    if "\0" in name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        return (
+            f"{name!r} is not an invariant name: it is a path inside the invariants folder, "
+            "without `..`, a leading `/` or empty parts (e.g. payments/duplicate_refunds)"
+        )
+    return None
 
 
 def new_invariant(name: str, table: str | None, tables: Tables) -> list[Planned]:

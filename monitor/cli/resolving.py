@@ -231,7 +231,7 @@ def read_store(config: Config, reading: Callable[[StateStore], T]) -> T:
     except STORE_ERRORS as exc:
         fail(
             f"cannot read the state store ({store_where(config)}): {redact(str(exc))}; "
-            "see README, 'Recovering the state store'"
+            "see docs/operating.md, 'Recovering the state store'"
         )
     finally:
         store.close()

@@ -286,9 +286,11 @@ def new(
     table: str | None,
 ) -> None:
     """Write NAME.sql and NAME.test.yaml in the invariants folder, from the schema."""
-    from monitor.authoring.scaffold import new_invariant
+    from monitor.authoring.scaffold import name_problem, new_invariant
     from monitor.authoring.schema_check import load_schema
 
+    if (problem := name_problem(name)) is not None:
+        fail(problem)
     config = resolve_config(config_path, None, invariants_dir)
     schema_sql = read_schema(config, schema_file)
     tables = load_schema(schema_sql) if schema_sql else {}

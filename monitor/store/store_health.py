@@ -64,7 +64,7 @@ class StoreHealth:
                 return
             self._logged_at = now
         log.error(
-            "%s; nothing is stored and no alert is planned until it works again (README: "
-            "Recovering the state store)",
+            "%s; nothing is stored and no alert is planned until it works again "
+            "(docs/operating.md: Recovering the state store)",
             problem,
         )

@@ -264,3 +264,34 @@ def test_every_link_in_the_readme_and_security_policy_names_a_file_that_exists()
             if not (ROOT / target).exists():
                 broken.append(f"{page}: {target}")
     assert broken == []
+
+
+def test_every_pointer_to_a_section_in_messages_and_deploy_files_names_one_that_exists() -> None:
+    """An error message or a shipped file that says where to read on must name a page and a
+    heading that are there: `(docs/operating.md: Recovering the state store)`. Pointers into
+    the README by section (`README: Configuration`) went stale when the manual moved out."""
+    headings: dict[str, set[str]] = {}
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        found = {m.strip() for m in re.findall(r"^#+ (.+)$", text, re.M)}
+        headings[str(page.relative_to(ROOT))] = found
+    pointer = re.compile(r"""(README|docs/[\w-]+\.md)(?:[,:] *|\s+)["'“]?([A-Z][^"'”)\n]*)""")
+    stale, seen = [], 0
+    files = [*ROOT.glob("monitor/**/*.py"), *ROOT.glob("alerts/**/*.py")]
+    files += [p for p in ROOT.glob("deploy/**/*") if p.is_file() and p.suffix in (".yaml", ".sql")]
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        # A message may be split over string literals: join adjacent ones before reading.
+        text = re.sub(r'"\s*\n\s*"', "", text)
+        for page, heading in pointer.findall(text):
+            page = "README.md" if page == "README" else page
+            words = heading.strip()
+            if page not in headings:
+                stale.append(f"{path.relative_to(ROOT)}: {page} does not exist")
+                continue
+            if any(words.startswith(h) for h in headings[page]):
+                seen += 1
+            elif page == "README.md" or words in {"Recovering the state store"}:
+                stale.append(f"{path.relative_to(ROOT)}: no heading {words!r} in {page}")
+    assert stale == []
+    assert seen >= 5  # the pointers this test was written for are read
