@@ -112,6 +112,16 @@ def test_new_writes_an_invariant_and_its_cases_from_the_schema(tmp_path: Path) -
     assert cli("lint", cwd=tmp_path).returncode == 0
     unknown = cli("new", "x", "--table", "nope", cwd=tmp_path)
     assert unknown.stderr.strip() == "invmon: --table 'nope' is not in the schema; tables: orders"
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for outside in ("../escape", "/tmp/invmon-new-escape", "a//b", "payments/../../x", "./x"):
+        refused = cli("new", outside, cwd=tmp_path)
+        assert (refused.returncode, refused.stderr.strip()) == (
+            2,
+            f"invmon: {outside!r} is not an invariant name: it is a path inside the invariants "
+            "folder, without `..`, a leading `/` or empty parts (e.g. payments/duplicate_refunds)",
+        )
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    assert not (tmp_path.parent / "escape.sql").exists()
 
 
 def test_mistakes_in_headers_and_fixtures_come_with_a_hint(tmp_path: Path) -> None:
