@@ -33,7 +33,14 @@ from typing import Any
 import psycopg
 from psycopg import pq, sql
 from psycopg.adapt import Dumper
-from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
+from psycopg.types.datetime import (
+    DateLoader,
+    IntervalLoader,
+    TimeLoader,
+    TimestampLoader,
+    TimestamptzLoader,
+    TimetzLoader,
+)
 
 from monitor.durations import IDLE_MARGIN
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, RowLimits
@@ -93,8 +100,9 @@ class Refused(Exception):
 
 
 class _TextWhenOutOfRange:
-    """Dates psycopg cannot hold in Python ('infinity', year 10000+) are kept as the text
-    PostgreSQL sent, so a violation with such a row is still counted, not an error."""
+    """Values PostgreSQL holds and Python cannot ('infinity', year 10000+, the time
+    '24:00:00', an interval past 999,999,999 days) are kept as the text PostgreSQL sent, so
+    a violation with such a row is still counted, not an error."""
 
     def load(self, data: Any) -> Any:
         try:
@@ -115,11 +123,26 @@ class _Timestamptz(_TextWhenOutOfRange, TimestamptzLoader):
     pass
 
 
+class _Time(_TextWhenOutOfRange, TimeLoader):
+    pass
+
+
+class _Timetz(_TextWhenOutOfRange, TimetzLoader):
+    pass
+
+
+class _Interval(_TextWhenOutOfRange, IntervalLoader):
+    pass
+
+
 def register_loaders(conn: psycopg.Connection[Any]) -> None:
     """How values are read back; every connection that runs invariants gets these."""
     conn.adapters.register_loader("date", _Date)
     conn.adapters.register_loader("timestamp", _Timestamp)
     conn.adapters.register_loader("timestamptz", _Timestamptz)
+    conn.adapters.register_loader("time", _Time)
+    conn.adapters.register_loader("timetz", _Timetz)
+    conn.adapters.register_loader("interval", _Interval)
 
 
 class _ArrayParamDumper(Dumper):

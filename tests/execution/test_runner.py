@@ -271,6 +271,16 @@ def test_rows_with_infinite_or_far_future_dates_are_still_counted(runner: Runner
     result = runner.run_one(invariant("dates", sql_text))
     assert (result.status, result.count) == ("violated", 1)
     assert result.rows == [{"at": "infinity", "since": "-infinity", "day": "20000-01-01"}]
+    # Times and intervals PostgreSQL holds and Python's types cannot: their text, as sent.
+    times = (
+        "SELECT '24:00:00'::time AS t, '24:00:00+02'::timetz AS tz,"
+        " interval '2147483647 days' AS i, ARRAY['24:00:00'::time] AS ts"
+    )
+    result = runner.run_one(invariant("times", times))
+    assert (result.status, result.count, result.error) == ("violated", 1, None)
+    assert result.rows == [
+        {"t": "24:00:00", "tz": "24:00:00+02", "i": "2147483647 days", "ts": ["24:00:00"]}
+    ]
 
 
 def test_one_invariant_cannot_change_the_session_another_one_gets(database: str) -> None:
