@@ -34,6 +34,7 @@ log = logging.getLogger("invmon.daemon")
 EXIT_WEDGED = 70  # EX_SOFTWARE: the process stopped doing its job
 EXIT_AFTER = 60.0  # seconds past twice a part's bound before the process ends itself
 TURN = 1.0  # seconds between two looks
+REPORT_WITHIN = 10.0  # seconds the wedge report may take before the process exits without it
 
 
 class Notifier:
@@ -78,9 +79,11 @@ class Supervisor:
         exit_process: Callable[[int], object] = os._exit,
         monotonic: Callable[[], float] = time.monotonic,
         exit_after: float = EXIT_AFTER,
+        report_within: float = REPORT_WITHIN,
     ) -> None:
         self.liveness = liveness
         self.exit_after = exit_after
+        self.report_within = report_within
         self.notifier = notifier
         self._exit = exit_process
         self._monotonic = monotonic
@@ -126,12 +129,23 @@ class Supervisor:
             self._last_ping = now
 
     def _end(self, why: str) -> None:
+        # The report is written to stderr and the log, and either can block: a stalled log
+        # pipe leaves a writer holding its handler's lock, and the report would wait on it
+        # forever, so the process would never exit. A timer exits anyway after
+        # `report_within`; os._exit takes no lock.
+        backstop = threading.Timer(self.report_within, self._exit, (EXIT_WEDGED,))
+        backstop.name, backstop.daemon = "invmon-exit-backstop", True
+        backstop.start()
+        self._report(why)
+        backstop.cancel()
+        self._exit(EXIT_WEDGED)
+
+    def _report(self, why: str) -> None:
         log.critical("%s; exiting %d so that the supervisor restarts invmon", why, EXIT_WEDGED)
         sys.stderr.write("invmon: the stack of every thread, for the report:\n")
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         for handler in logging.getLogger().handlers:
             handler.flush()
-        self._exit(EXIT_WEDGED)
 
     def _loop(self) -> None:
         while True:

@@ -366,11 +366,17 @@ class Runner:
         {name: problems} for those refused. Empty when the database cannot be reached (each
         run is judged again anyway)."""
         refused: dict[str, list[Problem]] = {}
-        if self.probe() is not None:  # fails at once on a refused port, unlike the pool
+        if not invariants or self.probe() is not None:  # a refused port fails at once
             return {}
         try:
             self.learn(invariants)
+            # Bounded as learn is: the catalog's answers can wait on a lock (pg_get_viewdef
+            # on a view a migration holds), and vet runs where a reload or a start waits.
+            settings = read_only_settings(
+                min(i.timeout for i in invariants), self.database.lock_timeout, "invmon:fence"
+            )
             with self._pool.connection() as conn, conn.transaction():
+                conn.execute(settings.as_bytes(conn))
                 for inv in invariants:
                     # With sources, the text judged is the one sent: their CTEs before it.
                     text, _, user_line = unlisted(inv.header.source, inv.sql)

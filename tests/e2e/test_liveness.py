@@ -4,6 +4,7 @@ turns /healthz red and stops systemd's watchdog pings, and a wedge ends the proc
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -219,6 +220,42 @@ def test_the_supervisor_ends_a_stop_that_overran_its_deadline_naming_what_it_wai
         "the stop did not finish in time: still the runs in flight to finish; "
         "exiting 70 so that the supervisor restarts invmon"
     )
+
+
+def test_a_wedge_report_that_blocks_on_a_stalled_log_does_not_keep_the_process_alive() -> None:
+    """A log pipe nobody reads leaves a writer holding its handler's lock; the report then
+    blocks, and before the backstop the process never exited. Here the handler blocks until
+    the test ends: the exit must come anyway, from the backstop's thread."""
+    clock = Clock()
+    exited = threading.Event()
+    exits: list[int] = []
+
+    def exit_process(code: int) -> None:
+        exits.append(code)
+        exited.set()
+
+    release = threading.Event()
+
+    class Stalled(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            release.wait(60)  # a pipe nobody reads; bounded so the test cannot hang
+
+    stalled = Stalled()
+    logging.getLogger().addHandler(stalled)
+    guard = Supervisor(Liveness(clock), Notifier({}), exit_process, clock, report_within=0.2)
+    guard.stop_by(1, lambda: "the runs in flight to finish")
+    clock.now += 2
+    turn = threading.Thread(target=guard.turn, name="test-supervisor-turn", daemon=True)
+    try:
+        turn.start()
+        assert exited.wait(30), "the process did not exit while its report was blocked"
+        assert exits == [EXIT_WEDGED]
+    finally:
+        release.set()
+        logging.getLogger().removeHandler(stalled)
+        turn.join(30)
+    assert not turn.is_alive()
+    assert exits in ([EXIT_WEDGED], [EXIT_WEDGED, EXIT_WEDGED])  # the report may then finish
 
 
 def test_a_watchdog_pid_of_another_process_is_not_ours_to_ping() -> None:

@@ -4,8 +4,10 @@ failure reported as `error` with the database's message, never as `ok` or zero."
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -368,3 +370,32 @@ def test_the_longest_timeout_a_header_or_the_defaults_may_give_runs_and_one_past
     ):
         with pytest.raises(ValueError, match="longer than PostgreSQL allows a statement to run"):
             header_or_default()
+
+
+def test_vetting_against_a_view_a_migration_holds_locked_ends_within_the_lock_timeout(
+    database: str,
+) -> None:
+    """The catalog's answer on a view (its definition) waits on the view's lock: a start or a
+    reload vetting the invariants waited for as long as a migration held it, SIGTERM
+    unanswered. Bounded, vet gives up (each run is judged again anyway)."""
+    with psycopg.connect(database, autocommit=True) as admin:
+        admin.execute(
+            "DROP VIEW IF EXISTS vet_locked_view; CREATE VIEW vet_locked_view AS SELECT 1 AS id"
+        )
+    migration = psycopg.connect(database)
+    try:
+        migration.execute("LOCK TABLE vet_locked_view IN ACCESS EXCLUSIVE MODE")
+        config = DatabaseConfig(lock_timeout=timedelta(milliseconds=300))
+        reads = invariant("reads_view", "SELECT id FROM vet_locked_view WHERE id < 0")
+        vetted: list[dict[str, Any]] = []
+        with Runner(database, database=config) as runner:
+            worker = threading.Thread(
+                target=lambda: vetted.append(runner.vet([reads])), name="test-vet", daemon=True
+            )
+            worker.start()
+            worker.join(60)  # far past the lock timeout; the old code waited for the lock
+            ended = not worker.is_alive()
+    finally:
+        migration.rollback()
+        migration.close()
+    assert (ended, vetted) == (True, [{}])
