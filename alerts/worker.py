@@ -87,7 +87,11 @@ class DeliveryWorker:
         """Perform up to `limit` due deliveries; return how many were handled."""
         handled = 0
         while handled < limit:
-            claimed = self.ledger.claim(self.owner, self.clock(), self.settings.lease)
+            # Each claim holds the row under a name of its own: the alerts loop and the
+            # watchdog's turn deliver through this one worker, and a lease re-check that
+            # compared only the worker's name let one of them send on the other's claim.
+            holder = f"{self.owner}/{uuid.uuid4().hex[:8]}"
+            claimed = self.ledger.claim(holder, self.clock(), self.settings.lease)
             if claimed is None:
                 break
             delivery, previous_state = claimed
@@ -108,7 +112,15 @@ class DeliveryWorker:
 
         def renew() -> None:
             while not done.wait(lease.total_seconds() / 3):
-                if not self.ledger.renew(delivery, self.clock() + lease):
+                try:
+                    if not self.ledger.renew(delivery, self.clock() + lease):
+                        return  # taken over: the re-check before each send refuses
+                except STORE_ERRORS as exc:
+                    # One failed renewal must not end the renewals: the next may work, and
+                    # if none does, the lease lapses and the re-check before a send refuses.
+                    log.warning("could not renew the lease of delivery %s: %s", delivery.id, exc)
+                except Exception:
+                    log.exception("the lease of delivery %s is renewed no more", delivery.id)
                     return
 
         keeper = threading.Thread(target=renew, name="invmon-lease", daemon=True)
@@ -117,7 +129,16 @@ class DeliveryWorker:
             yield
         finally:
             done.set()
-            keeper.join()
+            # It can only be inside one renewal, a store call the store's own timeouts bound;
+            # past a lease, it is left (a daemon thread) and said.
+            keeper.join(lease.total_seconds())
+            if keeper.is_alive():
+                log.warning(
+                    "the lease keeper of delivery %s did not end within %ss: still in a "
+                    "renewal; leaving it",
+                    delivery.id,
+                    lease.total_seconds(),
+                )
 
     # --- sending -------------------------------------------------------------------------
 
