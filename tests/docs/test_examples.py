@@ -283,15 +283,15 @@ def test_every_pointer_to_a_section_in_messages_and_deploy_files_names_one_that_
         text = path.read_text(encoding="utf-8")
         # A message may be split over string literals: join adjacent ones before reading.
         text = re.sub(r'"\s*\n\s*"', "", text)
-        for page, heading in pointer.findall(text):
-            page = "README.md" if page == "README" else page
+        for named, heading in pointer.findall(text):
+            target = "README.md" if named == "README" else named
             words = heading.strip()
-            if page not in headings:
-                stale.append(f"{path.relative_to(ROOT)}: {page} does not exist")
+            if target not in headings:
+                stale.append(f"{path.relative_to(ROOT)}: {target} does not exist")
                 continue
-            if any(words.startswith(h) for h in headings[page]):
+            if any(words.startswith(h) for h in headings[target]):
                 seen += 1
-            elif page == "README.md" or words in {"Recovering the state store"}:
-                stale.append(f"{path.relative_to(ROOT)}: no heading {words!r} in {page}")
+            elif target == "README.md" or words in {"Recovering the state store"}:
+                stale.append(f"{path.relative_to(ROOT)}: no heading {words!r} in {target}")
     assert stale == []
     assert seen >= 5  # the pointers this test was written for are read

@@ -365,8 +365,8 @@ def test_the_longest_timeout_a_header_or_the_defaults_may_give_runs_and_one_past
     one_past = f"{int(MAX_STATEMENT_TIMEOUT.total_seconds() * 1000) + 1}ms"
     for header_or_default in (
         lambda: InvariantHeader(description="x", timeout=one_past),
-        lambda: Defaults(timeout="2147483s"),
-        lambda: Defaults(timeout="30d"),
+        lambda: Defaults.model_validate({"timeout": "2147483s"}),
+        lambda: Defaults.model_validate({"timeout": "30d"}),
     ):
         with pytest.raises(ValueError, match="longer than PostgreSQL allows a statement to run"):
             header_or_default()
