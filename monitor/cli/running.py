@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 import click
 
@@ -75,11 +75,19 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
             store.close()
             if lock is not None:
                 lock.close()
-    if code != 0:
-        # Runs still in flight past every bound: their threads would hold the interpreter's
-        # exit (it joins the workers), so end here, the reason already logged.
+    end_process(code, threads_left=daemon.threads_left)
+
+
+def end_process(code: int, threads_left: bool) -> NoReturn:
+    """Exit with `code`. Runs still in flight past every bound (code 1), or a scheduler job
+    the stop left running, have threads that would hold the interpreter's exit (it joins
+    the workers of concurrent.futures), so the process ends here without that join, the
+    reason already logged."""
+    if code != 0 or threads_left:
         for handler in logging.getLogger().handlers:
             handler.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
 

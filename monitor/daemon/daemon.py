@@ -157,6 +157,8 @@ class Daemon:
         )
         self._started = False
         self._stopping = False
+        # Set by shutdown: a scheduler job its stop left running (running.end_process).
+        self.threads_left = False
 
     @property
     def invariants(self) -> dict[str, Invariant]:
@@ -351,7 +353,7 @@ class Daemon:
             self.liveness.forget(part)
         # No new job or self-check turn from now on; the ones under way end before the store
         # is left (below), so nothing writes to it once the process closes it.
-        self.watchdog.stop(0)
+        self.watchdog.halt()
         self.jobs.pause()
         step("the runs in flight to finish")
         if not self.scheduler.wait_idle(grace):
@@ -373,7 +375,7 @@ class Daemon:
         self.databases.close()
         step("the scheduler's jobs and the watchdog's turn under way to end")
         self.watchdog.stop(left(5))
-        self.jobs.stop(left(5))
+        self.threads_left = not self.jobs.stop(left(5))
         step("the state store, to leave the fleet")
         with self.store_health.guard("leaving the fleet"):
             self.scheduler.claims.leave(self.clock() - timedelta(days=1))

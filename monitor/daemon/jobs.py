@@ -184,9 +184,12 @@ class Jobs:
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.pause()
 
-    def stop(self, seconds: float) -> None:
+    def stop(self, seconds: float) -> bool:
         """Shut the scheduler down, waiting at most `seconds` for a job under way (a tick,
-        an alerts turn inside a Slack call): APScheduler's own wait has no bound."""
+        an alerts turn inside a Slack call): APScheduler's own wait has no bound. False when
+        a scheduler job was left running: its worker thread would then hold the
+        interpreter's exit (concurrent.futures joins its workers), so the process must end
+        without that join (running.end_process)."""
         deadline = time.monotonic() + seconds
         for loop in self._loops:
             loop.halt()
@@ -195,7 +198,7 @@ class Jobs:
                 log.warning("the %s turn was still running into the stop; leaving it", loop.name)
         scheduler = self._scheduler
         if scheduler is None or not scheduler.running:
-            return
+            return True
         done = threading.Thread(
             target=scheduler.shutdown, kwargs={"wait": True}, name="invmon-stop", daemon=True
         )
@@ -205,3 +208,5 @@ class Jobs:
             log.warning(
                 "a scheduler job was still running %.0fs into the stop; leaving it", seconds
             )
+            return False
+        return True

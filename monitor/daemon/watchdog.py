@@ -116,11 +116,15 @@ class Watchdog:
         )
         self._thread.start()
 
+    def halt(self) -> None:
+        """No new turn from now on; a turn under way goes on (`stop` waits for it)."""
+        self._stop.set()
+
     def stop(self, seconds: float = 30) -> None:
         """Ask the thread to stop and wait for it at most `seconds` (a turn under way may
         be inside a Slack call): it is a daemon thread, so one still in a turn then is
         left to end with the process."""
-        self._stop.set()
+        self.halt()
         if self._thread is not None:
             self._thread.join(timeout=seconds)
             if self._thread.is_alive():

@@ -3,7 +3,10 @@ a halt that lets the turn under way end and starts no other."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
 from datetime import timedelta
 
 from helpers import wait_for
@@ -65,3 +68,43 @@ def test_a_halt_lets_the_turn_under_way_end_and_starts_no_other() -> None:
     release.set()
     assert loop.join(10)
     assert turns == [0]
+
+
+LEFT_JOB = """
+import sys, threading, time
+from datetime import timedelta
+from monitor.cli.running import end_process
+from monitor.daemon.jobs import Jobs, Turns
+
+entered = threading.Event()
+def prune():
+    entered.set()
+    time.sleep(120)  # a job that ignores the stop: a prune on a stalled store
+
+nothing = lambda: None
+turns = Turns(
+    tick=nothing, tick_in=lambda: 3600.0, tick_woken=threading.Event(), beat=nothing,
+    beat_every=timedelta(hours=1), deliver=nothing, deliver_in=lambda: 3600.0,
+    deliver_woken=threading.Event(), delivery_path=nothing, remind=nothing, prune=prune,
+    prune_claims=nothing, summarise=nothing, daily_summary=None,
+)
+jobs = Jobs()
+jobs.start(turns)
+assert entered.wait(30), "the prune never started"
+jobs.pause()
+ended = jobs.stop(0.5)
+print("ended" if ended else "left", flush=True)
+end_process(0, threads_left=not ended)
+"""
+
+
+def test_a_job_the_stop_left_running_does_not_hold_the_process_s_exit() -> None:
+    """concurrent.futures joins its workers at the interpreter's exit, with no bound: a
+    prune the stop gave up on ('leaving it') kept the process alive until it ended."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", LEFT_JOB], capture_output=True, text=True, timeout=100
+    )
+    took = time.monotonic() - started
+    assert (done.returncode, done.stdout.strip()) == (0, "left"), done.stderr
+    assert took < 100  # the job sleeps 120 s; before, the exit waited for it
