@@ -13,10 +13,17 @@ from monitor.authoring.tester import InvariantReport
 from monitor.problems import Problem
 from monitor.text import counted
 
-UNTESTED = (
-    "untested: no case in {where} shows it firing; an invariant that never returns a row is "
-    "a check that cannot fail"
-)
+
+def untested_message(report: InvariantReport) -> str:
+    """Why `report`'s invariant is untested, naming its fixture only where there is one:
+    "no case in x.test.yaml" about a file that does not exist sends the reader looking."""
+    name = fixture_path(report.invariant.path).name
+    why = (
+        f"no case in {name} shows it firing"
+        if report.fixture
+        else f"it has no {name}, so no case shows it firing"
+    )
+    return f"untested: {why}; an invariant that never returns a row is a check that cannot fail"
 
 
 def report_text(reports: Sequence[InvariantReport], strict: bool) -> tuple[str, int]:
@@ -30,8 +37,7 @@ def report_text(reports: Sequence[InvariantReport], strict: bool) -> tuple[str, 
             lines += [f"  {r.describe()}" for r in report.results]
         if report.untested:
             level = "error" if strict else "warning"
-            where = fixture_path(report.invariant.path).name
-            lines.append(f"  {level}: {UNTESTED.format(where=where)}")
+            lines.append(f"  {level}: {untested_message(report)}")
     lines += [str(p) for p in problems]
     failed = sum(r.failed for r in reports)
     untested = sum(r.untested for r in reports)
@@ -104,10 +110,7 @@ def junit_cases(reports: Sequence[InvariantReport], strict: bool) -> list[JunitC
         for p in report.fixture.problems if report.fixture else []:
             cases.append(JunitCase(name, f"{fixture} line {p.line}", error=p.message, file=fixture))
         if report.untested and strict:
-            where = fixture_path(report.invariant.path).name
-            cases.append(
-                JunitCase(name, "fires in some case", failure=UNTESTED.format(where=where))
-            )
+            cases.append(JunitCase(name, "fires in some case", failure=untested_message(report)))
     return cases
 
 
@@ -129,7 +132,7 @@ def findings(reports: Sequence[InvariantReport], strict: bool) -> list[Finding]:
                     1,
                     level,
                     "invmon test",
-                    UNTESTED.format(where=fixture.name),
+                    untested_message(report),
                 )
             )
     return out

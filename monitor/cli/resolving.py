@@ -149,6 +149,9 @@ def selected_invariants(
 ) -> list[Invariant]:
     """The selected invariants (all when none) of these targets (all when none), refusing
     to go on past an invalid file."""
+    if not config.invariants.is_dir():
+        # Not an invalid file: nothing to fix in one, so it is said alone.
+        fail(f"invariants folder not found: {config.invariants}; pass --invariants DIR")
     loaded = load_directory(config.invariants, config.loading(with_database=True))
     if loaded.errors:
         click.echo(problems_text(loaded.errors), err=True)

@@ -117,17 +117,25 @@ def test_deleting_the_where_clause_makes_the_fixture_fail(folder: Path, admin_ds
 
 
 def test_an_invariant_without_a_firing_case_is_untested(folder: Path, admin_dsn: str) -> None:
-    (folder / "duplicate_settled_refunds.test.yaml").unlink()
+    fixture = folder / "duplicate_settled_refunds.test.yaml"
+    fixture.unlink()
     lenient = run(folder, admin_dsn)
     assert lenient.returncode == 0
     assert (
-        "  warning: untested: no case in duplicate_settled_refunds.test.yaml shows it "
-        "firing; an invariant that never returns a row is a check that cannot fail"
+        "  warning: untested: it has no duplicate_settled_refunds.test.yaml, so no case shows "
+        "it firing; an invariant that never returns a row is a check that cannot fail"
         in (lenient.stdout.splitlines())
     )
     strict = run(folder, admin_dsn, "--strict")
     assert strict.returncode == 2
     assert "  error: untested: " in strict.stdout
+    fixture.write_text("cases:\n  - name: holds on no rows\n    rows: {}\n    expect: {count: 0}\n")
+    holding_only = run(folder, admin_dsn)
+    assert (
+        "  warning: untested: no case in duplicate_settled_refunds.test.yaml shows it firing; "
+        "an invariant that never returns a row is a check that cannot fail"
+        in (holding_only.stdout.splitlines())
+    )
 
 
 def test_a_malformed_fixture_is_reported_at_its_line(folder: Path, admin_dsn: str) -> None:
@@ -285,3 +293,14 @@ def test_cases_of_invariants_that_read_no_table_need_no_schema(
     done = cli("test", "--dsn", admin_dsn, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "✅ holds" in done.stdout
+
+
+def test_a_missing_invariants_folder_is_said_alone_not_as_an_invalid_file(tmp_path: Path) -> None:
+    """It printed `invariants:0: invariants folder not found` and then told the reader to
+    fix invalid invariant files, of which there were none."""
+    done = cli("test", cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr.strip()) == (
+        2,
+        "",
+        "invmon: invariants folder not found: invariants; pass --invariants DIR",
+    )
