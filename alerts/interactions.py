@@ -41,6 +41,9 @@ class Click:
     channel: str | None
 
 
+MAX_INCIDENT_ID = 2**63 - 1  # the state store's integer (SQLite's and PostgreSQL's bigint)
+
+
 def parse_clicks(payload: Mapping[str, Any]) -> list[Click]:
     """The invmon button clicks in a block_actions payload. Pure."""
     if payload.get("type") != "block_actions":
@@ -62,6 +65,8 @@ def parse_clicks(payload: Mapping[str, Any]) -> list[Click]:
             incident_id = int(str(item.get("value") or ""))
         except ValueError:
             continue
+        if not 0 < incident_id <= MAX_INCIDENT_ID:
+            continue  # no incident has such an id; the store's integer could not hold it
         action: Action | None = None
         if action_id.startswith("invmon_ack_") and action_id[11:] in ACK_MODES:
             action = Action("ack", actor, name, mode=action_id[11:])  # type: ignore[arg-type]
@@ -172,7 +177,9 @@ class Interactions:
         form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
         try:
             payload = json.loads(form["payload"][0])
-        except (KeyError, IndexError, ValueError):
+        except (KeyError, IndexError, ValueError, RecursionError):
+            # RecursionError: nesting deeper than the decoder goes; a payload of Slack's
+            # is a few levels deep.
             return 400, "no payload"
         if not isinstance(payload, dict):
             return 400, "the payload is not a JSON object"

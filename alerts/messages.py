@@ -257,7 +257,9 @@ def root_message(view: IncidentView, now: datetime) -> Message:
     # A retired title already says what still offended.
     shows_count = view.count and not retired(view)
     count_text = f": {counted(view.count or 0, 'offending row')}" if shows_count else ""
-    return Message(cut(f"{title}{count_text}", TEXT_LIMIT), blocks[:50])
+    # The fallback text is read as mrkdwn too (notifications, where blocks cannot show): the
+    # invariant's name in it is escaped as in every block.
+    return Message(cut(f"{escape(title)}{count_text}", TEXT_LIMIT), blocks[:50])
 
 
 ACK_LABEL = {"until_resolved": "👀 Ack until resolved", "until_new_rows": "👀 Ack until new rows"}

@@ -7,13 +7,15 @@ import dataclasses
 import getpass
 import json
 import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from builders import config_file, signed_click
+from builders import config_file, signed_click, slack_signature
 from fake_slack import APP_TOKEN, FakeSlack
 from fake_socket_mode import FakeSocketMode
 from helpers import invmon, wait_for
@@ -289,6 +291,28 @@ def test_socket_mode_clicks_are_acked_by_envelope_and_survive_a_reconnect(world:
         finally:
             receiver.stop()
             daemon.databases.close()
+
+
+def test_signed_hostile_payloads_get_a_400_or_no_action_never_a_500(setup: Setup) -> None:
+    """With a valid signature, nesting past the JSON decoder's depth raised RecursionError,
+    and an id past 64 bits raised OverflowError in the store: both a 500 and a traceback."""
+    incident = setup.open_incident()
+    deep = urllib.parse.urlencode({"payload": "[" * 100_000}).encode()
+    deep_headers = {
+        **slack_signature(deep, SECRET, str(int(time.time()))),
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    assert post(setup.url, deep, deep_headers) == 400
+    for value in ("9223372036854775808", "9" * 30, "0"):
+        payload = {
+            **click_payload("invmon_ack_until_resolved", incident),
+            "actions": [{"action_id": "invmon_ack_until_resolved", "value": value}],
+        }
+        body, headers = signed_click(payload, SECRET)
+        assert post(setup.url, body, headers) == 200
+    assert setup.incident(incident).acked_by is None
+    too_big = [{"action_id": "invmon_unack", "value": str(2**63)}]
+    assert parse_clicks({**payload, "actions": too_big}) == []
 
 
 def test_clicks_parse_into_actions_and_decisions_are_pure() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from datetime import UTC, datetime, timedelta
@@ -139,6 +140,12 @@ def test_only_exact_mentions_pass_through_and_everything_else_is_escaped() -> No
     assert "<@U123> &lt;!channel&gt; &lt;http://evil|click&gt;" in text
     assert "Acknowledged by <@U999> at" in text
     assert "<!channel>" not in text
+    # The fallback text, read as mrkdwn where blocks cannot show (notifications), escapes
+    # the invariant's name too: it comes from a file name, which can hold `<!channel>`.
+    named = dataclasses.replace(view, invariant="<!channel>/<http://evil|x>", count=2)
+    assert root_message(named, NOW).text == (
+        "🟠 WARNING · &lt;!channel&gt;/&lt;http://evil|x&gt; violated: 2 offending rows"
+    )
 
 
 def test_a_message_names_its_database_once_there_are_named_targets() -> None:
