@@ -5,6 +5,7 @@ test's database by the same loader, fence, executor, timeouts and READ ONLY tran
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -82,7 +83,9 @@ class InvariantChecks:
             raise ValueError("poll must be positive")
         state = Settling.start(self.monotonic(), timeout, quiet)
         while True:
-            activity = watch() if watch is not None else None
+            # A copy: a list the application keeps appending to is the same object at every
+            # poll, and would never compare as changed.
+            activity = copy.deepcopy(watch()) if watch is not None else None
             results = self.results(select)
             state, outcome = state.step(self.monotonic(), results, activity)
             if outcome == "holds":

@@ -90,7 +90,10 @@ def invmon_project(pytestconfig: pytest.Config) -> Project:
             or pytestconfig.getini("invmon_select"),
         )
     except ProjectError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        message = str(exc)
+    # Outside the except: failing inside it chains the two, and pytest printed the message
+    # twice ("During handling of the above exception…").
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture
@@ -188,6 +191,22 @@ def _case(request: pytest.FixtureRequest) -> Case:
     except ValueError:
         where = str(node.path)
     rerun_id = where + sep + inside
+    options = _rerun_options(request.config)
     if name in params:
-        return Case(node.nodeid, params[name], has_seed=True, rerun_id=rerun_id)
-    return Case(node.nodeid, rerun_id=rerun_id)
+        return Case(node.nodeid, params[name], True, rerun_id, options)
+    return Case(node.nodeid, rerun_id=rerun_id, rerun_options=options)
+
+
+def _rerun_options(config: pytest.Config) -> tuple[str, ...]:
+    """The session's --invmon-* options, so the rerun finds the same files (ini keys are in
+    the ini file, which the rerun reads again). A DSN can hold a password: it is named, not
+    printed."""
+    words: list[str] = []
+    for flag in ("--invmon-invariants", "--invmon-config"):
+        if given := config.getoption(flag):
+            words += [flag, str(given)]
+    for selector in config.getoption("--invmon-select") or []:
+        words += ["--invmon-select", str(selector)]
+    if config.getoption("--invmon-dsn"):
+        words += ["--invmon-dsn", "<the same DSN>"]
+    return tuple(words)

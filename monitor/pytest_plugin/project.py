@@ -35,6 +35,12 @@ def read_project(
     directory = invariants if invariants is not None else config.invariants
     if not directory.is_absolute() and path is None:
         directory = rootdir / directory  # the config's own paths are already from its folder
+    if not directory.is_dir():
+        # The loader's own words name `invmon`'s flag; here the session's are the way in.
+        raise ProjectError(
+            f"invmon: invariants folder not found: {printable(str(directory))}; pass "
+            "--invmon-invariants DIR or set invmon_invariants in pytest's ini file"
+        )
     try:
         loaded = load_selected(config, directory, tuple(selectors))
     except NothingSelected as exc:

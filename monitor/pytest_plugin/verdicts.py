@@ -40,11 +40,14 @@ class Case:
     has_seed: bool = False
     # The id as typed from where pytest was started (a nodeid is from the rootdir).
     rerun_id: str | None = None
+    # The session's own --invmon-* options, which the case needs to run the same way.
+    rerun_options: tuple[str, ...] = ()
 
     def rerun(self) -> str:
         # Quoted for the shell, then made inert for the terminal: an id holding an escape
         # sequence (parametrized from data) is shown escaped, not obeyed.
-        return printable(f"python -m pytest {shlex.quote(self.rerun_id or self.nodeid)}")
+        words = [*self.rerun_options, self.rerun_id or self.nodeid]
+        return printable(f"python -m pytest {shlex.join(words)}")
 
     def heading(self) -> str:
         seed = f" (seed {shorten(self.seed, 60)})" if self.has_seed else ""
@@ -144,10 +147,13 @@ class Settling:
     def start(cls, now: float, timeout: float, quiet: float) -> Settling:
         if timeout <= 0 or quiet < 0:
             raise ValueError("timeout must be positive and quiet not negative")
-        if quiet > timeout:
+        if quiet >= timeout:
+            # The window starts at the first poll's result, which itself takes time: a window
+            # as long as the timeout cannot end before the deadline.
             raise ValueError(
-                f"the quiet window ({quiet:g} s) is longer than the timeout ({timeout:g} s): "
-                "the wait could never settle"
+                f"the quiet window ({quiet:g} s) is not shorter than the timeout "
+                f"({timeout:g} s): the wait could never settle; give the timeout room for "
+                "the polls as well"
             )
         return cls(deadline=now + timeout, quiet=quiet)
 
@@ -175,6 +181,16 @@ class Settling:
         return polled, "wait"
 
     def unsettled_reason(self, timeout: float, watching: bool) -> str:
+        if self.quiet_since is not None and self.changes == 0:
+            # Every poll held and nothing moved: the window was cut by the deadline, not by
+            # the system (a first poll slow to come back, a timeout close to the window).
+            held = max(0.0, self.deadline - self.quiet_since)
+            return (
+                f"the system did not settle within {timeout:g} s: the invariants held on every "
+                f"poll{', and the watched activity did not change' if watching else ''}, but "
+                f"only for {held:.1f} s before the deadline, short of the {self.quiet:g} s "
+                "quiet window; give the timeout more room than the window"
+            )
         if watching:
             return (
                 f"the system did not settle within {timeout:g} s: the invariants held, but the "

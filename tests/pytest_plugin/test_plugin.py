@@ -5,6 +5,7 @@ shipped invariant files."""
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -124,6 +125,34 @@ def test_it_fails_naming_each_violated_invariant_its_count_rows_and_seed(
 
     # The command it gives reruns exactly that case, and it fails the same way again.
     again = pytester.runpytest_subprocess("test_soak.py::test_refunds[7]")
+    again.assert_outcomes(failed=1)
+    assert "duplicate_settled_refunds: 1 offending row" in again.stdout.str()
+
+
+def test_the_rerun_command_runs_with_the_folder_given_on_the_command_line(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """The rerun line dropped --invmon-invariants, so the command it printed failed at setup
+    ('invariants folder not found') instead of replaying the case."""
+    (project / "invariants").rename(project / "checks")
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(
+        test_soak="""
+        import pytest
+
+        @pytest.mark.parametrize("seed", [7])
+        @pytest.mark.invariants
+        def test_refunds(write, seed):
+            write.good_rows()
+            write.second_settlement()
+        """
+    )
+    first = pytester.runpytest_subprocess("--invmon-invariants", "checks")
+    first.assert_outcomes(failed=1)
+    [line] = [x for x in first.stdout.lines if "rerun this case alone: " in x]
+    command = line.split("rerun this case alone: ", 1)[1]
+    assert command == "python -m pytest --invmon-invariants checks 'test_soak.py::test_refunds[7]'"
+    again = pytester.runpytest_subprocess(*shlex.split(command)[3:])
     again.assert_outcomes(failed=1)
     assert "duplicate_settled_refunds: 1 offending row" in again.stdout.str()
 
@@ -279,6 +308,41 @@ def test_an_invariant_the_database_cannot_run_is_not_a_pass(
     out = result.stdout.str()
     assert "InvariantsNotEvaluated: 1 invariant could not be evaluated after" in out
     assert 'relation "no_such_table" does not exist' in out
+
+
+def test_a_watched_list_that_grows_in_place_counts_as_activity(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """`watch=lambda: events` returns the same list object at every poll; compared with
+    itself it never changed, and a wait settled while events were still landing."""
+    pytester.makepyfile(
+        """
+        def test_it(write, invariants):
+            write.good_rows()
+            events = []
+            def watch():
+                if len(events) < 6:
+                    events.append(len(events))  # work still landing, on the same list
+                return events
+            invariants.assert_hold_eventually(timeout=60, poll=0.05, quiet=0.3, watch=watch)
+            assert len(events) == 6  # accepted only once the list stopped growing
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1)
+
+
+def test_a_missing_folder_names_the_session_s_option_once(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    pytester.makepyfile("def test_it(invariants):\n    invariants.assert_hold()\n")
+    result = pytester.runpytest_subprocess("--invmon-invariants", "nowhere")
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    said = "nowhere; pass --invmon-invariants DIR or set invmon_invariants in pytest's ini file"
+    assert out.count(said) == 1, out
+    assert "invmon: invariants folder not found: " in out
+    assert "During handling of the above exception" not in out
 
 
 def test_without_a_database_it_says_how_to_name_one(

@@ -68,6 +68,40 @@ def test_a_system_that_never_settles_fails_at_the_deadline() -> None:
 def test_a_window_longer_than_the_timeout_is_refused() -> None:
     with pytest.raises(ValueError, match="could never settle"):
         Settling.start(now=0.0, timeout=1.0, quiet=2.0)
+    # As long as the timeout: the window starts at the first poll's result, so it was
+    # accepted and then failed at random, saying the invariants had not held.
+    with pytest.raises(ValueError, match="is not shorter than the timeout"):
+        Settling.start(now=0.0, timeout=1.0, quiet=1.0)
+
+
+def test_a_window_the_deadline_cut_says_the_invariants_held() -> None:
+    """Every poll held and nothing moved, but the first poll came back late: the failure says
+    so, rather than that the invariants did not hold or the activity never stayed still."""
+    for watching in (False, True):
+        state = Settling.start(now=0.0, timeout=1.5, quiet=1.0)
+        outcome = "wait"
+        for now in (0.8, 1.2, 1.5):  # a slow first poll
+            state, outcome = state.step(now, HOLDS, 42 if watching else None)
+        assert (outcome, state.changes) == ("unsettled", 0)
+        moved = ", and the watched activity did not change" if watching else ""
+        assert state.unsettled_reason(1.5, watching) == (
+            f"the system did not settle within 1.5 s: the invariants held on every poll{moved}, "
+            "but only for 0.7 s before the deadline, short of the 1 s quiet window; give the "
+            "timeout more room than the window"
+        )
+
+
+def test_the_rerun_command_carries_the_session_s_options_but_never_a_dsn() -> None:
+    case = Case(
+        "t.py::test[2]",
+        2,
+        True,
+        "t.py::test[2]",
+        ("--invmon-invariants", "checks", "--invmon-dsn", "<the same DSN>"),
+    )
+    assert case.rerun() == (
+        "python -m pytest --invmon-invariants checks --invmon-dsn '<the same DSN>' 't.py::test[2]'"
+    )
 
 
 def test_a_failure_names_the_seed_and_the_command_that_reruns_the_case() -> None:
