@@ -4,20 +4,24 @@ status page (monitor/web/page.py) when the daemon mounts it.
 Served by waitress, a small, well-kept WSGI server that bounds what a client can cost: the
 request line and headers (16 KiB), the body (1 MiB; a missing, negative or non-numeric
 Content-Length is a 400, a larger body a 413, before the application sees it), the open
-connections (512), the time an idle or slow client may hold one (10 s), and the worker
-threads (4, and one more that serves only /healthz: Lanes). Every answer has a body, and
-every failure a line in the structured log.
+connections (512), the time an idle client may hold one (10 s) and the time one request may
+take to arrive (10 s: BoundedChannel), and the worker threads (4, and one more that serves
+only /healthz: Lanes). Every answer has a body, and every failure a line in the structured
+log. A flood of connections from many addresses is for the proxy in front to bound.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from threading import Thread
 from typing import Any
 
 from waitress import create_server
+from waitress.channel import HTTPChannel
+from waitress.server import BaseWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 
 from monitor.config import parse_listen
@@ -32,6 +36,7 @@ MAX_BODY = 1 << 20
 MAX_HEADERS = 16 * 1024
 MAX_CONNECTIONS = 512  # idle connections cost a socket, not a thread
 IDLE_SECONDS = 10
+REQUEST_SECONDS = 10  # from a request's first byte to its last
 THREADS = 4
 REASONS = {
     200: "OK",
@@ -181,11 +186,40 @@ class Lanes:
         return bool(self.health.shutdown(cancel_pending, timeout)) or cancelled
 
 
+class BoundedChannel(HTTPChannel):  # type: ignore[misc]
+    """waitress's connection, with a bound on how long one request may take to arrive.
+
+    waitress closes a connection only after IDLE_SECONDS without a byte, and every byte
+    counts: a client sending one byte every few seconds kept its connection as long as it
+    liked (16 KiB of headers, one byte each 8 s, is 40 hours), and 520 such clients held
+    every one of MAX_CONNECTIONS, so /healthz went unanswered. A request still arriving
+    REQUEST_SECONDS after its first byte closes the connection. Runs on waitress's loop
+    thread (received), as the rest of the channel's reading does."""
+
+    _timed: object = None  # the partial request being timed (waitress's parser object)
+    _since = 0.0  # when its first byte came (monotonic)
+
+    def received(self, data: bytes) -> bool:
+        now = time.monotonic()
+        timed = self.request is not None and self.request is self._timed
+        if timed and now - self._since > REQUEST_SECONDS:
+            self.will_close = True  # waitress's loop closes it on its next turn
+            return False
+        done = bool(super().received(data))
+        if self.request is None:
+            self._timed = None
+        elif self.request is not self._timed:
+            self._timed, self._since = self.request, now
+        return done
+
+
 class Listener:
     def __init__(self, listen: str, routes: Routes) -> None:
         host, port = parse_listen(listen)
+        sockets: dict[int, Any] = {}  # waitress's map of its sockets: its servers, then channels
         self._server = create_server(
             Application(routes),
+            map=sockets,
             _dispatcher=Lanes(THREADS),
             host=host,
             port=port,
@@ -199,6 +233,12 @@ class Listener:
             expose_tracebacks=False,
             asyncore_use_poll=True,
         )
+        # One server per listening socket (a name can resolve to several); none has accepted
+        # a connection yet (that happens in run), and each makes its connections from
+        # `channel_class`, which create_server does not take.
+        for server in sockets.values():
+            if isinstance(server, BaseWSGIServer):
+                server.channel_class = BoundedChannel
         self._thread = Thread(target=self._server.run, name="invmon-http", daemon=True)
 
     @property

@@ -126,6 +126,48 @@ def test_slow_clients_neither_block_the_probes_nor_stay_forever(listener: Listen
             conn.close()
 
 
+def test_a_request_trickled_a_byte_at_a_time_is_cut_off_and_healthz_answers(
+    listener: Listener,
+) -> None:
+    """Every byte counts as activity for waitress's idle timeout, so clients sending one
+    byte every few seconds kept their connections for as long as they liked: 520 of them
+    held every slot and /healthz went unanswered. A request must arrive within
+    REQUEST_SECONDS of its first byte."""
+    from monitor.daemon.http import REQUEST_SECONDS
+
+    host, port = listener.address.rsplit(":", 1)
+    trickling = []
+    for _ in range(50):
+        conn = socket.create_connection((host, int(port)), timeout=5)
+        conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-a: ")
+        trickling.append(conn)
+    open_ = list(trickling)
+    started = time.monotonic()
+    deadline = started + REQUEST_SECONDS + 60  # generous on a busy machine; never forever
+    try:
+        while open_ and time.monotonic() < deadline:
+            still = []
+            for conn in open_:
+                try:
+                    conn.sendall(b"a")  # well within the idle timeout: activity
+                    conn.settimeout(0.01)
+                    closed = conn.recv(1) == b""
+                except TimeoutError:
+                    closed = False
+                except OSError:
+                    closed = True
+                if not closed:
+                    still.append(conn)
+            open_ = still
+            time.sleep(0.5)  # the trickle's pace: one byte each half second
+        assert open_ == [], f"{len(open_)} trickling connections still open"
+        assert time.monotonic() - started >= REQUEST_SECONDS  # not cut before the bound
+        assert raw(listener, b"GET /healthz HTTP/1.0\r\n\r\n").endswith(b"ok\n")
+    finally:
+        for conn in trickling:
+            conn.close()
+
+
 def test_healthz_is_answered_while_every_worker_thread_is_held() -> None:
     """Page builds, /readyz's connections to targets, Slack actions: whatever holds the
     listener's threads, /healthz does not wait in line behind it, and still says what the
