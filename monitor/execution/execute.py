@@ -32,7 +32,7 @@ from typing import Any
 
 import psycopg
 from psycopg import pq, sql
-from psycopg.adapt import Dumper
+from psycopg.adapt import Dumper, Loader
 from psycopg.types.datetime import (
     DateLoader,
     IntervalLoader,
@@ -41,6 +41,7 @@ from psycopg.types.datetime import (
     TimestamptzLoader,
     TimetzLoader,
 )
+from psycopg.types.json import JsonLoader
 
 from monitor.durations import IDLE_MARGIN
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, RowLimits
@@ -53,7 +54,7 @@ from monitor.execution.query import (
     planning_query,
 )
 from monitor.execution.redaction import Masker
-from monitor.execution.rows import unique_column_names
+from monitor.execution.rows import exact_json, unique_column_names
 from monitor.execution.temp_files import DEFAULT_TEMP_FILE_LIMIT, temp_file_kb
 from monitor.fence.allowances import TRUST_NOTHING, Allowances
 from monitor.fence.catalog import Name
@@ -135,6 +136,16 @@ class _Interval(_TextWhenOutOfRange, IntervalLoader):
     pass
 
 
+class _Json(Loader):
+    """json and jsonb: their structure where Python shows it exactly, else their text
+    (rows.exact_json)."""
+
+    format = pq.Format.TEXT
+
+    def load(self, data: Any) -> Any:
+        return exact_json(bytes(data).decode())
+
+
 def register_loaders(conn: psycopg.Connection[Any]) -> None:
     """How values are read back; every connection that runs invariants gets these."""
     conn.adapters.register_loader("date", _Date)
@@ -143,6 +154,8 @@ def register_loaders(conn: psycopg.Connection[Any]) -> None:
     conn.adapters.register_loader("time", _Time)
     conn.adapters.register_loader("timetz", _Timetz)
     conn.adapters.register_loader("interval", _Interval)
+    conn.adapters.register_loader("json", _Json)
+    conn.adapters.register_loader("jsonb", _Json)
 
 
 class _ArrayParamDumper(Dumper):
@@ -457,6 +470,9 @@ def execute(
             # Compiled (JIT) as far as the text alone would be (query.jit_settings). With
             # sources it would be planned without its listing (sent once, below), which
             # says nothing of its cost: the server's own settings stay.
+            # A plan is data of ours, read as psycopg reads json (the connection's loader
+            # keeps a value's text where Python would show it otherwise: rows.exact_json).
+            cur.adapters.register_loader("json", JsonLoader)
             send_one_statement(cur, planning_query(invariant.sql))
             plan = cur.fetchone()
             settings = jit_settings(plan[0] if plan else None)

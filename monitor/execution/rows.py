@@ -14,11 +14,58 @@ from typing import Any
 JsonValue = Any  # str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]
 
 
+class _Inexact(Exception):
+    """Python's reading of a JSON text would show something other than what it holds."""
+
+
+def _float_as_written(token: str) -> float:
+    number = float(token)
+    if repr(number) != token:  # 1e400 (inf), 1.10, 1e5, 0.1000000000000000055…
+        raise _Inexact(token)
+    return number
+
+
+def _int_as_written(token: str) -> int:
+    number = int(token)
+    if str(number) != token:  # -0
+        raise _Inexact(token)
+    return number
+
+
+def _no_constant(word: str) -> Any:
+    raise _Inexact(word)  # NaN, Infinity: not JSON, and PostgreSQL never sends them
+
+
+def _keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):  # {"a": 1, "a": 2}: a json value keeps both
+        raise _Inexact("duplicate key")
+    return found
+
+
+def exact_json(text: str) -> Any:
+    """A json or jsonb value as PostgreSQL sent it: its structure (dicts, lists, numbers)
+    when Python's reading of it shows exactly what the text holds, else the text itself.
+    json.loads alone turned 1e400 into infinity, 1.10 into 1.1 and {"a":1,"a":2} into
+    {"a": 2}: a message would have said something the database did not hold."""
+    try:
+        return json.loads(
+            text,
+            parse_float=_float_as_written,
+            parse_int=_int_as_written,
+            parse_constant=_no_constant,
+            object_pairs_hook=_keys_once,
+        )
+    except (_Inexact, RecursionError, ValueError):
+        return text
+
+
 def json_safe(value: Any) -> JsonValue:
     """A value json.dumps accepts without losing meaning.
 
     Decimals become strings so money keeps its exact digits; timestamps become ISO 8601;
-    intervals become seconds; bytes become base64; arrays and jsonb keep their structure.
+    intervals become seconds; bytes become base64; arrays keep their structure, as json
+    and jsonb values do where exact_json kept it.
     """
     if value is None or isinstance(value, bool | int | str):
         return value

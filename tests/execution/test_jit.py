@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from helpers import invariant, sql
+from psycopg.types.json import JsonLoader
 
 from monitor.execution.execute import LiveFence, execute, register_loaders
 from monitor.execution.query import JIT_OFF, Column, bounded_query, jit_settings, planning_query
@@ -33,7 +34,9 @@ BOUNDED = bounded_query(QUERY, [Column("id", 23), Column("v", 23)], [0], full=5,
 
 def plan_of(conn: psycopg.Connection[Any], text: str) -> tuple[float, object]:
     """(estimated total cost, the JIT section or None) of `text`, by EXPLAIN."""
-    explained = conn.execute(f"EXPLAIN (FORMAT JSON) {text}").fetchone()
+    cur = conn.cursor()
+    cur.adapters.register_loader("json", JsonLoader)  # as execute reads its plan
+    explained = cur.execute(f"EXPLAIN (FORMAT JSON) {text}").fetchone()
     assert explained is not None
     top = explained[0][0]
     return float(top["Plan"]["Total Cost"]), top.get("JIT")

@@ -399,3 +399,26 @@ def test_vetting_against_a_view_a_migration_holds_locked_ends_within_the_lock_ti
         migration.rollback()
         migration.close()
     assert (ended, vetted) == (True, [{}])
+
+
+def test_json_values_are_shown_as_the_database_holds_them(runner: Runner) -> None:
+    """json.loads alone turned 1e400 into infinity, 1.10 into 1.1, and dropped the first of
+    two equal keys, which a json value keeps. Such a value is its text; one Python shows
+    exactly keeps its structure."""
+    text = (
+        'SELECT \'{"a":1e400}\'::json AS huge, \'{"a":1,"a":2}\'::json AS twice,'
+        ' \'1.10\'::json AS digits, \'{"k": [1, null, "x"], "n": 0.5}\'::jsonb AS doc,'
+        " '{\"n\": 1.10}'::jsonb AS kept, ARRAY['{\"a\":1e400}'::json] AS listed"
+    )
+    result = runner.run_one(invariant("json", text))
+    assert (result.status, result.count, result.error) == ("violated", 1, None)
+    assert result.rows == [
+        {
+            "huge": '{"a":1e400}',
+            "twice": '{"a":1,"a":2}',
+            "digits": "1.10",
+            "doc": {"k": [1, None, "x"], "n": 0.5},
+            "kept": '{"n": 1.10}',
+            "listed": ['{"a":1e400}'],
+        }
+    ]
