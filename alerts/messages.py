@@ -321,6 +321,9 @@ def reply_message(kind: EventKind, payload: dict[str, Any], view: IncidentView) 
     return Message(cut(text, TEXT_LIMIT), [_section(text)])
 
 
+TRACKED_ONLY = " (more rows offend than invmon tracks by key: daemon.track_keys)"
+
+
 def reply_wording(payload: dict[str, Any], view: IncidentView) -> dict[EventKind, str]:
     """Slack's wording table, keyed by event kind, for one event's payload."""
     count = payload.get("count")
@@ -329,10 +332,14 @@ def reply_wording(payload: dict[str, Any], view: IncidentView) -> dict[EventKind
     lasted = payload.get("lasted_seconds")
     took = human_duration(timedelta(seconds=lasted)) if lasted is not None else "?"
     reason = escape(str(payload.get("reason") or ""))
+    # Past daemon.track_keys only the first keys are compared: the numbers are lower bounds.
+    bound = "" if payload.get("complete", True) else "at least "
+    beyond = "" if payload.get("complete", True) else TRACKED_ONLY
     return {
-        "keys_appeared": f"➕ {counted(len(keys), 'new offending row')}{total}: {_keys(keys)}",
-        "keys_gone": f"➖ {counted(len(keys), 'row')} no longer "
-        f"{'offends' if len(keys) == 1 else 'offend'}{total}: "
+        "keys_appeared": f"➕ {bound}{counted(len(keys), 'new offending row')}{total}{beyond}: "
+        f"{_keys(keys)}",
+        "keys_gone": f"➖ {bound}{counted(len(keys), 'row')} no longer "
+        f"{'offends' if len(keys) == 1 and not bound else 'offend'}{total}{beyond}: "
         f"{_keys(keys)}",
         "resolved": f"✅ Closed after {took}: {reason}; it is no longer evaluated."
         if reason

@@ -28,6 +28,7 @@ from alerts.plans import CHURN
 from monitor.clock import parse_stamp, stamp
 from monitor.durations import human_duration
 from monitor.store.incidents import EventKind
+from monitor.store.key_order import key_order
 from monitor.store.records import StoredEvent
 from monitor.text import counted, cut
 
@@ -107,8 +108,10 @@ def merged(payload: dict[str, Any], event: StoredEvent) -> dict[str, Any]:
     out: dict[str, Any] = {
         "kind": CHANGED,
         "count": event.payload.get("count", payload.get("count")),
-        "appeared": sorted(appeared),
-        "gone": sorted(gone),
+        # A lower bound once any merged change was (daemon.track_keys).
+        "complete": payload.get("complete", True) and event.payload.get("complete", True),
+        "appeared": sorted(appeared, key=key_order),
+        "gone": sorted(gone, key=key_order),
         # Runs that changed something: one run's keys_appeared and keys_gone are one change.
         "changes": changes + (at != payload.get("at")),
         "since": since,
@@ -138,7 +141,8 @@ def changes_message(payload: dict[str, Any], view: IncidentView) -> Message:
         keys = payload.get(field)
         if keys:
             # The lone-change wording, without its total (said once, above).
-            part = reply_message(kind, {"keys": list(keys)}, view)
+            wording = {"keys": list(keys), "complete": payload.get("complete", True)}
+            part = reply_message(kind, wording, view)
             lines.append(str(part.blocks[0]["text"]["text"]))
     if len(lines) == 1:
         lines.append("No net change: the same rows offend as at the previous reply.")

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, Literal, get_args
 
 from monitor.execution.results import Status
+from monitor.store.key_order import key_order
 from monitor.text import counted
 
 IncidentKind = Literal[
@@ -128,6 +129,7 @@ class OpenIncident:
     kind: IncidentKind
     opened_at: datetime
     keys: frozenset[str] = frozenset()  # offending keys currently known to be open
+    count: int | None = None  # offending rows at its last run; more than `keys` past tracking
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,9 @@ class Decision:
     resolve_violation: bool = False
     keys_appeared: dict[str, Any] = field(default_factory=dict)
     keys_gone: frozenset[str] = frozenset()
-    keys_seen: frozenset[str] = frozenset()  # still offending: their last_seen moves on
+    # Still offending: their last_seen moves on, and a key this run fetched whole gets its
+    # row as it is now (a message shows a key's stored row; it was the first run's forever).
+    keys_seen: dict[str, Any] = field(default_factory=dict)  # key -> its row now, or None
     open_cannot_evaluate: bool = False
     resolve_cannot_evaluate: bool = False
     events: list[EventDraft] = field(default_factory=list)
@@ -194,7 +198,11 @@ def decide(
             EventDraft(
                 "opened",
                 "violation",
-                {"count": seen.count, "keys": sorted(seen.keys), "complete": seen.keys_complete},
+                {
+                    "count": seen.count,
+                    "keys": sorted(seen.keys, key=key_order),
+                    "complete": seen.keys_complete,
+                },
             )
         )
         return Decision(
@@ -210,21 +218,38 @@ def decide(
     # Keys beyond the tracked window may still offend, so "gone" is only claimed when the
     # run saw every offending key.
     gone = frozenset(known - seen.keys.keys()) if seen.keys_complete else frozenset()
+    # Past daemon.track_keys the keys compared are the first ones only, so the numbers of
+    # rows that came and went are lower bounds (`complete`: False), and messages say so.
+    before = state.violation.count
     if appeared:
         events.append(
             EventDraft(
-                "keys_appeared", "violation", {"count": seen.count, "keys": sorted(appeared)}
+                "keys_appeared",
+                "violation",
+                {
+                    "count": seen.count,
+                    "keys": sorted(appeared, key=key_order),
+                    "complete": seen.keys_complete,
+                },
             )
         )
     if gone:
         events.append(
-            EventDraft("keys_gone", "violation", {"count": seen.count, "keys": sorted(gone)})
+            EventDraft(
+                "keys_gone",
+                "violation",
+                {
+                    "count": seen.count,
+                    "keys": sorted(gone, key=key_order),
+                    "complete": before is None or before <= len(known),
+                },
+            )
         )
     return Decision(
         state,
         keys_appeared=appeared,
         keys_gone=gone,
-        keys_seen=frozenset(seen.keys) & known,
+        keys_seen={k: row for k, row in seen.keys.items() if k in known},
         resolve_cannot_evaluate=resolve_cannot,
         events=events,
     )

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from monitor.clock import maybe_parse, parse_stamp, stamp
 from monitor.store.incidents import OPENING_EVENTS, IncidentState, event_kind
+from monitor.store.key_order import key_order
 from monitor.store.records import Incident, IncidentContext, IncidentKey, Run, StoredEvent
 from monitor.store.storage import Storage, Tx
 
@@ -122,9 +123,11 @@ class StateQueries:
         with self._db.transaction() as tx:
             found = tx.rows(
                 "SELECT offending_key, row_json, first_seen_at, last_seen_at, gone_at"
-                " FROM incident_keys WHERE incident_id = ? ORDER BY offending_key",
+                " FROM incident_keys WHERE incident_id = ?",
                 (incident_id,),
             )
+        # In the order the monitored database sorts them ([9] before [10]), not as the JSON
+        # text the store holds, which put [10] first: every message shows the first rows.
         return [
             IncidentKey(
                 key,
@@ -133,7 +136,7 @@ class StateQueries:
                 parse_stamp(last),
                 maybe_parse(gone),
             )
-            for key, row, first, last, gone in found
+            for key, row, first, last, gone in sorted(found, key=lambda f: key_order(f[0]))
         ]
 
     def latest_runs(self) -> list[Run]:

@@ -70,19 +70,23 @@ def load_state(tx: Tx, invariant: str, now: str) -> tuple[InvariantState, int | 
 
 def open_incident(tx: Tx, invariant: str, kind: IncidentKind) -> OpenIncident | None:
     found = tx.rows(
-        "SELECT id, opened_at FROM incidents"
+        "SELECT id, opened_at, last_count FROM incidents"
         " WHERE invariant = ? AND kind = ? AND resolved_at IS NULL",
         (invariant, kind),
     )
     if not found:
         return None
-    incident_id, opened_at = found[0]
+    incident_id, opened_at, last_count = found[0]
     keys = tx.rows(
         "SELECT offending_key FROM incident_keys WHERE incident_id = ? AND gone_at IS NULL",
         (incident_id,),
     )
     return OpenIncident(
-        int(incident_id), kind, parse_stamp(opened_at), frozenset(k for (k,) in keys)
+        int(incident_id),
+        kind,
+        parse_stamp(opened_at),
+        frozenset(k for (k,) in keys),
+        None if last_count is None else int(last_count),
     )
 
 
@@ -243,12 +247,19 @@ def apply(
                     " AND offending_key = ?",
                     (now, violation.id, key),
                 )
-            for key in decision.keys_seen:
-                tx.run(
-                    "UPDATE incident_keys SET last_seen_at = ? WHERE incident_id = ?"
-                    " AND offending_key = ?",
-                    (now, violation.id, key),
-                )
+            for key, row in decision.keys_seen.items():
+                if row is None:  # beyond the sample: its key only, the stored row stays
+                    tx.run(
+                        "UPDATE incident_keys SET last_seen_at = ? WHERE incident_id = ?"
+                        " AND offending_key = ?",
+                        (now, violation.id, key),
+                    )
+                else:
+                    tx.run(
+                        "UPDATE incident_keys SET last_seen_at = ?, row_json = ?"
+                        " WHERE incident_id = ? AND offending_key = ?",
+                        (now, json.dumps(row), violation.id, key),
+                    )
     for key, row in decision.keys_appeared.items():
         tx.run(
             "INSERT INTO incident_keys (incident_id, offending_key, row_json,"

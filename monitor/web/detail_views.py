@@ -12,6 +12,7 @@ from monitor.durations import human_duration
 from monitor.links import safe_link
 from monitor.store.acks import MODE_WORDS
 from monitor.store.incidents import EventKind
+from monitor.store.key_order import key_order
 from monitor.store.records import Incident, Run, StoredEvent
 from monitor.text import counted, cut
 from monitor.web.chart import TimeChart, span_words, time_chart
@@ -34,7 +35,6 @@ from monitor.web.formats import (
     when,
     who,
 )
-from monitor.web.key_order import key_order
 from monitor.web.reads import (
     ActionRecord,
     History,

@@ -3,9 +3,14 @@ duplicates kept, in the thread where the incident lives, with figures no failed 
 
 from __future__ import annotations
 
+import json
+
+from builders import build_daemon, daemon_config, quick_slack
 from fake_slack import FakeSlack
 from helpers import sql
 from scenario import World, csv_rows, script, settle
+
+from monitor.config import DaemonConfig
 
 DUPLICATES = """\
 -- description: No payment is negative.
@@ -94,3 +99,68 @@ def test_runs_that_evaluated_nothing_keep_the_last_count(world: World) -> None:
     assert result is not None and result.status == "error"
     [after] = [i for i in world.store.open_incidents() if i.kind == "violation"]
     assert (after.last_count, after.last_seen_at) == (2, before.last_seen_at)
+
+
+REGIONS = """\
+-- description: No item is marked bad.
+-- key: [region, id]
+-- sample: 3
+SELECT region, id, note FROM regional WHERE bad
+"""
+
+
+def root_rows(fake: FakeSlack) -> str:
+    [root] = fake.roots()
+    return json.dumps(root.blocks, ensure_ascii=False)
+
+
+def test_the_root_shows_rows_in_key_order_as_they_are_now_and_bounds_what_it_cannot_count(
+    world: World,
+) -> None:
+    """A truth review found three things the thread said that the database did not hold:
+    keys sorted as their JSON text ([10] before [9]); a key's row as the run that first saw
+    it, never refreshed; and, past daemon.track_keys, counts of new and gone rows given as
+    exact where only the first keys were compared."""
+    sql(
+        world.dsn,
+        "CREATE TABLE regional (region text, id int, note text, bad bool);"
+        " INSERT INTO regional VALUES ('a', 100, 'a100', true), ('a', 10, 'a10', true),"
+        " ('b', 2, 'b2', false), ('a', 9, 'a9 old', true), ('a', 1, 'a1', false),"
+        " ('c', 1, 'c1', false), ('d', 5, 'd5', false)",
+    )
+    (world.folder / "regions.sql").write_text(REGIONS)
+    steps = [
+        "",  # a/9, a/10, a/100
+        "UPDATE regional SET note = 'a9 NEW' WHERE id = 9;"
+        " UPDATE regional SET bad = true WHERE region = 'b'",  # 4 rows, all 4 tracked
+        "UPDATE regional SET bad = true WHERE region IN ('c', 'd') OR id = 1",  # 7, 4 tracked
+        "UPDATE regional SET bad = region = 'a' AND id > 1",  # back to a/9, a/10, a/100
+    ]
+    shown = []
+    with FakeSlack(clock=world.clock) as fake:
+        config = daemon_config(
+            world.folder, daemon=DaemonConfig(track_keys=4), slack=quick_slack(fake)
+        )
+        daemon = build_daemon(config, world.dsn, world.store, world.clock, call_timeout=0.3)
+        daemon.reload()
+        for n, step in enumerate(steps):
+            if step:
+                sql(world.dsn, step)
+            world.clock.advance(600)  # past the thread's update interval: a reply each
+            daemon.evaluate("regions")
+            settle(daemon, world.clock, f"step {n}")
+            shown.append(root_rows(fake))
+        daemon.databases.close()
+    # The root's rows in key order, as the database sorts (region, id): a/9, a/10, a/100.
+    assert shown[0].index("a9 old") < shown[0].index("a10") < shown[0].index("a100")
+    # a/9's row as it is now, once a run fetched it whole again.
+    assert "a9 NEW" in shown[1] and "a9 old" not in shown[1]
+    [root] = fake.roots()
+    replies = [m.text for m in fake.thread(root) if not m.files]
+    assert replies == [
+        '➕ 1 new offending row (now 4 in total): `["b", 2]`',
+        "➕ at least 1 new offending row (now 7 in total) (more rows offend than invmon tracks "
+        'by key: daemon.track_keys): `["a", 1]`',
+        "➖ at least 2 rows no longer offend (now 3 in total) (more rows offend than invmon "
+        'tracks by key: daemon.track_keys): `["a", 1]`, `["b", 2]`',
+    ]

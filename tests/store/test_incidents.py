@@ -76,7 +76,7 @@ def test_new_and_gone_keys_become_events_while_the_incident_stays_open() -> None
     decision = decide(state, violated("b", "c"))
     assert decision.keys_appeared == {"c": {"id": "c"}}
     assert decision.keys_gone == frozenset({"a"})
-    assert decision.keys_seen == frozenset({"b"})
+    assert decision.keys_seen == {"b": {"id": "b"}}
     assert [(e.kind, e.payload["keys"]) for e in decision.events] == [
         ("keys_appeared", ["c"]),
         ("keys_gone", ["a"]),

@@ -732,7 +732,7 @@ def test_keys_are_listed_as_the_database_sorts_them_numbers_as_numbers() -> None
 
 @given(st.lists(st.integers(-(10**12), 10**12), min_size=1, max_size=30, unique=True))
 def test_integer_keys_sort_as_integers(values: list[int]) -> None:
-    from monitor.web.key_order import key_order
+    from monitor.store.key_order import key_order
 
     keys = [json.dumps([v]) for v in values]
     assert sorted(keys, key=key_order) == [json.dumps([v]) for v in sorted(values)]
