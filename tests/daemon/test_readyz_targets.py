@@ -6,6 +6,8 @@ makes it 503, a stale one counting as one that cannot be evaluated, as an unreac
 from __future__ import annotations
 
 import re
+import socket
+import threading
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -103,3 +105,62 @@ def test_readyz_names_the_stale_target_and_the_unreachable_one_saying_which(
             if opened is not None:
                 opened.databases.close()
                 opened.store.close()
+
+
+def test_readyz_asks_every_target_at_once_not_one_after_another(tmp_path: Path) -> None:
+    """Each probe is bounded by its target's connect timeout; one after another, a few
+    stalled targets added theirs up, past what a readiness probe waits. Three targets point
+    at a listener that accepts and never answers: all three must be waiting at once."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    held: list[socket.socket] = []
+    lock = threading.Lock()  # guards `held`: the accepting thread adds, the test reads
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with lock:
+                held.append(conn)  # and never answer: libpq waits for the server's reply
+
+    acceptor = threading.Thread(target=accept, name="test-stalled-server", daemon=True)
+    acceptor.start()
+    folder = tmp_path / "invariants"
+    targets: dict[str, object] = {}
+    for name in ("a", "b", "c"):
+        (folder / name).mkdir(parents=True)
+        (folder / name / "x.sql").write_text(
+            "-- description: x holds\nSELECT 1 AS id WHERE false\n"
+        )
+        targets[name] = {"dsn": f"host=127.0.0.1 port={port} dbname=x", "connect_timeout": "60s"}
+    daemon = build_daemon(
+        daemon_config(folder, targets=targets), None, StateStore.open(path=tmp_path / "s.db")
+    )
+    answers: list[str | None] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(daemon.databases.readiness()), name="test-readyz"
+    )
+    try:
+        asking.start()
+
+        def waiting() -> bool:
+            with lock:
+                return len(held) >= 3
+
+        wait_for(waiting, 30, "all three probes waiting at once")
+    finally:
+        stop.set()
+        with lock:
+            for conn in held:
+                conn.close()  # the server hangs up: every probe ends now
+        asking.join(60)
+        acceptor.join(10)
+        server.close()
+        daemon.databases.close()
+    assert not asking.is_alive()
+    [answer] = answers
+    assert answer is not None and answer.startswith("no target can be evaluated: ")
