@@ -168,7 +168,6 @@ class Reloader:
 
     def _apply(self, valid: dict[str, Invariant], invalid: dict[str, list[Problem]]) -> Reload:
         now = self.clock()
-        first = not self.definitions.current
         running, change = diff(self.definitions.current, valid, invalid)
         self.install(running)
         for name, problems in invalid.items():
@@ -188,10 +187,11 @@ class Reloader:
             self.metrics.forget(name)
         with self.health.guard("recording what the reload changed"):
             removed = change.removed
-            if first and valid:
-                # A file removed while no daemon ran (a restart is how many deploys
-                # reload) is retired at the first load too; an empty folder retires nothing.
-                removed = removed + self._orphans(valid, invalid)
+            if valid:
+                # Also a file no load installed (removed while no daemon ran, as a restart
+                # is how many deploys reload; or invalid since the start, never running) is
+                # retired once it is gone from the folder; an empty folder retires nothing.
+                removed = sorted(set(removed) | set(self._orphans(valid, invalid)))
             self._record(invalid, removed, now)
         if change.added or change.updated or change.removed:
             log.info(

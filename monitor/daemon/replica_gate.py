@@ -67,7 +67,9 @@ class ConditionRecorder:
                     self.context,
                 )
                 self.stale = stale  # written: else tried again at the next check
-        if gate.unreachable != self.down and (gate.unreachable or self.down is not None):
+        # The first reading is written whatever it is: a target_unreachable incident
+        # opened before a restart is closed by the first run that reaches the target.
+        if gate.unreachable != self.down:
             with self.health.guard("recording whether the target answers"):
                 self.store.record_condition(
                     "target_unreachable",
