@@ -157,6 +157,17 @@ class DeliveryHealth:
         if metrics is not None and not checkable:
             metrics.observe_delivery_path(True, 0)
 
+    def reconfigure(self, config: Config) -> None:
+        """A SIGHUP took the config live: the channels it names are the ones to check, at
+        once (a channel renamed to one that does not exist was never checked, so /readyz
+        and invmon_delivery_path_ok kept saying the path worked)."""
+        channels = named_channels(config)  # one assignment: _look reads it whole
+        with self._lock:
+            self.channels = channels
+            self.ceiling = config.slack.max_backoff.total_seconds()
+            if isinstance(self.transport, Checkable):
+                self._next_at = float("-inf")  # due now
+
     # --- what the daemon asks ------------------------------------------------------------
 
     def problem(self) -> str | None:

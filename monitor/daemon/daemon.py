@@ -150,7 +150,13 @@ class Daemon:
         self.page: StatusPage | None = None  # the listener's, once it listens
         self.reconfigurer = (
             Reconfigurer(
-                reread, alerter, self.interactions, self.reloader, databases, lambda: self.page
+                reread,
+                alerter,
+                self.interactions,
+                self.reloader,
+                databases,
+                lambda: self.page,
+                self.delivery,
             )
             if reread is not None
             else None

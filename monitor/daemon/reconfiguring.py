@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from alerts.alerter import Alerter
+from alerts.delivery_health import DeliveryHealth
 from alerts.interactions import Interactions
 from monitor.config import Config, ConfigError
 from monitor.config.changes import config_change, with_live
@@ -33,6 +34,7 @@ class Reconfigurer:
     reloader: Reloader
     databases: Databases
     page: Callable[[], StatusPage | None]  # the listener's page, once it listens
+    delivery: DeliveryHealth  # checks the channels the config names
 
     def reconfigure(self, current: Config) -> Config:
         """The config to run with from now on: `current` with the new file's live keys."""
@@ -58,6 +60,7 @@ class Reconfigurer:
         setup_logging(config.log.format, config.log.level)
         self.alerter.config = config.slack
         self.interactions.config = config.slack
+        self.delivery.reconfigure(config)
         self.reloader.config = config
         for name, target in config.resolved_targets().items():
             if name in self.databases.by_name:

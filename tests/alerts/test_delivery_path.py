@@ -39,6 +39,7 @@ from monitor.config import (
     WatchdogConfig,
     parse_config,
 )
+from monitor.daemon.assembly import assemble
 from monitor.daemon.daemon import Daemon
 from monitor.store.state import StateStore
 
@@ -527,3 +528,36 @@ def test_invmon_run_with_a_wrong_token_fails_readyz_counts_it_and_logs_it_once(
     assert "Traceback" not in text.split("INFO    stopping:")[0]
     assert "raised an exception" not in text  # APScheduler's words for a job that threw
     assert WRONG_TOKEN not in text
+
+
+def test_a_channel_a_sighup_took_live_is_checked_at_once(world: World) -> None:
+    """A SIGHUP renamed slack.channel to one that does not exist: 'config taken live', then
+    every delivery failed for good, while /readyz stayed 200 and the path metric 1 for as
+    long as anyone watched: the check kept looking at the channels named at start."""
+    with FakeSlack(clock=world.clock) as fake:
+        slack = quick_slack(fake)
+        config = daemon_config(world.folder, slack=slack)
+        renamed = config.model_copy(
+            update={"slack": slack.model_copy(update={"channel": "#nonexistent"})}
+        )
+        daemon = assemble(
+            config,
+            world.dsn,
+            world.store,
+            clock=world.clock,
+            transport=SlackTransport(slack.token or "", slack.api_url, timeout=0.3),
+            reread=lambda: renamed,
+        )
+        daemon.reload()
+        assert daemon.delivery.tick() is True  # the first check, at start
+        assert daemon.delivery.problem() is None
+        assert daemon.reconfigurer is not None
+        taken = daemon.reconfigurer.reconfigure(daemon.config)  # what a SIGHUP does
+        assert taken.slack.channel == "#nonexistent"
+        assert daemon.delivery.tick() is True  # due at once, not in hours
+        problem = daemon.delivery.problem()
+        daemon.databases.close()
+    assert problem == (
+        "alerts cannot be delivered: channel '#nonexistent' not found or not visible "
+        "(slack.channel)"
+    )
