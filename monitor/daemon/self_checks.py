@@ -99,17 +99,20 @@ class Loaded:
 def stalled(
     loaded: Mapping[str, Loaded],
     last_recorded: Mapping[str, datetime],
-    since: datetime,
+    since: Mapping[str, datetime],
     now: datetime,
     max_jitter: timedelta,
 ) -> list[dict[str, Any]]:
     """Invariants with no recorded run for over two of their intervals, plus their timeout
-    and their start's jitter, counted from their last run or from `since` (start-up)."""
+    and their start's jitter, counted from their last run or from `since[name]`: when this
+    daemon first had it (its start, or the reload that added its file; from the start, a
+    file a reload added was stalled before it had had two intervals to run in)."""
     out = []
     for name, inv in sorted(loaded.items()):
         every = period(inv.schedule, latest_slot(inv.schedule, now))
         last = last_recorded.get(name)
-        quiet_since = max(last, since) if last is not None else since
+        had = since.get(name, now)
+        quiet_since = max(last, had) if last is not None else had
         if now - quiet_since > 2 * every + inv.timeout + min(max_jitter, every / 10):
             out.append(
                 {

@@ -72,6 +72,11 @@ class Watchdog:
         self.problem = problem  # the daemon's /healthz reason, None when healthy
         self.started_at = started_at
         self.max_jitter = max_jitter
+        # When this daemon first had each loaded invariant: its start for those it started
+        # with, the first check after the reload that added it for the others. Only `check`
+        # touches it, on the watchdog's own thread.
+        self._had_since: dict[str, datetime] = {}
+        self._checked = False
         self.pinger = Pinger(settings.ping_url) if settings.ping_url else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -80,8 +85,11 @@ class Watchdog:
         """Run every self-check at `now` and record it; the results."""
         results = store_results(self.store.read, now, self.settings.slo)
         loaded = self.loaded()
+        first = self.started_at if not self._checked else now
+        self._had_since = {n: self._had_since.get(n, first) for n in loaded}
+        self._checked = True
         last = self.store.last_recorded()
-        late = stalled(loaded, last, self.started_at, now, self.max_jitter)
+        late = stalled(loaded, last, self._had_since, now, self.max_jitter)
         results.append(RunResult.of_rows(STALLED, late, now, "invariant"))
         results.append(
             RunResult.of_rows(STUCK, stuck(self.in_flight(), loaded, now), now, "invariant")

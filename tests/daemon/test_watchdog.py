@@ -25,13 +25,16 @@ def test_an_invariant_is_stalled_after_two_intervals_and_its_timeout_without_a_r
     last = {"refunds": T0}
     jitter = timedelta(seconds=10)
     on_time = T0 + timedelta(minutes=30, seconds=30)
-    assert stalled(EVERY_15M, last, T0, on_time, jitter) == []
+    had = {"refunds": T0}
+    assert stalled(EVERY_15M, last, had, on_time, jitter) == []
     late = T0 + timedelta(minutes=30, seconds=41)
-    assert stalled(EVERY_15M, last, T0, late, jitter) == [
+    assert stalled(EVERY_15M, last, had, late, jitter) == [
         {"invariant": "refunds", "last_run": "2026-11-30T12:00:00.000000Z", "expected_every": "15m"}
     ]
-    # Never run: counted from start-up.
-    assert [r["invariant"] for r in stalled(EVERY_15M, {}, T0, late, jitter)] == ["refunds"]
+    # Never run: counted from when the daemon had it (its start, or the reload adding it).
+    assert [r["invariant"] for r in stalled(EVERY_15M, {}, had, late, jitter)] == ["refunds"]
+    added = {"refunds": T0 + timedelta(minutes=20)}
+    assert stalled(EVERY_15M, {}, added, late, jitter) == []
 
 
 def test_a_run_is_stuck_a_minute_past_its_timeout() -> None:
@@ -113,3 +116,25 @@ def test_a_stopped_scheduler_is_said_in_slack_and_to_the_dead_mans_switch(
         if i.invariant == "invmon-self/schedule_stalled"
     ]
     assert incident.context is not None and incident.context.severity == "critical"
+
+
+def test_a_file_a_reload_adds_is_not_stalled_before_it_had_two_intervals(world: World) -> None:
+    """A daemon up six minutes, a SIGHUP adding an `every 1m` file: nine seconds later the
+    critical schedule_stalled alert opened naming it, counted from the daemon's start."""
+    stalled_name = "invmon-self/schedule_stalled"
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        daemon.watchdog.check(world.clock())  # the first turn: what it started with
+        world.clock.advance(6 * 60)
+        (world.folder / "late.sql").write_text(
+            "-- description: late holds\n-- schedule: every 1m\nSELECT 1 AS id WHERE false\n"
+        )
+        daemon.reload()
+        world.clock.advance(9)
+        soon = {r.invariant: r for r in daemon.watchdog.check(world.clock())}
+        world.clock.advance(2 * 60 + 30 + 7)  # two intervals, its timeout, its jitter, past
+        later = {r.invariant: r for r in daemon.watchdog.check(world.clock())}
+        daemon.databases.close()
+    assert (soon[stalled_name].status, soon[stalled_name].count) == ("ok", 0)
+    assert later[stalled_name].count == 1
+    assert [r["invariant"] for r in later[stalled_name].rows] == ["late"]
