@@ -138,3 +138,29 @@ def test_a_file_a_reload_adds_is_not_stalled_before_it_had_two_intervals(world: 
     assert (soon[stalled_name].status, soon[stalled_name].count) == ("ok", 0)
     assert later[stalled_name].count == 1
     assert [r["invariant"] for r in later[stalled_name].rows] == ["late"]
+
+
+def test_the_failed_deliveries_check_does_not_count_its_own_failures(world: World) -> None:
+    """With a channel that does not exist, each turn of the watchdog found its own reply
+    failed (its root had) as a new offending row, planned another reply that failed in
+    turn: FAILED deliveries grew by two every turn, for good."""
+    name = "invmon-self/deliveries_failed"
+    counts, failed = [], []
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake, channel="#nonexistent")
+        sql(world.dsn, "UPDATE items SET bad = id = 1")
+        daemon.evaluate("bad_items")  # its root cannot be posted: FAILED, for good
+        for _ in range(6):
+            for _ in range(3):
+                daemon.deliver()
+                world.clock.advance(5)
+            results = {r.invariant: r for r in daemon.watchdog.check(world.clock())}
+            counts.append(results[name].count)
+            with world.store.storage.transaction() as tx:
+                [(n,)] = tx.rows("SELECT count(*) FROM deliveries WHERE state = 'FAILED'")
+            failed.append(n)
+            world.clock.advance(10)
+        daemon.databases.close()
+    # bad_items' root and CSV; nothing of the self-check's own is counted.
+    assert counts[2:] == [counts[2]] * 4, counts
+    assert failed[2:] == [failed[2]] * 4, failed
