@@ -14,6 +14,10 @@
 --   invmon.schemas            schemas it may read, comma-separated    (default: public)
 --   invmon.effects_group      a NOLOGIN role that keeps EXECUTE on what is revoked from
 --                             PUBLIC below                            (default: app_effects)
+--   invmon.monitors_group     a NOLOGIN role with no privileges that marks every monitoring
+--                             role this script made, so that running it for a second one
+--                             never makes the first a member of the effects group
+--                                                                     (default: invmon_monitors)
 --   invmon.statement_timeout  the role's default statement timeout    (default: 5min)
 --   invmon.temp_file_limit    what one session of the role may write to temporary files at
 --                             once (sorts, hashes, a function's result that spills); only a
@@ -57,6 +61,8 @@ DECLARE
     schemas  text := coalesce(nullif(current_setting('invmon.schemas', true), ''), 'public');
     keepers  text := coalesce(nullif(current_setting('invmon.effects_group', true), ''),
                               'app_effects');
+    monitors text := coalesce(nullif(current_setting('invmon.monitors_group', true), ''),
+                              'invmon_monitors');
     timeout  text := coalesce(nullif(current_setting('invmon.statement_timeout', true), ''),
                               '5min');
     temp_limit text := coalesce(nullif(current_setting('invmon.temp_file_limit', true), ''),
@@ -137,13 +143,31 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = keepers) THEN
         EXECUTE format('CREATE ROLE %I NOLOGIN', keepers);
     END IF;
-    IF pg_has_role(monitor, keepers, 'MEMBER') THEN
-        EXECUTE format('REVOKE %I FROM %I', keepers, monitor);
+    -- Every monitoring role is marked, so a later run for another one (a second target's
+    -- role) leaves it out of the effects group below: it made the first one privileged.
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = monitors) THEN
+        EXECUTE format('CREATE ROLE %I NOLOGIN NOINHERIT', monitors);
     END IF;
+    IF NOT pg_has_role(monitor, monitors, 'MEMBER') THEN
+        EXECUTE format('GRANT %I TO %I', monitors, monitor);
+    END IF;
+    -- No monitoring role is a member of the effects group, including one an earlier run
+    -- for another role made one.
+    FOR member IN
+        SELECT m.rolname FROM pg_roles m
+        WHERE pg_has_role(m.rolname, monitors, 'MEMBER') AND m.rolname <> monitors
+          AND NOT m.rolsuper
+          AND EXISTS (SELECT FROM pg_auth_members a
+                      WHERE a.member = m.oid AND a.roleid = keepers::regrole)
+    LOOP
+        EXECUTE format('REVOKE %I FROM %I', keepers, member);
+    END LOOP;
     FOR member IN
         SELECT rolname FROM pg_roles
-        WHERE rolname NOT IN (monitor, keepers) AND NOT rolsuper AND rolname !~ '^pg_'
+        WHERE rolname NOT IN (monitor, keepers, monitors) AND NOT rolsuper
+          AND rolname !~ '^pg_'
           AND NOT pg_has_role(rolname, keepers, 'MEMBER')
+          AND NOT pg_has_role(rolname, monitors, 'MEMBER')  -- another monitoring role
           AND NOT pg_has_role(monitor, rolname, 'MEMBER')  -- the monitor must not inherit it
     LOOP
         EXECUTE format('GRANT %I TO %I', keepers, member);

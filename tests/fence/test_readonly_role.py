@@ -68,7 +68,14 @@ def _create_role(admin_dsn: str, name: str, group: str) -> None:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("SET invmon.role = {}").format(sql.Literal(name)))
         conn.execute(sql.SQL("SET invmon.effects_group = {}").format(sql.Literal(group)))
+        # The marker of monitoring roles is the test's own too, dropped with its roles.
+        marker = sql.Literal(monitors_of(group))
+        conn.execute(sql.SQL("SET invmon.monitors_group = {}").format(marker))
         conn.execute(ROLE_SCRIPT.encode())
+
+
+def monitors_of(group: str) -> str:
+    return f"{group}_mon"
 
 
 def _drop_roles(admin_dsn: str, server_dsn: str, *names: str) -> None:
@@ -112,7 +119,7 @@ def role(admin_dsn: str) -> Iterator[Role]:
         try:
             yield Role(dsn, _as(dsn, name), name, group)
         finally:
-            _drop_roles(dsn, admin_dsn, name, group)
+            _drop_roles(dsn, admin_dsn, name, group, monitors_of(group))
 
 
 class Effects:
@@ -480,3 +487,29 @@ def test_the_observers_see_each_effect_when_one_happens(role: Role) -> None:
     if effects.walinspect:
         assert any(line.startswith("WAL record ('Heap', 'INSERT'") for line in seen), seen
     assert expected <= kinds, seen
+
+
+def test_a_second_monitoring_role_leaves_the_first_one_out_of_the_effects_group(
+    role: Role, admin_dsn: str
+) -> None:
+    """Run for a second target's role on the same server, the script made every other
+    non-superuser role a member of the effects group, the first monitoring role included:
+    the daemon then refused that target, its role able to execute 131 functions."""
+    from monitor.fence.role_check import read_role, verdict
+
+    second = f"invmon_ro2_{uuid.uuid4().hex[:8]}"
+    try:
+        _create_role(role.admin_dsn, second, role.group)
+        _create_role(role.admin_dsn, role.name, role.group)  # and the first again, after
+        abilities = {}
+        for name in (role.name, second):
+            with psycopg.connect(_as(role.admin_dsn, name)) as conn, conn.transaction():
+                abilities[name] = verdict("t", read_role(conn), False, "").abilities
+            with psycopg.connect(role.admin_dsn) as conn:
+                member = conn.execute(
+                    "SELECT pg_has_role(%s, %s, 'MEMBER')", (name, role.group)
+                ).fetchone()
+            assert member == (False,), name
+    finally:
+        _drop_roles(role.admin_dsn, admin_dsn, second)
+    assert abilities == {role.name: (), second: ()}

@@ -14,7 +14,7 @@ import pytest
 from builders import build_daemon, config_file, daemon_config
 from helpers import FakeClock, cli, invariant, items_table
 from psycopg import sql as pgsql
-from test_readonly_role import _as, _create_role, _drop_roles
+from test_readonly_role import _as, _create_role, _drop_roles, monitors_of
 
 from monitor.authoring.pgtemp import scratch_database
 from monitor.config import DatabaseConfig, StateConfig
@@ -109,7 +109,7 @@ def least_privilege(admin_dsn: str) -> Iterator[tuple[str, str, str]]:
         try:
             yield dsn, _as(dsn, name), name
         finally:
-            _drop_roles(dsn, admin_dsn, name, group)
+            _drop_roles(dsn, admin_dsn, name, group, monitors_of(group))
 
 
 def test_the_role_the_shipped_script_makes_can_do_nothing_a_monitor_must_not(
