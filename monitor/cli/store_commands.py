@@ -156,12 +156,14 @@ def migrate(config_path: Path | None, check: bool) -> None:
     opened = open_store(config, must_exist=True, announce=False)
     try:
         after = applied_version(opened.storage)
+        applied = opened.storage.migrated
     finally:
         opened.close()
-    if after == before:  # another invmon migrated it meanwhile
+    if not applied:  # another invmon migrated it meanwhile
         click.echo(f"state store up to date at schema version {after} ({where})")
         return
-    click.echo(f"state store migrated {before}→{after} ({where})")
+    # What this process applied: several run together, each says only its own steps.
+    click.echo(f"state store migrated {applied[0] - 1}→{applied[-1]} ({where})")
 
 
 @store.command("backup")

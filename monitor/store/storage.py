@@ -85,6 +85,7 @@ class Storage(Protocol):
     """A database for the state store. Open one with `open_storage`."""
 
     kind: str  # "sqlite" or "postgresql"
+    migrated: tuple[int, ...]  # the schema versions this process applied when it opened it
 
     def transaction(self) -> AbstractContextManager[Tx]: ...
 
@@ -93,6 +94,7 @@ class Storage(Protocol):
 
 class SqliteStorage:
     kind = "sqlite"
+    migrated: tuple[int, ...] = ()
 
     def __init__(self, path: Path, read_only: bool = False) -> None:
         self.read_only = read_only
@@ -133,6 +135,7 @@ class SqliteStorage:
 
 class PostgresStorage:
     kind = "postgresql"
+    migrated: tuple[int, ...] = ()
 
     def __init__(self, dsn: str, connect_timeout: float = 10) -> None:
         from psycopg_pool import ConnectionPool
@@ -220,7 +223,7 @@ def open_storage(
         else SqliteStorage(path or Path("invmon-state.db"), read_only)
     )
     if not read_only:
-        migrate(storage, storage.migrations)
+        storage.migrated = migrate(storage, storage.migrations)
     return storage
 
 
@@ -274,9 +277,10 @@ class StoreTooNew(Exception):
         )
 
 
-def migrate(storage: Storage, steps: Sequence[str]) -> None:
+def migrate(storage: Storage, steps: Sequence[str]) -> tuple[int, ...]:
     """Bring the store to the code's schema, logging `state store migrated 8→13` when
-    steps were applied (nothing when it was up to date). A store at a newer schema than
+    steps were applied (nothing when it was up to date); the versions this call applied
+    (none when another process did them meanwhile). A store at a newer schema than
     the code knows is refused, never used: this release cannot know what the newer one
     keeps there."""
     with storage.transaction() as tx:
@@ -303,3 +307,4 @@ def migrate(storage: Storage, steps: Sequence[str]) -> None:
         applied.append(version)
     if applied:
         log.info("state store migrated %d→%d", applied[0] - 1, applied[-1])
+    return tuple(applied)
