@@ -127,15 +127,18 @@ class Scheduler:
                     "the fleet changed",
                     extra={"fields": {"joined": joined, "left": left, "daemons": len(members)}},
                 )
-            taken = self.claims.take_over(loaded, now)
-            self.metrics.slots_taken_over.inc(len(taken))
+            found = self.claims.take_over(loaded, now)
+            taken = [t.due for t in found]
+            others = {t.due for t in found if t.from_owner != self.me}
+            self.metrics.slots_taken_over.inc(len(others))
             with self._lock:
                 self._holding.update({t.name: Claim(t.name, t.slot, self.me) for t in taken})
             for item in taken:
-                log.warning(
-                    "took over a slot whose daemon stopped renewing it",
-                    extra={"fields": {"invariant": item.name, "slot": item.slot.isoformat()}},
-                )
+                fields = {"fields": {"invariant": item.name, "slot": item.slot.isoformat()}}
+                if item in others:
+                    log.warning("took over a slot whose daemon stopped renewing it", extra=fields)
+                else:  # its own: the store was out of reach when its lease was to be renewed
+                    log.info("took back a slot of its own whose lease ran out", extra=fields)
             return [Claim(t.name, t.slot, self.me) for t in taken]
         return []
 

@@ -39,6 +39,15 @@ class LostClaim(Exception):
 
 
 @dataclass(frozen=True)
+class TakenOver:
+    """A slot this daemon took over, and the daemon whose lease on it had run out (itself,
+    when it could not renew its own: the state store was out of reach)."""
+
+    due: Due
+    from_owner: str
+
+
+@dataclass(frozen=True)
 class Claim:
     """This daemon holds this slot: the run it stores must say so."""
 
@@ -94,18 +103,18 @@ class Claims:
             )
         return "taken" if exists else "busy"
 
-    def take_over(self, names: Collection[str], now: datetime, limit: int = 200) -> list[Due]:
+    def take_over(self, names: Collection[str], now: datetime, limit: int = 200) -> list[TakenOver]:
         """Claims of these invariants whose daemon stopped renewing them (it died, or lost
         the store), now this daemon's to run: a slot once claimed is always run."""
         at = stamp(now)
-        taken: list[Due] = []
+        taken: list[TakenOver] = []
         with self.storage.transaction() as tx:
             orphans = tx.rows(
-                "SELECT invariant, slot FROM slot_claims WHERE finished_at IS NULL"
+                "SELECT invariant, slot, owner FROM slot_claims WHERE finished_at IS NULL"
                 " AND lease_until <= ? ORDER BY slot, invariant LIMIT ?",
                 (at, limit),
             )
-            for name, slot in orphans:
+            for name, slot, owner in orphans:
                 if name not in names:
                     continue
                 won = tx.rows(
@@ -115,7 +124,7 @@ class Claims:
                     (self.me, stamp(now + self.lease), name, slot, at),
                 )
                 if won:
-                    taken.append(Due(name, parse_stamp(slot)))
+                    taken.append(TakenOver(Due(name, parse_stamp(slot)), str(owner)))
         return taken
 
     def heartbeat(self, now: datetime, running: Collection[Claim], host: str, pid: int) -> None:

@@ -23,7 +23,7 @@ from monitor.authoring.pgtemp import scratch_database
 from monitor.clock import stamp
 from monitor.daemon.fleet import Queue, preferred
 from monitor.execution.results import RunResult
-from monitor.store.claims import CLAIM, Claim, Claims, Due, LostClaim
+from monitor.store.claims import CLAIM, Claim, Claims, Due, LostClaim, TakenOver
 from monitor.store.state import StateStore
 from monitor.store.storage import (
     PostgresStorage,
@@ -81,7 +81,7 @@ def test_a_claim_whose_daemon_stopped_renewing_is_taken_over_once(store: StateSt
     a.heartbeat(T0 + timedelta(seconds=20), [Claim("refunds", T0, "a")], "host", 1)
     assert b.take_over({"refunds"}, T0 + timedelta(seconds=40)) == []
     late = T0 + timedelta(seconds=51)
-    assert b.take_over({"refunds"}, late) == [Due("refunds", T0)]
+    assert b.take_over({"refunds"}, late) == [TakenOver(Due("refunds", T0), "a")]
     assert c.take_over({"refunds"}, late) == []  # b holds it now, with a fresh lease
     result = RunResult.counted("refunds", 0, [], [])
     with pytest.raises(LostClaim):  # a came back from a long pause: its run is dropped
@@ -90,6 +90,17 @@ def test_a_claim_whose_daemon_stopped_renewing_is_taken_over_once(store: StateSt
     assert stored_slots(store) == {("refunds", "2026-11-30T12:00:00.000000Z"): 1}
     with store.storage.transaction() as tx:
         assert tx.rows("SELECT owner, outcome, takeovers FROM slot_claims") == [("b", "run", 1)]
+
+
+def test_a_daemon_whose_own_lease_ran_out_takes_its_slot_back_saying_it_was_its_own(
+    store: StateStore,
+) -> None:
+    """After the store was out of reach (a full disk), a daemon alone on it logged that it
+    'took over a slot whose daemon stopped renewing it', twenty times: its own slots."""
+    b = Claims(store.storage, "b", LEASE)
+    assert b.claim(Due("ledger", T0), T0) == "claimed"
+    late = T0 + timedelta(seconds=51)  # not renewed: the store could not be reached
+    assert b.take_over({"ledger"}, late) == [TakenOver(Due("ledger", T0), "b")]
 
 
 def test_a_slot_waits_while_an_earlier_run_of_its_invariant_holds_a_live_lease(
@@ -116,7 +127,7 @@ def test_an_orphan_holds_its_invariants_later_slots_until_it_is_taken_over_and_r
     later = Due("refunds", T0 + timedelta(minutes=1))
     assert b.claim(later, after) == "busy"  # a slot once claimed is run, and first
     assert b.take_over({"ledger"}, after) == []  # only invariants b has loaded
-    assert b.take_over({"refunds"}, after) == [Due("refunds", T0)]
+    assert [t.due for t in b.take_over({"refunds"}, after)] == [Due("refunds", T0)]
     store.record_run(
         "refunds", RunResult.counted("refunds", 0, [], []), after, claim=Claim("refunds", T0, "b")
     )
