@@ -47,7 +47,8 @@ def parse_duration(value: str | int | float | timedelta, zero: bool = False) -> 
         kind = "true/false" if isinstance(value, bool) else type(value).__name__
         raise ValueError(f"expected a duration such as 30s or 5m, got a {kind}")
     if isinstance(value, int | float):
-        seconds = float(value)
+        # A YAML integer has no bound: past a float's, it is just too long (below).
+        seconds = float(value) if abs(value) < MAX_SECONDS else float(MAX_SECONDS)
     else:
         text = value.strip().lower().replace(" ", "")
         if re.fullmatch(r"\d+(?:\.\d+)?", text):

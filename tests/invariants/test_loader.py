@@ -153,10 +153,24 @@ def test_durations_are_read_in_human_units(text: str | int, seconds: float) -> N
     assert parse_duration(text).total_seconds() == seconds
 
 
-@pytest.mark.parametrize("text", ["", "0s", "-5m", "5 minutes", "m5", "1x"])
-def test_malformed_durations_are_refused(text: str) -> None:
+@pytest.mark.parametrize(
+    "text", ["", "0s", "-5m", "5 minutes", "m5", "1x", 10**330, -(10**330), "9" * 330]
+)
+def test_malformed_durations_are_refused(text: str | int) -> None:
+    # An integer past a float's range raised OverflowError: a traceback that stopped lint,
+    # check and the daemon for every file.
     with pytest.raises(ValueError):
         parse_duration(text)
+
+
+def test_a_header_duration_past_any_float_is_a_problem_at_its_line(tmp_path: Path) -> None:
+    write(tmp_path, "a.sql", GOOD)
+    write(tmp_path, "huge.sql", GOOD.replace("-- timeout: 10s", "-- timeout: " + "9" * 330))
+    loaded = load_directory(tmp_path)
+    assert [i.name for i in loaded.invariants] == ["a"]
+    assert [(p.path.name, "under 100 years" in p.message) for p in loaded.errors] == [
+        ("huge.sql", True)
+    ]
 
 
 def test_schedules_are_intervals_or_five_field_cron() -> None:
