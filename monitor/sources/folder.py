@@ -9,54 +9,80 @@ a moment later would leave it out; any other error reading it is the listing's e
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from datetime import UTC, datetime
 
 from monitor.sources.listing import Bounds, Listing, ListingError, checked_key
 
+# Each folder below the root is opened through its parent's descriptor, without following
+# a link: a folder swapped for a link while the listing runs (`mv t old && ln -s /etc t`)
+# is refused by the kernel, where a path opened by name would have been followed outside.
+_SUBFOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
 
 def list_folder(folder: str, bounds: Bounds) -> Listing:
     listing: Listing = bounds.listing(pages=1)
     root = os.path.abspath(folder)
-    if not os.path.isdir(root):
-        raise ListingError(f"source {bounds.name}: folder {folder} does not exist")
-    waiting = [root]
-    while waiting:
-        current = waiting.pop()
-        try:
-            with os.scandir(current) as entries:
-                for entry in entries:
-                    bounds.remaining()
-                    found = _entry(entry, root, bounds.name)
-                    if isinstance(found, str):
-                        waiting.append(found)
-                    elif found is not None:
-                        bounds.admit(listing, *found)
-        except FileNotFoundError:
-            if current == root:  # the whole source gone is not an empty listing
-                gone = f"source {bounds.name}: folder {folder} does not exist"
-                raise ListingError(gone) from None
-        except OSError as exc:
-            raise ListingError(
-                f"source {bounds.name}: cannot read {exc.filename or current} ({exc.strerror})"
-            ) from None
+    try:
+        # The root itself is the operator's choice, a link to it included.
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        raise ListingError(f"source {bounds.name}: folder {folder} does not exist") from None
+    except OSError as exc:
+        raise ListingError(f"source {bounds.name}: cannot read {root} ({exc.strerror})") from None
+    # Depth first, one open descriptor per level: (descriptor, its path from the root,
+    # the subfolders of it still to list).
+    stack: list[tuple[int, str, list[str]]] = []
+    try:
+        stack.append((root_fd, "", _read(root_fd, "", root, listing, bounds)))
+        while stack:
+            fd, rel, subfolders = stack[-1]
+            if not subfolders:
+                os.close(fd)
+                stack.pop()
+                continue
+            name = subfolders.pop()
+            try:
+                child = os.open(name, _SUBFOLDER, dir_fd=fd)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # gone since its folder was read, or no longer a folder
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    continue  # a link now: not followed
+                raise ListingError(
+                    f"source {bounds.name}: cannot read {os.path.join(root, rel, name)} "
+                    f"({exc.strerror})"
+                ) from None
+            path = f"{rel}{name}/"
+            stack.append((child, path, _read(child, path, root, listing, bounds)))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
     return listing
 
 
-Found = tuple[str, int, datetime, None]  # key, size, last modified, etag
-
-
-def _entry(entry: os.DirEntry[str], root: str, name: str) -> Found | str | None:
-    """A regular file's key, size and time, a folder's path to list next, or None (a link,
-    a device, or gone since its folder was read)."""
+def _read(fd: int, rel: str, root: str, listing: Listing, bounds: Bounds) -> list[str]:
+    """Admit the regular files of the folder open on `fd` (`rel` from the root) and return
+    its subfolders' names, to list next."""
+    subfolders: list[str] = []
     try:
-        mode = entry.stat(follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    if stat.S_ISDIR(mode.st_mode):
-        return entry.path
-    if not stat.S_ISREG(mode.st_mode):
-        return None
-    key = checked_key(name, os.path.relpath(entry.path, root).replace(os.sep, "/"))
-    return key, mode.st_size, datetime.fromtimestamp(mode.st_mtime, UTC), None
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                bounds.remaining()
+                try:
+                    mode = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # gone since its folder was read
+                if stat.S_ISDIR(mode.st_mode):
+                    subfolders.append(entry.name)
+                elif stat.S_ISREG(mode.st_mode):  # a link, a device, a socket: left out
+                    key = checked_key(bounds.name, rel + entry.name)
+                    modified = datetime.fromtimestamp(mode.st_mtime, UTC)
+                    bounds.admit(listing, key, mode.st_size, modified, None)
+    except OSError as exc:
+        raise ListingError(
+            f"source {bounds.name}: cannot read {os.path.join(root, rel)} ({exc.strerror})"
+        ) from None
+    return subfolders

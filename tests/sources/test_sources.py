@@ -726,3 +726,33 @@ def test_a_listing_is_packed_as_it_arrives_not_held_as_rows(tmp_path: Path) -> N
     spec = SourceSpec(folder=str(tmp_path), columns=("key",))
     bound = bind({"objects": spec}, {"objects": listing.rows})
     assert bound.params[0].data is param.data  # sent as it is
+
+
+def test_a_folder_swapped_for_a_link_while_it_is_listed_is_not_followed(tmp_path: Path) -> None:
+    """A folder read as a folder, then swapped for a link before it was listed (`mv t old
+    && ln -s /etc t`), was listed by its path, so through the link: files from outside the
+    source came back. Each folder is now opened from its parent, refusing a link. The swap
+    comes at the root's last entry, after `t` was read as a folder (1,000 files beside it
+    make `t` the last one in one run of a thousand, when the swap just hides it)."""
+    from monitor.sources.folder import list_folder
+    from monitor.sources.listing import Bounds
+
+    root, outside = tmp_path / "bucket", tmp_path / "outside"
+    make_files(root, [f"f{i}.pdf" for i in range(1000)] + ["t/inside.pdf"])
+    make_files(outside, ["secret.pem"])
+
+    class SwapAtTheLastEntry(Bounds):
+        calls = 0
+
+        def remaining(self) -> float:
+            self.calls += 1
+            if self.calls == 1001:  # the root's last entry
+                (root / "t").rename(tmp_path / "old")
+                (root / "t").symlink_to(outside, target_is_directory=True)
+            return super().remaining()
+
+    spec = SourceSpec(folder=str(root))
+    listing = list_folder(str(root), SwapAtTheLastEntry("objects", spec, time.monotonic))
+    keys = {r.key for r in listing.rows}
+    assert "t/secret.pem" not in keys
+    assert keys == {f"f{i}.pdf" for i in range(1000)}  # t is a link now: left out
