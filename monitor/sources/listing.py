@@ -13,6 +13,7 @@ import queue
 import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,17 +27,23 @@ _SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_K
 
 
 # user:password@ in any URL a message quotes (an endpoint may come from AWS_ENDPOINT_URL_S3,
-# which no header check saw).
-_URL_USERINFO = re.compile(r"(?<=://)[^/\s@\"']+@")
+# which no header check saw): everything up to the host's last `@`, whatever it holds.
+_URL_USERINFO = re.compile(r"(?<=://)[^/\s]*@")
+_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
 
 def scrubbed(message: str) -> str:
     """Defence in depth: no credential of the environment's survives in a message, whatever
-    library wrote it."""
-    for variable in _SECRET_VARIABLES:
-        value = os.environ.get(variable)
-        if value and len(value) >= 4:
-            message = message.replace(value, "***")
+    library wrote it, as written or as a library quoted it (`\\'`, percent-encoded)."""
+    secrets = [os.environ.get(variable) or "" for variable in _SECRET_VARIABLES]
+    for variable in _ENDPOINT_VARIABLES:
+        # A password with a space or a quote breaks the URL pattern below: its own text goes.
+        endpoint = urllib.parse.urlsplit(os.environ.get(variable) or "")
+        secrets += [endpoint.password or "", endpoint.username or ""]
+    for value in secrets:
+        if len(value) >= 4:
+            for form in {value, value.replace("'", "\\'"), urllib.parse.quote(value, safe="")}:
+                message = message.replace(form, "***")
     return _URL_USERINFO.sub("***@", message)
 
 

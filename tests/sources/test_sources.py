@@ -484,6 +484,21 @@ def test_a_credential_of_the_environment_is_scrubbed_from_any_listing_message(
     )
 
 
+@pytest.mark.parametrize("password", ["pa'ss", 'pa"ss', "p@ss", "pa ss", "p%40ss"])
+def test_an_endpoint_password_is_scrubbed_whatever_it_holds(
+    monkeypatch: pytest.MonkeyPatch, password: str
+) -> None:
+    """The URL pattern stopped at a quote, a space or an `@`: botocore quoted
+    `http://usr:pa\\'ss@…` and the password came out whole, or `***@ss@…` half of it."""
+    endpoint = f"http://usr:{password}@127.0.0.1:1"
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+    quoted = endpoint.replace("'", "\\'")
+    for said in (f'Could not connect to the endpoint URL: "{quoted}/b?list-type=2"', endpoint):
+        shown = scrubbed(said)
+        assert password not in shown and "usr:" not in shown, shown
+        assert "127.0.0.1:1" in shown
+
+
 # --- explain: planned with what a run would send ------------------------------------------
 
 
