@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from monitor.cli.muting import mute_document, mute_line
-from monitor.cli.options import CONFIG, TABLE_ALIAS, TARGETS, fail, output_format
+from monitor.cli.options import CONFIG, STORE_ID, TABLE_ALIAS, TARGETS, fail, output_format
 from monitor.cli.render import (
     history_text,
     status_text,
@@ -136,7 +136,7 @@ def _cli_action(kind: str, **details: Any) -> Action:
 
 
 @click.command()
-@click.argument("incident", type=int)
+@click.argument("incident", type=STORE_ID)
 @click.option(
     "--until-resolved",
     "mode",
@@ -157,7 +157,7 @@ def ack(incident: int, mode: AckMode, config_path: Path | None) -> None:
 
 
 @click.command()
-@click.argument("incident", type=int)
+@click.argument("incident", type=STORE_ID)
 @CONFIG
 def unack(incident: int, config_path: Path | None) -> None:
     """Remove an incident's acknowledgement; reminders resume."""
@@ -171,6 +171,8 @@ def unack(incident: int, config_path: Path | None) -> None:
 def snooze(incident: str, duration: str, config_path: Path | None) -> None:
     """Silence an open incident's reminders and change notices for DURATION (e.g. 4h).
     For planned work on an invariant, a folder or a target, see `invmon mute`."""
+    if incident.isdigit() and not 0 < int(incident) < 2**63:
+        fail(f"there is no incident #{incident}; `invmon status` lists the open ones")
     if not incident.isdigit():
         fail(
             "snooze takes an open incident's number (see `invmon status`); to silence an "

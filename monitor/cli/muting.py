@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from monitor.cli.options import CONFIG, fail, output_format
+from monitor.cli.options import CONFIG, STORE_ID, fail, output_format
 from monitor.cli.resolving import known_targets, open_store, resolve_config
 from monitor.clock import shown, stamp, utc_now
 from monitor.config import Config
@@ -78,6 +78,8 @@ def mute(
             ends = starts + parse_duration(length)
         except ValueError as exc:
             fail(f"--for: {exc}")
+        except OverflowError:
+            fail(f"--for: {length} from {shown(starts)} ends after the year 9999")
     else:
         assert until is not None
         ends = parse_time(until, "--until")
@@ -103,7 +105,7 @@ def mute(
 
 
 @click.command()
-@click.argument("mute_id", metavar="ID", type=int)
+@click.argument("mute_id", metavar="ID", type=STORE_ID)
 @CONFIG
 def unmute(mute_id: int, config_path: Path | None) -> None:
     """End mute ID now: what it held that is still open posts once."""

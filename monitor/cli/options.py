@@ -42,6 +42,10 @@ def fail(message: str) -> NoReturn:
     raise InvmonError(message)
 
 
+# An incident's or a mute's number: the state store's integer holds no more (a larger one
+# was an OverflowError from the SQLite driver, with its traceback).
+STORE_ID = click.IntRange(1, 2**63 - 1)
+
 CONFIG = click.option(
     "--config",
     "config_path",

@@ -93,3 +93,32 @@ def test_a_port_in_use_is_a_clear_error_before_anything_runs(database: str, tmp_
     assert done.stderr.strip().splitlines()[-1] == (
         f"invmon: cannot listen on http.listen 127.0.0.1:{port}: Address already in use"
     )
+
+
+def test_numbers_and_times_past_what_the_store_holds_are_refused_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """An incident or mute number past 64 bits was an OverflowError from the SQLite driver,
+    and a mute ending after the year 9999 one from datetime: each with its traceback."""
+    huge = str(2**63)
+    said = {
+        args: cli(*args, cwd=tmp_path)
+        for args in (
+            ("ack", huge),
+            ("unack", huge),
+            ("unmute", huge),
+            ("snooze", huge, "1h"),
+            ("mute", "a", "--from", "9999-12-31T23:00Z", "--for", "2h", "--reason", "x"),
+        )
+    }
+    assert {args: done.returncode for args, done in said.items()} == dict.fromkeys(said, 2)
+    assert all("Traceback" not in done.stderr for done in said.values())
+    assert said[("snooze", huge, "1h")].stderr.strip() == (
+        f"invmon: there is no incident #{huge}; `invmon status` lists the open ones"
+    )
+    mute = said[("mute", "a", "--from", "9999-12-31T23:00Z", "--for", "2h", "--reason", "x")]
+    assert (
+        mute.stderr.strip()
+        == "invmon: --for: 2h from 9999-12-31 23:00 UTC ends after the year 9999"
+    )
+    assert "is not in the range 1<=x<=9223372036854775807" in said[("ack", huge)].stderr
