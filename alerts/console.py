@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from alerts.transport import Posted
+from monitor.text import printable
 
 
 def plain(blocks: list[dict[str, Any]]) -> str:
@@ -122,7 +123,10 @@ class ConsoleTransport:
         self._threads: dict[str, list[About]] = {}  # thread ts -> the incidents posted in it
 
     def _print(self, text: str) -> None:
-        self.out.write(text + "\n")
+        # Row values and invariant names can hold terminal escapes (a colour, a window
+        # title, a bell): written as escapes, as every log line and `check` write them. The
+        # layout's own newlines stay; a value's are gone already (a cell is one line).
+        self.out.write(printable(text, keep_newlines=True) + "\n")
         self.out.flush()
 
     def _next_ts(self) -> str:

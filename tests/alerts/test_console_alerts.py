@@ -167,3 +167,25 @@ def test_the_incident_is_read_from_the_message_itself(
     assert about(message.blocks) == About(7, named)
     reply = with_subject(message, "*a &lt;b&gt; &amp; c* (incident #8)")
     assert about(reply.blocks) == About(8, "a <b> & c")
+
+
+def test_terminal_escapes_in_rows_and_names_are_printed_as_escapes(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row value or a file name holding ESC, an OSC title sequence or a bell reached the
+    terminal as is from the console's alerts, while the log and `check` escaped them."""
+    (world.folder / "bad_items.sql").unlink()
+    (world.folder / "n\x1b[31mame.sql").write_text(
+        "-- description: x holds\n-- key: [k]\nSELECT E'row\\x1b[31mRED\\x1b]0;pwn\\x07' AS k\n"
+    )
+    config = daemon_config(world.folder, slack=SlackConfig.model_validate({}))
+    daemon = build_daemon(config, world.dsn, world.store, world.clock)
+    daemon.reload()
+    result = daemon.evaluate("n\x1b[31mame")
+    settle(daemon, world.clock, "opened")
+    daemon.databases.close()
+    out = capsys.readouterr().out
+    assert result is not None and result.count == 1
+    assert "\x1b" not in out and "\x07" not in out
+    assert "row\\x1b[31mRED\\x1b]0;pwn\\x07" in out
+    assert "n\\x1b[31mame" in out
