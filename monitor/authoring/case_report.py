@@ -51,9 +51,14 @@ def report_text(reports: Sequence[InvariantReport], strict: bool) -> tuple[str, 
 
 
 def exit_code(reports: Sequence[InvariantReport], strict: bool) -> int:
-    failed = any(r.failed for r in reports)
+    """2 for what is wrong before any case can say anything (an invalid fixture file, an
+    untested invariant under --strict), as `check` puts an error before a violation; 1
+    when a case failed; 0 when all passed."""
+    invalid = any(r.fixture is not None and r.fixture.problems for r in reports)
     untested = any(r.untested for r in reports)
-    return 1 if failed else (2 if strict and untested else 0)
+    if invalid or (strict and untested):
+        return 2
+    return 1 if any(not case.passed for r in reports for case in r.results) else 0
 
 
 def report_document(reports: Sequence[InvariantReport], strict: bool) -> dict[str, Any]:
