@@ -13,6 +13,7 @@ source is its invariant's error saying so (MISSING_EXTRA), and nothing else chan
 
 from __future__ import annotations
 
+import urllib.parse
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,18 +77,26 @@ def list_s3(spec: SourceSpec, bounds: Bounds) -> Listing:
                 "Bucket": bucket,
                 "Prefix": prefix,
                 "MaxKeys": spec.page_size,
+                # Asked for by us, so botocore leaves the keys as S3 sent them (it decodes
+                # the ones it asked for itself, replacing bytes that are not UTF-8): a key
+                # that is not UTF-8 is then the run's error, never a key silently changed.
+                "EncodingType": "url",
             }
             if token:
                 arguments["ContinuationToken"] = token
             page = client.list_objects_v2(**arguments)
             listing.pages += 1
+            encoded = page.get("EncodingType") == "url"
             # Each object is packed as it is read (binding.Objects); the page, botocore's
             # dicts, is dropped before the next is asked for.
             for item in page.pop("Contents", ()):
                 size = item.get("Size")
+                key = str(item["Key"])
+                if encoded:  # a store that ignores EncodingType sends keys as they are
+                    key = urllib.parse.unquote(key, errors="surrogateescape")
                 bounds.admit(
                     listing,
-                    checked_key(bounds.name, str(item["Key"])),
+                    checked_key(bounds.name, key),
                     None if size is None else int(size),  # not said is not zero
                     _aware(item.get("LastModified")),
                     str(item["ETag"]).strip('"') if item.get("ETag") else None,

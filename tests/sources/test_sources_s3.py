@@ -349,3 +349,52 @@ def test_the_live_receipts_invariant_runs_on_a_streaming_standby(
         result = runner.run_one(inv)
     assert (result.status, result.error, result.count) == ("violated", None, len(EXPECTED))
     assert found(result.rows) == EXPECTED
+
+
+LISTING_WITH_A_KEY_THAT_IS_NOT_UTF8 = b"""<?xml version="1.0" encoding="UTF-8"?>
+<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+<Name>bucket</Name><Prefix>receipts/</Prefix><KeyCount>2</KeyCount><MaxKeys>1000</MaxKeys>
+<EncodingType>url</EncodingType><IsTruncated>false</IsTruncated>
+<Contents><Key>receipts/fine%20%C3%BC.pdf</Key><Size>4</Size>
+<LastModified>2026-01-01T00:00:00.000Z</LastModified></Contents>
+<Contents><Key>receipts/bad%FF%FE.pdf</Key><Size>4</Size>
+<LastModified>2026-01-01T00:00:00.000Z</LastModified></Contents>
+</ListBucketResult>"""
+
+
+def test_a_key_that_is_not_utf8_is_the_runs_error_not_a_key_silently_changed() -> None:
+    """botocore decoded the url-encoded keys it had asked for itself, replacing bytes that
+    are not UTF-8 (bad%FF%FE.pdf became bad\\ufffd\\ufffd.pdf), so the run judged a key the
+    store does not hold. invmon asks for the encoding itself and decodes strictly."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked: list[str] = []
+
+    class Store(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(LISTING_WITH_A_KEY_THAT_IS_NOT_UTF8)))
+            self.end_headers()
+            self.wfile.write(LISTING_WITH_A_KEY_THAT_IS_NOT_UTF8)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Store)
+    serving = threading.Thread(target=server.serve_forever, name="test-fake-s3", daemon=True)
+    serving.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        spec = SourceSpec(s3="s3://bucket/receipts/", endpoint=endpoint, timeout="10s")
+        with pytest.raises(ListingError) as raised:
+            list_source("receipt_objects", spec)
+    finally:
+        server.shutdown()
+        server.server_close()
+        serving.join(10)
+    assert any("encoding-type=url" in path for path in asked), asked
+    assert str(raised.value) == (
+        "source receipt_objects: an object key that is not UTF-8: 'receipts/bad\\\\xff\\\\xfe.pdf'"
+    )
