@@ -62,7 +62,8 @@ class SourceSpec(BaseModel):
     folder: str | None = None  # a local folder, listed recursively
     columns: tuple[SourceColumn, ...] = DEFAULT_COLUMNS
     min_age: str | int | None = None  # objects newer than this are ignored (grace)
-    max_objects: int = Field(default=DEFAULT_MAX_OBJECTS, ge=1, le=MAX_OBJECTS_CEILING)
+    # strict: `max_objects: true` was read as 1.
+    max_objects: int = Field(default=DEFAULT_MAX_OBJECTS, ge=1, le=MAX_OBJECTS_CEILING, strict=True)
     # The whole listing, every page included; None: max_objects at LISTING_RATE.
     timeout: str | int | None = None
     endpoint: str | None = None  # http(s) URL of an S3-compatible service
@@ -107,6 +108,10 @@ class SourceSpec(BaseModel):
             return None  # no grace
         if value is not None:
             delta = parse_duration(value)
+            # Each its own ceiling: a timeout of 31d was told "longer than 30 days", when
+            # a listing may take 1h at most.
+            if info.field_name == "timeout" and delta > MAX_LISTING_TIMEOUT:
+                raise ValueError(f"{shorten(value, 20)} is longer than a listing may take (1h)")
             if delta > MAX_MIN_AGE:
                 raise ValueError(f"{shorten(value, 20)} is longer than 30 days")
         return value
