@@ -37,6 +37,15 @@ def matches(invariant: Invariant, selector: str, folder: Path) -> bool:
     return name_matches(invariant.name, invariant.header.tags, selector, folder)
 
 
+def named_by(name: str, pattern: str) -> bool:
+    """Whether `pattern` names `name`: exactly, or as a glob (`payments/*`). The name itself
+    is tried first: a name holding `[` (`x[1]/d`) read as a glob matched nothing, so it
+    could not be selected or muted by its own name."""
+    if name == pattern:
+        return True
+    return any(ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(name, pattern)
+
+
 def name_matches(name: str, tags: Collection[str], selector: str, folder: Path) -> bool:
     """Whether an invariant of this name and these tags is selected (a file that does not
     load has a name but no tags)."""
@@ -47,9 +56,7 @@ def name_matches(name: str, tags: Collection[str], selector: str, folder: Path) 
         return name.startswith(wanted)
     if (folder / wanted).is_dir():
         return name.startswith(wanted + "/")
-    if any(ch in wanted for ch in "*?["):
-        return fnmatch.fnmatchcase(name, wanted)
-    return name == wanted
+    return named_by(name, wanted)
 
 
 def select(

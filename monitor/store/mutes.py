@@ -12,12 +12,12 @@ held that is still open posts once (alerts/muting.py).
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from monitor.invariants.selection import named_by
 from monitor.text import printable
 
 MAX_SELECTOR = 200
@@ -70,9 +70,7 @@ class Mute:
 def name_covered(selector: str, name: str) -> bool:
     if selector.endswith("/"):
         return name.startswith(selector)
-    if any(ch in selector for ch in "*?["):
-        return fnmatch.fnmatchcase(name, selector)
-    return name == selector
+    return named_by(name, selector)
 
 
 def muting(mutes: Iterable[Mute], invariant: str, target: str, now: datetime) -> Mute | None:

@@ -98,3 +98,18 @@ def test_every_command_takes_the_same_selection(folder: Path, database: str) -> 
         env={"INVMON_TEST_DSN": database},
     )
     assert tested.stdout.splitlines()[0] == "jobs/stuck"
+
+
+def test_a_name_holding_glob_characters_is_chosen_and_muted_by_its_own_name(
+    folder: Path,
+) -> None:
+    """`x[1]/d` read as a glob matched nothing, so neither `check --select` nor `mute` could
+    name it; the name itself is tried first, and a glob still works beside it."""
+    from monitor.store.mutes import name_covered
+
+    (folder / "x[1]").mkdir()
+    (folder / "x[1]" / "d.sql").write_text("-- description: x\n" + QUERY)
+    loaded = load_directory(folder).invariants
+    assert [i.name for i in select(loaded, ["x[1]/d"], folder)] == ["x[1]/d"]
+    assert [i.name for i in select(loaded, ["x*/d"], folder)] == ["x[1]/d"]
+    assert (name_covered("x[1]/d", "x[1]/d"), name_covered("x[1]/d", "x1/d")) == (True, True)
