@@ -117,11 +117,15 @@ class Claims:
             for name, slot, owner in orphans:
                 if name not in names:
                     continue
+                # Its own slot (a lease it could not renew in time, the store out of reach
+                # or the machine busy) is taken back, not over: `takeovers` counts the
+                # slots a daemon ran for another.
                 won = tx.rows(
                     "UPDATE slot_claims SET owner = ?, lease_until = ?,"
-                    " takeovers = takeovers + 1 WHERE invariant = ? AND slot = ?"
+                    " takeovers = takeovers + CASE WHEN owner = ? THEN 0 ELSE 1 END"
+                    " WHERE invariant = ? AND slot = ?"
                     " AND finished_at IS NULL AND lease_until <= ? RETURNING invariant",
-                    (self.me, stamp(now + self.lease), name, slot, at),
+                    (self.me, stamp(now + self.lease), self.me, name, slot, at),
                 )
                 if won:
                     taken.append(TakenOver(Due(name, parse_stamp(slot)), str(owner)))

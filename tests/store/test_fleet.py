@@ -101,6 +101,8 @@ def test_a_daemon_whose_own_lease_ran_out_takes_its_slot_back_saying_it_was_its_
     assert b.claim(Due("ledger", T0), T0) == "claimed"
     late = T0 + timedelta(seconds=51)  # not renewed: the store could not be reached
     assert b.take_over({"ledger"}, late) == [TakenOver(Due("ledger", T0), "b")]
+    with store.storage.transaction() as tx:  # taken back, not over: no takeover counted
+        assert tx.rows("SELECT owner, takeovers FROM slot_claims") == [("b", 0)]
 
 
 def test_a_slot_waits_while_an_earlier_run_of_its_invariant_holds_a_live_lease(
