@@ -70,6 +70,18 @@ ROLE_VIEWS = frozenset({"pg_roles", "pg_user", "pg_shadow"})
 SETTING_COLUMNS = frozenset({"rolconfig", "useconfig", "setconfig"})
 
 
+# The role views' own columns: `r.name` with any other name is a call on the whole row,
+# `r.to_jsonb` being to_jsonb(r), which holds rolconfig.
+ROLE_VIEW_COLUMNS = frozenset(
+    {
+        "oid", "rolname", "rolsuper", "rolinherit", "rolcreaterole", "rolcreatedb",
+        "rolcanlogin", "rolreplication", "rolconnlimit", "rolpassword", "rolvaliduntil",
+        "rolbypassrls", "usename", "usesysid", "usecreatedb", "usesuper", "userepl",
+        "usebypassrls", "passwd", "valuntil",
+    }
+)  # fmt: skip
+
+
 def routine_name(items: list[Any] | None) -> Name:
     """The name of a function, operator, type or tablesample method as PostgreSQL resolves
     it: `db.schema.name` is accepted only when db is the current database (else "cross-
@@ -104,7 +116,10 @@ class _Walk:
         self.stars: list[int] = []  # `*` and `t.*`
         self.bare_names: set[str] = set()  # one-field column references (a whole row)
         self.role_views: list[tuple[str, int]] = []  # (alias or name, line)
-        self.join_renames = False  # a join's column alias list: `(a JOIN b) AS j(x, y, …)`
+        # A join named as a whole (`(a JOIN b) AS j`): `j`, `to_jsonb(j)`, `j.x` can stand
+        # for its rows, and `j(x, y, …)` renames its columns.
+        self.join_aliased = False
+        self.qualified: list[tuple[str, str, int]] = []  # `t.name`: (t, name, line)
 
 
 @dataclass
@@ -191,8 +206,8 @@ def _on_sublink(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
 
 
 def _on_join(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
-    if (body.get("alias") or {}).get("colnames"):
-        v.walk.join_renames = True
+    if body.get("alias"):
+        v.walk.join_aliased = True
     if body.get("usingClause") or body.get("isNatural"):
         # JOIN … USING and NATURAL JOIN compare with `=`, looked up by name too.
         v.refs.append(Reference("operator", ("=",), v.lines.of_byte(first_location(body))))
@@ -253,6 +268,8 @@ def _on_column(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
         v.walk.stars.append(line)
     elif len(fields) == 1:
         v.walk.bare_names.add(fields[0])
+    else:
+        v.walk.qualified.append((fields[-2], fields[-1], line))
     if fields and fields[-1] in SETTING_COLUMNS:
         v.refs.append(Reference("setting", ("*",), line))
 
@@ -330,10 +347,12 @@ def _after_walk(walk: _Walk, analysis: Analysis) -> None:
                 "it on huge numbers; split the query or precompute",
             )
         )
-    # A whole row of pg_roles (`*`, `r.*`, `r`) holds rolconfig: judged as reading it, and
-    # so is a join of it whose columns are renamed (rolconfig under another name).
+    # A whole row of pg_roles (`*`, `r.*`, `r`, `r.to_jsonb`, which is to_jsonb(r)) holds
+    # rolconfig: judged as reading it; and so is a named join of it (its rows stand for
+    # pg_roles' too, and its alias list can rename rolconfig).
+    whole_row = {t for t, name, _ in walk.qualified if name not in ROLE_VIEW_COLUMNS}
     for alias, line in walk.role_views:
-        if walk.stars or alias in walk.bare_names or walk.join_renames:
+        if walk.stars or alias in walk.bare_names or alias in whole_row or walk.join_aliased:
             analysis.references.append(Reference("setting", ("*",), line))
 
 
