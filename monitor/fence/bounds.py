@@ -8,7 +8,7 @@ import decimal
 import re
 from typing import Any
 
-from monitor.fence.tree import Analysis, Lines, names
+from monitor.fence.tree import Analysis, Lines, names, node_items
 from monitor.problems import SqlProblem
 
 # --- bounds on what the parser sees ---------------------------------------------------------
@@ -115,6 +115,38 @@ def number_value(node: Any) -> decimal.Decimal | None:
         else:
             return None
     return None
+
+
+# Array containment and overlap compare every element of one array with every element of
+# the other, and PostgreSQL 15 checks for no cancel while it does: two arrays of 150,000
+# elements a query built ran 31.9 s past a 1 s timeout. An array in a column is the data's
+# size; one the query aggregates itself is as large as its author wants.
+ARRAY_SET_OPERATORS = frozenset({"@>", "<@", "&&"})
+
+
+def builds_an_array(node: Any) -> bool:
+    """Whether an operand aggregates rows into an array: array_agg(…), ARRAY(SELECT …), or a
+    subquery that returns one."""
+    for kind, body in node_items(node):
+        if kind == "FuncCall" and names(body.get("funcname"))[-1:] == ("array_agg",):
+            return True
+        if kind == "SubLink" and body.get("subLinkType") in ("ARRAY_SUBLINK", "EXPR_SUBLINK"):
+            return True
+    return False
+
+
+def array_set_work(body: dict[str, Any], line: int, analysis: Analysis) -> None:
+    if builds_an_array(body.get("lexpr")) or builds_an_array(body.get("rexpr")):
+        add_problem(
+            analysis,
+            SqlProblem(
+                line,
+                "array containment or overlap (@>, <@, &&) on an array the query builds "
+                "(array_agg, ARRAY(SELECT …)): PostgreSQL compares every element with every "
+                "other and never checks for a cancel, so no timeout stops it on large "
+                "arrays; join or use EXISTS instead",
+            ),
+        )
 
 
 def exponent(node: Any, line: int, analysis: Analysis) -> None:

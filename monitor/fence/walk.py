@@ -10,10 +10,12 @@ from typing import Any
 from pglast import parser as pg_parser
 
 from monitor.fence.bounds import (
+    ARRAY_SET_OPERATORS,
     MAX_NUMERIC_WORK,
     NUMERIC_WORK_FUNCTIONS,
     NUMERIC_WORK_OPERATORS,
     POWERS,
+    array_set_work,
     exponent,
     literal,
     string_value,
@@ -191,6 +193,8 @@ def _on_expression(kind: str, body: dict[str, Any], line: int, v: _Visit) -> Non
         v.walk.numeric_work.append(line)
     if operator and operator[-1] == "^":
         exponent(body.get("rexpr"), line, v.analysis)
+    if operator and operator[-1] in ARRAY_SET_OPERATORS:
+        array_set_work(body, line, v.analysis)
 
 
 def _on_constant(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
