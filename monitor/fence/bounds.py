@@ -124,13 +124,20 @@ def number_value(node: Any) -> decimal.Decimal | None:
 ARRAY_SET_OPERATORS = frozenset({"@>", "<@", "&&"})
 
 
+# What makes an array of any length the query chooses (from rows, a count or a string).
+ARRAY_BUILDERS = frozenset({"array_agg", "array_fill", "string_to_array", "regexp_split_to_array"})
+
+
 def builds_an_array(node: Any) -> bool:
-    """Whether an operand aggregates rows into an array: array_agg(…), ARRAY(SELECT …), or a
-    subquery that returns one."""
+    """Whether an operand builds an array as long as the query wants: array_agg(…),
+    array_fill(…), string_to_array(…), ARRAY(SELECT …), anywhere inside it (a subquery's
+    included). An array a row holds is the data's size, and stays accepted."""
     for kind, body in node_items(node):
-        if kind == "FuncCall" and names(body.get("funcname"))[-1:] == ("array_agg",):
+        if kind == "FuncCall" and names(body.get("funcname"))[-1:] in {
+            (n,) for n in ARRAY_BUILDERS
+        }:
             return True
-        if kind == "SubLink" and body.get("subLinkType") in ("ARRAY_SUBLINK", "EXPR_SUBLINK"):
+        if kind == "SubLink" and body.get("subLinkType") == "ARRAY_SUBLINK":
             return True
     return False
 
@@ -142,9 +149,9 @@ def array_set_work(body: dict[str, Any], line: int, analysis: Analysis) -> None:
             SqlProblem(
                 line,
                 "array containment or overlap (@>, <@, &&) on an array the query builds "
-                "(array_agg, ARRAY(SELECT …)): PostgreSQL compares every element with every "
-                "other and never checks for a cancel, so no timeout stops it on large "
-                "arrays; join or use EXISTS instead",
+                "(array_agg, array_fill, ARRAY(SELECT …), …): PostgreSQL compares every "
+                "element with every other and never checks for a cancel, so no timeout "
+                "stops it on large arrays; join or use EXISTS instead",
             ),
         )
 
