@@ -43,9 +43,12 @@ def report_text(reports: Sequence[InvariantReport], strict: bool) -> tuple[str, 
     untested = sum(r.untested for r in reports)
     cases = sum(len(r.results) for r in reports)
     passed = sum(r.passed for rep in reports for r in rep.results)
+    # A case its fixture file refused never ran: "1 of 1 case passed" beside it read as if
+    # every case had, so the problems that kept cases from running are counted too.
+    refused = f"; {counted(len(problems), 'fixture problem')} above" if problems else ""
     lines.append(
         f"\n{passed} of {counted(cases, 'case')} passed; "
-        f"{counted(failed, 'invariant')} failing, {untested} untested"
+        f"{counted(failed, 'invariant')} failing, {untested} untested{refused}"
     )
     return "\n".join(lines), exit_code(reports, strict)
 

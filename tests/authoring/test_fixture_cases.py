@@ -145,6 +145,8 @@ def test_a_malformed_fixture_is_reported_at_its_line(folder: Path, admin_dsn: st
     )
     done = run(folder, admin_dsn)
     assert done.returncode == 2  # an invalid file (docs/cli.md), not a failed case
+    # The refused case never ran: the summary says so beside the count of those that did.
+    assert done.stdout.splitlines()[-1].endswith("untested; 1 fixture problem above")
     assert (
         f"{folder}/duplicate_settled_refunds.test.yaml:5: 'bad': `expect` needs `keys`, "
         "`count` or `rows`" in done.stdout.splitlines()
