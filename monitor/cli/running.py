@@ -23,6 +23,7 @@ from monitor.cli.resolving import (
 from monitor.config import Config, ConfigError
 from monitor.execution.results import exit_code
 from monitor.store.storage import StoreInUse, hold_single_daemon
+from monitor.text import counted
 from monitor.version import commit, version
 
 
@@ -92,6 +93,19 @@ def end_process(code: int, threads_left: bool) -> NoReturn:
     sys.exit(code)
 
 
+def undelivered_note(waiting: int) -> str | None:
+    """What `run --once` says of the alerts it could not deliver within its 30 s: nothing
+    said it, and its exit code is the invariants' (slack-sdk's own error lines name no
+    setting)."""
+    if not waiting:
+        return None
+    return (
+        f"invmon: {counted(waiting, 'alert')} not delivered yet (Slack's errors are above; "
+        "check slack.api_url and slack.token); they stay queued in the state store, and "
+        "`invmon run` delivers them"
+    )
+
+
 def reread_config(config_path: Path | None, dsn: str | None, invariants_dir: Path | None) -> Config:
     """The config as `run` read it at start, read again for SIGHUP: an error is a
     ConfigError (the daemon logs it and keeps the config it has), never an exit."""
@@ -122,6 +136,9 @@ def _run_once(config: Config) -> int:
     daemon = assemble(config, config.dsn, store)
     try:
         change, results = daemon.run_once()
+        waiting = daemon.alerter.ledger.counts()
+        if note := undelivered_note(waiting.get("PENDING", 0) + waiting.get("UNKNOWN", 0)):
+            click.echo(note, err=True)
         return exit_code(results, load_failed=bool(change.invalid))
     finally:
         daemon.close()

@@ -122,3 +122,16 @@ def test_numbers_and_times_past_what_the_store_holds_are_refused_without_a_trace
         == "invmon: --for: 2h from 9999-12-31 23:00 UTC ends after the year 9999"
     )
     assert "is not in the range 1<=x<=9223372036854775807" in said[("ack", huge)].stderr
+
+
+def test_run_once_says_what_it_could_not_deliver() -> None:
+    """Against a Slack it could not reach, `run --once` printed slack-sdk's own lines and
+    exited with the invariants' code: nothing said the alerts were still queued, or which
+    settings to check. (Seen whole by hand: 30 s of retries, then this line.)"""
+    from monitor.cli.running import undelivered_note
+
+    assert undelivered_note(0) is None
+    assert undelivered_note(2) == (
+        "invmon: 2 alerts not delivered yet (Slack's errors are above; check slack.api_url "
+        "and slack.token); they stay queued in the state store, and `invmon run` delivers them"
+    )
