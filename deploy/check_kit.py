@@ -178,6 +178,7 @@ def seed(server: str, name: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("SET invmon.role = {}").format(sql.Literal(name)))
         conn.execute(sql.SQL("SET invmon.effects_group = {}").format(sql.Literal(f"{name}_fx")))
+        conn.execute(sql.SQL("SET invmon.monitors_group = {}").format(sql.Literal(f"{name}_mon")))
         conn.execute((ROOT / "deploy" / "readonly-role.sql").read_bytes())
     return make_conninfo(dsn, user=name)
 
@@ -189,7 +190,9 @@ def drop(server: str, name: str) -> None:
     with psycopg.connect(server, autocommit=True) as admin:
         statement = "DROP DATABASE IF EXISTS {} WITH (FORCE)"
         admin.execute(sql.SQL(statement).format(sql.Identifier(name)))
-        for role in (name, f"{name}_fx"):  # owned nothing outside the database just dropped
+        # They owned nothing outside the database just dropped; the role first, as it is a
+        # member of the other two.
+        for role in (name, f"{name}_fx", f"{name}_mon"):
             admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
