@@ -297,7 +297,8 @@ class FenceConfig(Model):
     # volatility labels believed): e.g. [postgis, citext].
     trust_extensions: list[str] = Field(default_factory=list)
     # Settings current_setting() may read beyond the fence's harmless built-in ones; "*"
-    # also allows pg_settings and the settings of every role (rolconfig).
+    # also allows pg_settings and the settings of every role and function (rolconfig,
+    # proconfig).
     allow_settings: list[str] = Field(default_factory=list)
 
     def allowances(self) -> Allowances:

@@ -218,9 +218,9 @@ def setting_problems(analysis: Analysis, allow: Allowances) -> list[SqlProblem]:
                 problems.append(
                     SqlProblem(
                         ref.line,
-                        "the settings of every role and database (rolconfig, useconfig, "
-                        "setconfig) can hold secrets; not allowed unless fence.allow_settings "
-                        f'holds "{ALL_SETTINGS}"',
+                        "the settings of every role, database and function (rolconfig, "
+                        "useconfig, setconfig, proconfig) can hold secrets; not allowed unless "
+                        f'fence.allow_settings holds "{ALL_SETTINGS}"',
                     )
                 )
         elif ref.name[0].lower() not in HARMLESS_SETTINGS and not allow.setting(ref.name[0]):

@@ -64,17 +64,13 @@ LOCK_WORDS = {
 }
 
 
-# The views that show every role's settings (`rolconfig`, `useconfig`: ALTER ROLE … SET,
-# where applications keep secrets) when read whole, and those columns anywhere.
-ROLE_VIEWS = frozenset({"pg_roles", "pg_user", "pg_shadow"})
+# The columns that hold settings: every role's and database's (`rolconfig`, `useconfig`,
+# `setconfig`: ALTER ROLE … SET, where applications keep secrets) and every function's
+# (`proconfig`: ALTER FUNCTION … SET, CREATE FUNCTION … SET, the same kind of value).
+SETTING_COLUMNS = frozenset({"rolconfig", "useconfig", "setconfig", "proconfig"})
 
 
-SETTING_COLUMNS = frozenset({"rolconfig", "useconfig", "setconfig"})
-
-
-# The role views' own columns: `r.name` with any other name is a call on the whole row,
-# `r.to_jsonb` being to_jsonb(r), which holds rolconfig.
-ROLE_VIEW_COLUMNS = frozenset(
+_ROLE_VIEW_COLUMNS = frozenset(
     {
         "oid", "rolname", "rolsuper", "rolinherit", "rolcreaterole", "rolcreatedb",
         "rolcanlogin", "rolreplication", "rolconnlimit", "rolpassword", "rolvaliduntil",
@@ -82,6 +78,26 @@ ROLE_VIEW_COLUMNS = frozenset(
         "usebypassrls", "passwd", "valuntil",
     }
 )  # fmt: skip
+
+_PG_PROC_COLUMNS = frozenset(
+    {
+        "oid", "proname", "pronamespace", "proowner", "prolang", "procost", "prorows",
+        "provariadic", "prosupport", "prokind", "prosecdef", "proleakproof", "proisstrict",
+        "proretset", "provolatile", "proparallel", "pronargs", "pronargdefaults",
+        "prorettype", "proargtypes", "proallargtypes", "proargmodes", "proargnames",
+        "proargdefaults", "protrftypes", "prosrc", "probin", "prosqlbody", "proacl",
+    }
+)  # fmt: skip
+
+# The catalog relations whose rows hold one of those columns, each with its other columns:
+# read whole (`*`, `r.*`, `r`, or `r.name` with a name not among them, which is a call on
+# the whole row: `r.to_jsonb` is to_jsonb(r)), a row holds its settings too.
+SETTINGS_ROWS: dict[str, frozenset[str]] = {
+    "pg_roles": _ROLE_VIEW_COLUMNS,
+    "pg_user": _ROLE_VIEW_COLUMNS,
+    "pg_shadow": _ROLE_VIEW_COLUMNS,
+    "pg_proc": _PG_PROC_COLUMNS,
+}
 
 
 def routine_name(items: list[Any] | None) -> Name:
@@ -117,7 +133,8 @@ class _Walk:
         self.numeric_work: list[int] = []  # the line of each
         self.stars: list[int] = []  # `*` and `t.*`
         self.bare_names: set[str] = set()  # one-field column references (a whole row)
-        self.role_views: list[tuple[str, int]] = []  # (alias or name, line)
+        # (alias or name, the relation's columns that hold no setting, line)
+        self.settings_rows: list[tuple[str, frozenset[str], int]] = []
         # A join named as a whole (`(a JOIN b) AS j`): `j`, `to_jsonb(j)`, `j.x` can stand
         # for its rows, and `j(x, y, …)` renames its columns.
         self.join_aliased = False
@@ -293,9 +310,10 @@ def _on_relation(kind: str, body: dict[str, Any], line: int, v: _Visit) -> None:
     # needs the scoping rules, and judging both can only refuse more.
     relation = relation_name(body)
     v.refs.append(Reference("relation", relation, line))
-    if relation[:-1] in ((), ("pg_catalog",)) and relation[-1] in ROLE_VIEWS:
+    if relation[:-1] in ((), ("pg_catalog",)) and relation[-1] in SETTINGS_ROWS:
         alias = body.get("alias") or {}
-        v.walk.role_views.append((str(alias.get("aliasname") or relation[-1]), line))
+        name = str(alias.get("aliasname") or relation[-1])
+        v.walk.settings_rows.append((name, SETTINGS_ROWS[relation[-1]], line))
         if alias.get("colnames"):
             # `pg_roles AS r(a, b, …)` renames rolconfig: whichever name reads it, it is read.
             v.refs.append(Reference("setting", ("*",), line))
@@ -351,12 +369,12 @@ def _after_walk(walk: _Walk, analysis: Analysis) -> None:
                 "it on huge numbers; split the query or precompute",
             )
         )
-    # A whole row of pg_roles (`*`, `r.*`, `r`, `r.to_jsonb`, which is to_jsonb(r)) holds
-    # rolconfig: judged as reading it; and so is a named join of it (its rows stand for
-    # pg_roles' too, and its alias list can rename rolconfig).
-    whole_row = {t for t, name, _ in walk.qualified if name not in ROLE_VIEW_COLUMNS}
-    for alias, line in walk.role_views:
-        if walk.stars or alias in walk.bare_names or alias in whole_row or walk.join_aliased:
+    # A whole row of pg_roles or pg_proc (`*`, `r.*`, `r`, `r.to_jsonb`, which is
+    # to_jsonb(r)) holds its settings: judged as reading them; and so is a named join of it
+    # (its rows stand for the relation's too, and its alias list can rename the column).
+    for alias, columns, line in walk.settings_rows:
+        whole_row = any(t == alias and name not in columns for t, name, _ in walk.qualified)
+        if walk.stars or alias in walk.bare_names or whole_row or walk.join_aliased:
             analysis.references.append(Reference("setting", ("*",), line))
 
 
