@@ -33,6 +33,7 @@ from alerts.alerter import Alerter
 from alerts.console import ConsoleTransport
 from alerts.messages import IncidentView, escape, root_message
 from alerts.observed import DeliveryMetrics
+from alerts.slack import fixed_by_the_path
 from alerts.transport import Checkable, TransportError
 from monitor.config import Config
 from monitor.execution.results import RunResult
@@ -153,6 +154,10 @@ class DeliveryHealth:
         self._attempts = 0  # checks in a row that could not complete
         self._failures_seen = 0
         self._said: set[Finding] = set()  # findings logged and counted
+        # Whether the next check that passes tries again what failed for the path: at start
+        # and after a SIGHUP (a person may have fixed the token or invited the bot since),
+        # and on every heal (a broken path found working again).
+        self._retry_on_pass = checkable
         self._warned: str | None = None  # the unfinished reason last logged
         if metrics is not None and not checkable:
             metrics.observe_delivery_path(True, 0)
@@ -167,6 +172,7 @@ class DeliveryHealth:
             self.ceiling = config.slack.max_backoff.total_seconds()
             if isinstance(self.transport, Checkable):
                 self._next_at = float("-inf")  # due now
+                self._retry_on_pass = True
 
     # --- what the daemon asks ------------------------------------------------------------
 
@@ -263,6 +269,15 @@ class DeliveryHealth:
             self._failures_seen = max(failures, self._failures_seen) + len(new)
             warn = outcome.unfinished is not None and outcome.unfinished != self._warned
             self._warned = outcome.unfinished
+            passed = outcome.unfinished is None and not findings
+            retry = passed and (bool(before) or self._retry_on_pass)
+            # After a start or a SIGHUP, any channel: a person acted, and each row is tried
+            # once. After a heal, the channels the check saw broken and working: not a
+            # file's own channel, which may be broken still and would fail again at every
+            # check its failure brought.
+            checked = None if self._retry_on_pass else frozenset(self.channels)
+            if passed:
+                self._retry_on_pass = False
         for _ in new:
             self.alerter.worker.count_failure()
         if new and findings:
@@ -281,12 +296,34 @@ class DeliveryHealth:
                     len(self.channels),
                 )
                 self._record((), announce=False, only_if_open=True)
+        if retry:
+            self._retry_failed(checked)
         if warn:
             log.warning(
                 "alerts not verified: %s; checking again in %.0fs", outcome.unfinished, wait
             )
         if self.metrics is not None:
             self.metrics.observe_delivery_path(self.verified(), self.alerter.worker.failures)
+
+    def _retry_failed(self, checked: frozenset[str] | None) -> None:
+        """The path checks out: what failed for good for the token, or for its channel
+        (one of `checked`; None: any), is tried again if its incident is still open."""
+
+        def worth(channel: str, error: str) -> bool:
+            broke = fixed_by_the_path(error)
+            in_sight = checked is None or channel in checked
+            return broke == "token" or (broke == "channel" and in_sight)
+
+        with self.store_health.guard("queueing again the alerts that failed for the path"):
+            again = self.alerter.ledger.retry_failed(self.alerter.clock(), worth)
+            if again:
+                log.info(
+                    "%d alert deliver%s of open incidents that failed for the token or their "
+                    "channel %s queued again: the token and the channels check out",
+                    again,
+                    "y" if again == 1 else "ies",
+                    "is" if again == 1 else "are",
+                )
 
     def _record(
         self, findings: tuple[Finding, ...], announce: bool, only_if_open: bool = False

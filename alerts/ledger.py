@@ -20,7 +20,9 @@ incident's root message in a channel. Not pure: reads and writes the state store
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from alerts.deliveries import COLUMNS, Delivery, DeliveryState, delivery_of
 from monitor.clock import parse_stamp, stamp
@@ -38,6 +40,33 @@ _POSTS = "('post_root', 'post_digest', 'post_summary', 'post_reply', 'post_detai
 
 
 POST_ACTIONS = frozenset({"post_root", "post_digest", "post_summary", "post_reply", "post_detail"})
+
+# Rows set PENDING again by one statement of retry_failed (a statement's parameters are
+# bounded; so many failed deliveries at once are a broken path's whole backlog).
+RETRY_BATCH = 500
+
+
+def to_retry(failed: Sequence[Sequence[Any]], worth: Callable[[str, str], bool]) -> list[int]:
+    """Which FAILED rows to try again, of `failed` (id, channel, last_error, root_id, the
+    root's state, whether its incident is open): those of open incidents that `worth` says
+    a repaired path carries, with the roots their threads need. Pure."""
+    worthy = {
+        int(row_id): (root_id, root_state, is_open)
+        for row_id, channel, error, root_id, root_state, is_open in failed
+        if worth(str(channel), error or "")
+    }
+    chosen = {row_id for row_id, (_, _, is_open) in worthy.items() if is_open}
+    # The root of a thread goes with what goes into it, even a digest whose row names an
+    # incident closed since.
+    chosen |= {int(worthy[i][0]) for i in chosen if worthy[i][0] in worthy}
+    # A reply goes only into a thread that exists or is tried again with it: one whose root
+    # stays FAILED would wait for it forever.
+    return sorted(
+        i
+        for i in chosen
+        if worthy[i][0] is None or worthy[i][1] == "SENT" or int(worthy[i][0]) in chosen
+    )
+
 
 # Slack's documented rate for chat.postMessage: about one message a second per channel,
 # with short bursts allowed. After a 429 the channel's held posts go out this far apart.
@@ -203,6 +232,29 @@ class Ledger:
                     " WHERE root_id = ? AND state = 'PENDING'",
                     (f"its root message failed: {error}", stamp(now), delivery.id),
                 )
+
+    def retry_failed(self, now: datetime, worth: Callable[[str, str], bool]) -> int:
+        """The FAILED rows of incidents still open that `worth(channel, last_error)` says a
+        repaired path will carry: PENDING again, due now (a thread's replies wait for their
+        root as ever, and fail with it again if it does). FAILED is certain (Slack refused
+        the call), so trying again cannot post twice. Returns how many."""
+        with self.storage.transaction() as tx:
+            failed = tx.rows(
+                "SELECT d.id, d.channel, d.last_error, d.root_id, r.state,"
+                " i.id IS NOT NULL AND i.resolved_at IS NULL FROM deliveries d"
+                " LEFT JOIN incidents i ON i.id = d.incident_id"
+                " LEFT JOIN deliveries r ON r.id = d.root_id WHERE d.state = 'FAILED'"
+            )
+            again = to_retry(failed, worth)
+            for start in range(0, len(again), RETRY_BATCH):
+                batch = again[start : start + RETRY_BATCH]
+                marks = ", ".join("?" for _ in batch)
+                tx.run(
+                    "UPDATE deliveries SET state = 'PENDING', next_attempt_at = ?, updated_at = ?,"
+                    f" unknown_since = NULL WHERE state = 'FAILED' AND id IN ({marks})",
+                    [stamp(now), stamp(now), *batch],
+                )
+        return len(again)
 
     def record_file(self, delivery: Delivery, file_id: str | None) -> bool:
         with self.storage.transaction() as tx:

@@ -70,8 +70,9 @@ class PlannedDeliveries:
                 self._release_held(tx, root_id, now)
             # A thread whose root failed for good can never take this; say so now rather
             # than leave a row waiting forever.
+            # (Its reason is the root's, so a repaired path tries both again: ledger.py.)
             root_failed = root_id is not None and tx.rows(
-                "SELECT 1 FROM deliveries WHERE id = ? AND state = 'FAILED'", (root_id,)
+                "SELECT last_error FROM deliveries WHERE id = ? AND state = 'FAILED'", (root_id,)
             )
             inserted = tx.rows(
                 "INSERT INTO deliveries (idem_key, event_id, incident_id, invariant, channel,"
@@ -88,7 +89,7 @@ class PlannedDeliveries:
                     spec.action,
                     root_id,
                     "FAILED" if root_failed else "PENDING",
-                    "its root message failed" if root_failed else None,
+                    f"its root message failed: {root_failed[0][0]}" if root_failed else None,
                     stamp(spec.not_before or now),
                     json.dumps(spec.payload),
                     stamp(now),

@@ -30,7 +30,8 @@ from alerts.delivery_health import (
     DeliveryHealth,
     named_channels,
 )
-from alerts.slack import SlackTransport
+from alerts.ledger import to_retry
+from alerts.slack import SlackTransport, fixed_by_the_path
 from alerts.transport import TransportError
 from monitor.config import (
     Config,
@@ -561,3 +562,200 @@ def test_a_channel_a_sighup_took_live_is_checked_at_once(world: World) -> None:
         "alerts cannot be delivered: channel '#nonexistent' not found or not visible "
         "(slack.channel)"
     )
+
+
+# --- what failed for the path is tried again once it checks out -----------------------------
+
+
+def deliveries(world: World) -> list[tuple[str, str, str]]:
+    """(action, state, last_error) of every ledger row, in the order planned."""
+    with world.store.storage.transaction() as tx:
+        rows = tx.rows("SELECT action, state, last_error FROM deliveries ORDER BY id")
+    return [(str(a), str(s), str(e or "")) for a, s, e in rows]
+
+
+def test_alerts_that_failed_for_their_channel_go_out_once_the_channel_is_back(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    seconds, console = Seconds(), io.StringIO()
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(world, quick_slack(fake))
+        health = health_for(daemon, seconds, console)
+        health.tick()
+        del fake.channels["C0INVARIANTS"]  # deleted after the start: every post fails
+        script(world, daemon, 0)
+        world.clock.advance(2)
+        daemon.deliver()
+        failed = deliveries(world)
+        seconds.advance(AFTER_FAILURE)
+        health.tick()
+        broken = health.problem()
+        daemon.deliver()
+        assert deliveries(world) == failed  # still broken: nothing tried again
+        fake.channels["C0INVARIANTS"] = "invariants"  # a person restores it
+        seconds.advance(WHILE_BROKEN)
+        assert health.tick() is True
+        world.clock.advance(2)
+        daemon.deliver()
+        healed = deliveries(world)
+        roots = fake.roots()
+        threads = [fake.thread(root) for root in roots]
+        daemon.databases.close()
+    assert broken == (
+        "alerts cannot be delivered: channel '#invariants' not found or not visible (slack.channel)"
+    )
+    # The incident's root and its reply with the buttons, then invmon's own alert about the
+    # path (which resolved at the heal: not sent late).
+    assert [(action, state) for action, state, _ in failed] == [
+        ("post_root", "FAILED"),
+        ("upload_csv", "FAILED"),
+    ]
+    assert failed[0][2] == "Slack refused the call: channel_not_found"
+    assert failed[1][2] == "its root message failed: Slack refused the call: channel_not_found"
+    # Then the incident's root and its rows, and invmon's own incident about the path, now
+    # resolved: its root, its rows, its resolution in the thread and the root updated.
+    assert healed == [
+        ("post_root", "SENT", ""),
+        ("upload_csv", "SENT", ""),
+        ("post_root", "SENT", ""),
+        ("upload_csv", "SENT", ""),
+        ("post_reply", "SENT", ""),
+        ("update_root", "SENT", ""),
+    ]
+    assert ["bad_items" in r.text for r in roots] == [True, False]
+    assert [SELF_CHECK in r.text for r in roots] == [False, True]
+    assert [len(t) for t in threads] == [1, 2]  # the rows (a file), and the resolution
+    assert [len(f.shares) for f in fake.shared_files()] == [1, 1]
+    assert len({r.key for r in roots}) == 2
+    assert (
+        said(caplog, logging.INFO).count(
+            "2 alert deliveries of open incidents that failed for the token or their channel "
+            "are queued again: the token and the channels check out"
+        )
+        == 1
+    )
+
+
+def test_a_restart_with_the_token_fixed_sends_what_the_wrong_token_could_not(
+    world: World,
+) -> None:
+    with FakeSlack(clock=world.clock) as fake:
+        wrong = daemon_for(world, quick_slack(fake, token=WRONG_TOKEN))
+        health_for(wrong, Seconds(), io.StringIO()).tick()
+        script(world, wrong, 0)
+        world.clock.advance(2)
+        wrong.deliver()
+        failed = deliveries(world)
+        wrong.databases.close()
+        # Restarted on the same store with the token fixed: its first check passes.
+        fixed = daemon_for(world, quick_slack(fake))
+        assert health_for(fixed, Seconds(), io.StringIO()).tick() is True
+        world.clock.advance(2)
+        fixed.deliver()
+        after = deliveries(world)
+        roots = fake.roots()
+        fixed.databases.close()
+    refused = "Slack refused the call: invalid_auth"
+    # invmon's own incident about the token, then bad_items' root and rows.
+    assert failed == [
+        ("post_root", "FAILED", refused),
+        ("upload_csv", "FAILED", f"its root message failed: {refused}"),
+        ("post_root", "FAILED", refused),
+        ("upload_csv", "FAILED", f"its root message failed: {refused}"),
+    ]
+    # bad_items' incident is still open: it goes out. invmon's own closed at the restart's
+    # check: not announced late, and its resolution has no thread to go into.
+    assert after == [
+        ("post_root", "FAILED", refused),
+        ("upload_csv", "FAILED", f"its root message failed: {refused}"),
+        ("post_root", "SENT", ""),
+        ("upload_csv", "SENT", ""),
+        ("post_reply", "FAILED", f"its root message failed: {refused}"),
+        ("update_root", "FAILED", f"its root message failed: {refused}"),
+    ]
+    assert [("bad_items" in r.text) for r in roots] == [True]
+
+
+def test_a_path_that_checks_out_leaves_failed_what_it_would_not_carry(world: World) -> None:
+    """Tried again: only what failed for the token or a channel the check looked at, of an
+    incident still open. A message Slack refused for what it holds would fail again."""
+    seconds, console = Seconds(), io.StringIO()
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(world, quick_slack(fake))
+        health = health_for(daemon, seconds, console)
+        health.tick()
+        del fake.channels["C0INVARIANTS"]
+        script(world, daemon, 0)
+        world.clock.advance(2)
+        daemon.deliver()
+        with world.store.storage.transaction() as tx:  # as if Slack had refused its content
+            tx.run(
+                "UPDATE deliveries SET last_error = 'Slack refused the call: msg_too_long'"
+                " WHERE action = 'post_root'"
+            )
+        fake.channels["C0INVARIANTS"] = "invariants"
+        health.reconfigure(daemon.config)  # a SIGHUP: the next passing check tries again
+        assert health.tick() is True
+        world.clock.advance(2)
+        daemon.deliver()
+        after = deliveries(world)
+        daemon.databases.close()
+    assert after == [
+        ("post_root", "FAILED", "Slack refused the call: msg_too_long"),
+        (
+            "upload_csv",
+            "FAILED",
+            "its root message failed: Slack refused the call: channel_not_found",
+        ),
+    ]
+    assert fake.roots() == []
+
+
+@pytest.mark.parametrize(
+    ("error", "broke"),
+    [
+        ("Slack refused the call: invalid_auth", "token"),
+        ("Slack refused the call: token_revoked", "token"),
+        ("Slack refused the call: missing_scope", "token"),
+        ("its root message failed: Slack refused the call: account_inactive", "token"),
+        ("cannot call Slack: unknown url type: 'ftp'", "token"),
+        ("Slack refused the call: channel_not_found", "channel"),
+        ("Slack refused the call: not_in_channel", "channel"),
+        ("its root message failed: Slack refused the call: is_archived", "channel"),
+        ("channel '#alerts' not found or not visible", "channel"),
+        ("its root message failed: channel 'C0PAYMENTS' is archived", "channel"),
+        ("Slack refused the call: msg_too_long", None),
+        ("Slack refused the call: invalid_blocks", None),
+        ("Slack refused the call: cant_update_message", None),
+        ("Slack refused the call: thread_not_found", None),
+        ("Slack refused the call: channel_not_found_but_not_really", None),
+        ("", None),
+    ],
+)
+def test_what_a_person_can_fix_is_told_from_what_slack_would_never_take(
+    error: str, broke: str | None
+) -> None:
+    assert fixed_by_the_path(error) == broke
+
+
+def test_a_repaired_path_retries_a_thread_whole_or_not_at_all() -> None:
+    def worth(channel: str, error: str) -> bool:
+        return fixed_by_the_path(error) is not None
+
+    gone = "Slack refused the call: channel_not_found"
+    replied = f"its root message failed: {gone}"
+    failed = [
+        # A digest whose row names an incident closed since; a reply of an open incident in it.
+        (1, "#a", gone, None, None, False),
+        (2, "#a", replied, 1, "FAILED", True),
+        # An open incident's root Slack refused for what it held, and a reply under it.
+        (3, "#a", "Slack refused the call: msg_too_long", None, None, True),
+        (4, "#a", replied, 3, "FAILED", True),
+        # A reply into a thread that went out; a closed incident's root and reply.
+        (5, "#a", gone, 9, "SENT", True),
+        (6, "#a", gone, None, None, False),
+        (7, "#a", replied, 6, "FAILED", False),
+    ]
+    assert to_retry(failed, worth) == [1, 2, 5]
+    assert to_retry(failed, lambda channel, error: False) == []
