@@ -50,6 +50,7 @@ from monitor.fence.allowances import TRUST_NOTHING, Allowances
 from monitor.invariants.loader import Invariant
 from monitor.sources.binding import NOTHING_BOUND, Bound, ObjectRow, bind
 from monitor.sources.listing import settled
+from monitor.text import shorten
 
 KEY_LIMIT = 10_000  # rows a case may produce; fixtures are small by nature
 # Every row of a case comes back whole: a case's rows are bounded by its file's size.
@@ -196,8 +197,10 @@ class _RowRefused(Exception):
     """A case's row the database would not take: said at the case's line in its file."""
 
 
-def _refused(exc: psycopg.Error, table: str) -> str:
-    """The database's reason, said in the fixture's terms for a foreign key."""
+def _refused(exc: psycopg.Error, table: str, filled: dict[str, Any]) -> str:
+    """The database's reason, said in the fixture's terms for a foreign key, and naming the
+    values invmon filled in (`filled`: the columns the case left out) when a CHECK refused
+    the row: the check may be refusing a value the case never wrote."""
     detail = exc.diag.message_detail or ""
     found = re.match(r'Key \((.+)\)=\((.+)\) is not present in table "(.+)"', detail)
     if exc.sqlstate == "23503" and found:
@@ -205,6 +208,12 @@ def _refused(exc: psycopg.Error, table: str) -> str:
         return (
             f"{table}.{column} = {value} refers to a {target} row the case does not list; "
             f"add it under `rows:` as {target}"
+        )
+    if exc.sqlstate == "23514" and filled:
+        given = ", ".join(f"{column} = {shorten(v, 40)}" for column, v in filled.items())
+        return (
+            f"{describe_error(exc)}; the case does not give {', '.join(filled)}, which invmon "
+            f"filled in ({given}): give them values the check accepts"
         )
     return describe_error(exc)
 
@@ -225,14 +234,16 @@ def run_case(
             for table, rows in case.rows.items():
                 for row in rows:
                     where = f"{fixture_path(invariant.path)}:{case.line}"
+                    full = row  # until the fillers are known
                     try:
-                        _insert(conn, table, tables.filled(table, row))
+                        full = tables.filled(table, row)
+                        _insert(conn, table, full)
                     except NoFiller as exc:
                         raise _RowRefused(f"{where}: a row of {table}: {exc}") from None
                     except psycopg.Error as exc:
-                        raise _RowRefused(
-                            f"{where}: a row of {table}: {_refused(exc, table)}"
-                        ) from None
+                        filled = {c: v for c, v in full.items() if c not in row}
+                        reason = _refused(exc, table, filled)
+                        raise _RowRefused(f"{where}: a row of {table}: {reason}") from None
         bound = _case_sources(conn, invariant, case)
         evaluation = execute(
             conn,

@@ -118,6 +118,36 @@ def test_fixture_mistakes_are_said_at_their_line_with_a_hint(tmp_path: Path, dat
     assert "untested:" not in tested.stdout  # it has a firing case; that case failed
 
 
+def test_a_check_refusing_a_filled_in_value_names_what_invmon_filled_in(
+    tmp_path: Path, database: str
+) -> None:
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "refund.sql").write_text(
+        "-- description: x\n-- key: [id]\nSELECT id FROM refunds WHERE note = 'dup'\n"
+    )
+    (folder / "refund.test.yaml").write_text(
+        "cases:\n  - name: fires\n    rows:\n      refunds: [{id: 1, note: dup}]\n"
+        "    expect: {keys: [1]}\n"
+    )
+    schema = tmp_path / "schema.sql"
+    schema.write_text(
+        "CREATE TABLE refunds (id bigint PRIMARY KEY, note text,\n"
+        "  cents int NOT NULL CHECK (cents < 0), reason text NOT NULL);\n"
+    )
+    tested = cli(
+        "test", "--invariants", str(folder), "--schema", str(schema),
+        env={"INVMON_TEST_DSN": database},
+    )  # fmt: skip
+    assert tested.returncode == 1
+    assert (
+        f"❌ fires: {folder}/refund.test.yaml:2: a row of refunds: new row for relation "
+        '"refunds" violates check constraint "refunds_cents_check" (Failing row contains '
+        "(1, dup, 1, reason-1).); the case does not give cents, reason, which invmon filled "
+        "in (cents = 1, reason = 'reason-1'): give them values the check accepts"
+    ) in tested.stdout, tested.stdout
+
+
 def test_lint_checks_fixture_tables_and_columns_against_the_schema(tmp_path: Path) -> None:
     schema = tmp_path / "schema.sql"
     schema.write_text(SCHEMA)
