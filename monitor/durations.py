@@ -22,6 +22,13 @@ IDLE_MARGIN = timedelta(seconds=30)
 # idle limit IDLE_MARGIN past its statement timeout, so that is where a timeout must end.
 MAX_STATEMENT_TIMEOUT = timedelta(milliseconds=2**31 - 1) - IDLE_MARGIN
 MIN_INTERVAL = timedelta(seconds=1)
+# How long a connection pool (psycopg_pool) keeps at one attempt to reconnect to a database
+# that went away. It waits 1 s, then twice as long each time, with no ceiling, until this:
+# at its default of five minutes, a database back after three was next tried two minutes
+# later (a fleet on a PostgreSQL store took 71 s to recover from a 2 min 52 s outage). Past
+# it the attempt ends, and the next request for a connection starts a new one from 1 s: so
+# a database that is back is found within the longest wait of an attempt, about 4 s.
+RECONNECT_ATTEMPT = timedelta(seconds=8)
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 

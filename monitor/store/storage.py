@@ -30,6 +30,7 @@ from typing import IO, Any, Protocol
 import psycopg
 
 from monitor.clock import stamp, utc_now
+from monitor.durations import RECONNECT_ATTEMPT
 from monitor.store.migrations import migrations
 
 log = logging.getLogger("invmon.store")
@@ -154,6 +155,7 @@ class PostgresStorage:
             max_size=4,
             open=True,
             timeout=connect_timeout,
+            reconnect_timeout=RECONNECT_ATTEMPT.total_seconds(),
             name="invmon-state",
             kwargs={"application_name": "invmon-state", "connect_timeout": timeout},
         )

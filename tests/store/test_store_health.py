@@ -7,14 +7,21 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import time
 from pathlib import Path
 
+import psycopg
 import pytest
 from builders import build_daemon, config_file, daemon_config
-from helpers import cli, items_table
+from helpers import cli, items_table, wait_for
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from monitor.config import StateConfig
+from monitor.durations import RECONNECT_ATTEMPT
 from monitor.store.state import StateStore
+from monitor.store.storage import PostgresStorage
+from monitor.store.store_health import STORE_ERRORS
 
 INVARIANT = "-- description: no item is bad\n-- key: [id]\nSELECT id FROM items WHERE bad\n"
 
@@ -82,3 +89,52 @@ def test_status_reads_a_store_it_may_not_write(database: str, tmp_path: Path) ->
         state.chmod(0o644)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("No open incidents.")
+
+
+def test_a_postgresql_store_back_from_an_outage_is_used_again_within_seconds(
+    admin_dsn: str, database: str
+) -> None:
+    """psycopg_pool waits twice as long between reconnects each time: left at its default,
+    its attempts fall about 1, 3, 7, 15, 31 and 63 s into an outage, so a store back after
+    40 s was used again some 20 s later. Bounded (RECONNECT_ATTEMPT), an attempt waits 4 s
+    at most, however long the store was away."""
+    name = str(conninfo_to_dict(database)["dbname"])
+    storage = PostgresStorage(database, connect_timeout=1)
+
+    def works() -> bool:
+        try:
+            with storage.transaction() as tx:
+                return tx.rows("SELECT 1") == [(1,)]
+        except STORE_ERRORS:
+            return False
+
+    def accept(on: bool) -> None:
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
+                    sql.Identifier(name), sql.SQL("true" if on else "false")
+                )
+            )
+            if not on:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    (name,),
+                )
+
+    try:
+        assert works()
+        accept(False)
+        down_until = time.monotonic() + 40
+        failures = 0
+        while time.monotonic() < down_until:  # used all along, as the daemon uses it
+            assert not works()
+            failures += 1
+        accept(True)
+        back = time.monotonic()
+        wait_for(works, 60, "the store to be used again")
+        recovered = time.monotonic() - back
+    finally:
+        accept(True)
+        storage.close()
+    assert failures >= 20  # each use failed within the pool's timeout of 1 s
+    assert recovered < RECONNECT_ATTEMPT.total_seconds(), recovered
