@@ -8,7 +8,8 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 
 from monitor.config import Config
@@ -16,9 +17,13 @@ from monitor.execution.check import run_loaded
 from monitor.execution.results import RunResult
 from monitor.invariants.loader import Invariant, LoadResult
 from monitor.invariants.selection import NothingSelected, select
-from monitor.pytest_plugin.verdicts import Case, Settling, failure_text, not_holding
+from monitor.pytest_plugin.verdicts import Case, Settling, cut_short, failure_text, not_holding
 
 Selection = str | Sequence[str] | None
+# The least time a poll of assert_hold_eventually is given, however close the deadline: the
+# poll at the deadline is the last word, and needs time to say it. The wait ends within
+# this of its timeout (and the database's connect timeout, were it not answering).
+FINAL_POLL = 1.0
 
 
 class InvariantsNotEvaluated(Exception):
@@ -50,8 +55,21 @@ class InvariantChecks:
     def results(self, select: Selection = None) -> list[RunResult]:
         """Each selected invariant evaluated once, in file order; rows masked as the config's
         `redact:` says."""
+        return self._evaluate(select, None)
+
+    def _evaluate(self, select: Selection, within: float | None) -> list[RunResult]:
+        """`results`, each query's statement and lock timeout cut to `within` seconds (at
+        least FINAL_POLL) when given: a poll of `assert_hold_eventually` ends near its
+        deadline, not an invariant's whole `timeout:` past it."""
         config = self.project.config.model_copy(update={"dsn": self.dsn})
-        loaded = LoadResult(self._chosen(select), [])
+        chosen = self._chosen(select)
+        if within is not None:
+            cut = timedelta(seconds=max(within, FINAL_POLL))
+            chosen = [replace(i, timeout=min(i.timeout, cut)) for i in chosen]
+            locks = min(config.database.lock_timeout, cut)
+            database = config.database.model_copy(update={"lock_timeout": locks})
+            config = config.model_copy(update={"database": database})
+        loaded = LoadResult(chosen, [])
         # The test's database is its own (often its owner's role): the READ ONLY transaction
         # and the fence stand, the deployment's role check does not.
         found = run_loaded(config, loaded, self.project.directory, allow_privileged_role=True)
@@ -86,10 +104,19 @@ class InvariantChecks:
             # A copy: a list the application keeps appending to is the same object at every
             # poll, and would never compare as changed.
             activity = copy.deepcopy(watch()) if watch is not None else None
-            results = self.results(select)
+            within = state.deadline - self.monotonic()
+            results = self._evaluate(select, within)
             state, outcome = state.step(self.monotonic(), results, activity)
             if outcome == "holds":
                 return
+            cut = cut_short(results, self._cut(select, within), max(within, FINAL_POLL))
+            if outcome == "error" and cut is not None:
+                # Not an invariant that cannot be evaluated: the time left ran out under it.
+                why = (
+                    f"the system did not settle within {timeout:g} s: poll {state.polls} was "
+                    "still running at the deadline"
+                )
+                raise AssertionError(failure_text(cut, self.case, why))
             if outcome in ("violated", "error"):
                 _raise_unless_held(results, self.case, f"seen on poll {state.polls}")
             if outcome == "unsettled":
@@ -97,6 +124,12 @@ class InvariantChecks:
                 raise AssertionError(failure_text(results, self.case, why))
             # Never past the deadline: the last poll is at it, so its result is the last word.
             self.sleep(max(0.0, min(poll, state.deadline - self.monotonic())))
+
+    def _cut(self, select: Selection, within: float) -> set[str]:
+        """The invariants whose statement or lock timeout `_evaluate` cut to `within`."""
+        cut = timedelta(seconds=max(within, FINAL_POLL))
+        locks_cut = self.project.config.database.lock_timeout > cut
+        return {i.name for i in self._chosen(select) if locks_cut or i.timeout > cut}
 
     def _chosen(self, chosen: Selection) -> list[Invariant]:
         invariants = self.project.loaded.invariants

@@ -201,3 +201,18 @@ class Settling:
             f"the system did not settle within {timeout:g} s: the invariants did not hold "
             f"through a {self.quiet:g} s quiet window before the deadline"
         )
+
+
+def cut_short(results: Sequence[RunResult], cut: set[str], left: float) -> list[RunResult] | None:
+    """When every invariant that could not be evaluated ran out of a timeout the deadline
+    had cut (PostgreSQL's "canceling statement due to statement/lock timeout"), the results
+    with that said of each, in place of the timeout hint meant for a `timeout:` that was
+    its own; else None. Pure."""
+    ran_out = ("due to statement timeout", "due to lock timeout")
+    failed = [r for r in results if r.status == "error"]
+    if not failed or not all(
+        r.invariant in cut and any(words in (r.error or "") for words in ran_out) for r in failed
+    ):
+        return None
+    said = f"still running at the deadline (its query was given the {left:.1f} s left)"
+    return [replace(r, error=said) if r.status == "error" else r for r in results]

@@ -425,3 +425,39 @@ def test_the_marker_waits_when_asked_and_leaves_a_failed_body_alone(
     assert "the body's own failure" in out
     # The body failed first: its failure is the report, not the invariants'.
     assert "duplicate_settled_refunds" not in out
+
+
+def test_eventually_ends_near_its_deadline_when_a_poll_runs_long(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    # A query that takes far longer than the wait (its own timeout is 30 s): the poll under
+    # way at the deadline is given the time left, not its whole `timeout:`.
+    (project / "invariants" / "slow.sql").write_text(
+        "-- description: a query slower than the wait\n-- timeout: 30s\n"
+        "SELECT n FROM (SELECT count(*) AS n FROM generate_series(1, 2000000000)) AS s"
+        " WHERE n < 0\n"
+    )
+    pytester.makepyfile(
+        """
+        import time
+
+        def test_it(invariants):
+            started = time.monotonic()
+            try:
+                invariants.assert_hold_eventually(select="slow", timeout=2, poll=0.1, quiet=0.5)
+            finally:
+                print(f"WAITED {time.monotonic() - started:.1f}")
+        """
+    )
+    result = pytester.runpytest_subprocess("-s")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "the system did not settle within 2 s: poll 1 was still running at the deadline" in out
+    assert re.search(
+        r"still running at the deadline \(its query was given the \d\.\d s left\)", out
+    )
+    assert "ran past its timeout, 30s" not in out  # its own timeout was not what ended it
+    assert "InvariantsNotEvaluated" not in out
+    [waited] = re.findall(r"WAITED (\d+\.\d)", out)
+    # The wait's 2 s and the least a poll is given (FINAL_POLL), nowhere near 30 s.
+    assert float(waited) < 10, out

@@ -12,6 +12,7 @@ from monitor.pytest_plugin.verdicts import (
     Case,
     MarkerOptions,
     Settling,
+    cut_short,
     failure_text,
     marker_options,
 )
@@ -159,3 +160,17 @@ def test_a_marker_it_cannot_follow_is_refused_saying_why(
 ) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         marker_options(args, kwargs)
+
+
+def test_a_query_the_deadline_cut_is_told_from_one_that_cannot_run() -> None:
+    timed_out = "canceling statement due to statement timeout: the query ran past its timeout"
+    locked = "canceling statement due to lock timeout"
+    cut = [RunResult.counted("a", 0, [], []), RunResult.failed("b", timed_out)]
+    said = "still running at the deadline (its query was given the 1.5 s left)"
+    assert cut_short(cut, {"b"}, 1.5) == [cut[0], RunResult.failed("b", said)]
+    assert cut_short([RunResult.failed("b", locked)], {"b"}, 1.5) == [RunResult.failed("b", said)]
+    # Its own timeout, not cut: what it says stands. Another error: so does it.
+    assert cut_short(cut, {"a"}, 1.5) is None
+    assert cut_short([RunResult.failed("b", 'relation "x" does not exist')], {"b"}, 1.5) is None
+    assert cut_short([*cut, RunResult.failed("c", "syntax error")], {"b", "c"}, 1.5) is None
+    assert cut_short(HOLDS, {"a", "b"}, 1.5) is None
