@@ -24,25 +24,6 @@ METADATA_EVENT = "invmon_alert"
 DEFAULT_API_URL = "https://slack.com/api/"
 
 # Errors that no retry will fix; the delivery fails with a clear log line instead of looping.
-PERMANENT = {
-    "channel_not_found",
-    "not_in_channel",
-    "is_archived",
-    "invalid_auth",
-    "not_authed",
-    "account_inactive",
-    "token_revoked",
-    "token_expired",
-    "missing_scope",
-    "no_permission",
-    "restricted_action",
-    "invalid_blocks",
-    "invalid_arguments",
-    "msg_too_long",
-    "cant_update_message",
-    "message_not_found",
-    "thread_not_found",
-}
 # Of those, the ones a person fixes outside invmon: the token or the app's scopes (every
 # channel), or the channel itself (created, unarchived, the bot invited). A delivery that
 # failed with one of them is tried again once the path checks out (alerts/delivery_health.py):
@@ -60,6 +41,18 @@ TOKEN_ERRORS = frozenset(
     }
 )
 CHANNEL_ERRORS = frozenset({"channel_not_found", "not_in_channel", "is_archived"})
+PERMANENT = (
+    TOKEN_ERRORS
+    | CHANNEL_ERRORS
+    | {
+        "invalid_blocks",
+        "invalid_arguments",
+        "msg_too_long",
+        "cant_update_message",
+        "message_not_found",
+        "thread_not_found",
+    }
+)
 # How channel_id and check_channel say a channel cannot take messages.
 _CHANNEL_GONE = re.compile(r"channel '[^']*' (not found or not visible|is archived)$")
 # Errors Slack returns when it may or may not have done the work.

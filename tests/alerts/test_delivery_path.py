@@ -574,6 +574,18 @@ def deliveries(world: World) -> list[tuple[str, str, str]]:
     return [(str(a), str(s), str(e or "")) for a, s, e in rows]
 
 
+def fail_for_a_deleted_channel(
+    world: World, daemon: Daemon, fake: FakeSlack, health: DeliveryHealth
+) -> None:
+    """The path checks out, then the channel is deleted and an incident opens: its root and
+    its rows fail for good (channel_not_found)."""
+    health.tick()
+    del fake.channels["C0INVARIANTS"]
+    script(world, daemon, 0)
+    world.clock.advance(2)
+    daemon.deliver()
+
+
 def test_alerts_that_failed_for_their_channel_go_out_once_the_channel_is_back(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -582,11 +594,7 @@ def test_alerts_that_failed_for_their_channel_go_out_once_the_channel_is_back(
     with FakeSlack(clock=world.clock) as fake:
         daemon = daemon_for(world, quick_slack(fake))
         health = health_for(daemon, seconds, console)
-        health.tick()
-        del fake.channels["C0INVARIANTS"]  # deleted after the start: every post fails
-        script(world, daemon, 0)
-        world.clock.advance(2)
-        daemon.deliver()
+        fail_for_a_deleted_channel(world, daemon, fake, health)
         failed = deliveries(world)
         seconds.advance(AFTER_FAILURE)
         health.tick()
@@ -684,11 +692,7 @@ def test_a_path_that_checks_out_leaves_failed_what_it_would_not_carry(world: Wor
     with FakeSlack(clock=world.clock) as fake:
         daemon = daemon_for(world, quick_slack(fake))
         health = health_for(daemon, seconds, console)
-        health.tick()
-        del fake.channels["C0INVARIANTS"]
-        script(world, daemon, 0)
-        world.clock.advance(2)
-        daemon.deliver()
+        fail_for_a_deleted_channel(world, daemon, fake, health)
         with world.store.storage.transaction() as tx:  # as if Slack had refused its content
             tx.run(
                 "UPDATE deliveries SET last_error = 'Slack refused the call: msg_too_long'"
