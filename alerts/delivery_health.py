@@ -296,8 +296,12 @@ class DeliveryHealth:
                     len(self.channels),
                 )
                 self._record((), announce=False, only_if_open=True)
-        if retry:
-            self._retry_failed(checked)
+        if retry and not self._retry_failed(checked):
+            # The store failed under it: the path still checks out, so no check would come
+            # again by itself; one soon tries again (with every channel, as after a start).
+            with self._lock:
+                self._retry_on_pass = True
+                self._next_at = min(self._next_at, self.monotonic() + retry_in(1, self.ceiling))
         if warn:
             log.warning(
                 "alerts not verified: %s; checking again in %.0fs", outcome.unfinished, wait
@@ -305,17 +309,20 @@ class DeliveryHealth:
         if self.metrics is not None:
             self.metrics.observe_delivery_path(self.verified(), self.alerter.worker.failures)
 
-    def _retry_failed(self, checked: frozenset[str] | None) -> None:
+    def _retry_failed(self, checked: frozenset[str] | None) -> bool:
         """The path checks out: what failed for good for the token, or for its channel
-        (one of `checked`; None: any), is tried again if its incident is still open."""
+        (one of `checked`; None: any), is tried again if its incident is still open. False
+        when the store failed and nothing was queued."""
 
         def worth(channel: str, error: str) -> bool:
             broke = fixed_by_the_path(error)
             in_sight = checked is None or channel in checked
             return broke == "token" or (broke == "channel" and in_sight)
 
+        done = False
         with self.store_health.guard("queueing again the alerts that failed for the path"):
             again = self.alerter.ledger.retry_failed(self.alerter.clock(), worth)
+            done = True
             if again:
                 log.info(
                     "%d alert deliver%s of open incidents that failed for the token or their "
@@ -324,6 +331,7 @@ class DeliveryHealth:
                     "y" if again == 1 else "ies",
                     "is" if again == 1 else "are",
                 )
+        return done
 
     def _record(
         self, findings: tuple[Finding, ...], announce: bool, only_if_open: bool = False

@@ -46,25 +46,33 @@ POST_ACTIONS = frozenset({"post_root", "post_digest", "post_summary", "post_repl
 RETRY_BATCH = 500
 
 
+# What reconcile.py says of a row whose fate it could not learn from Slack (its call may
+# have landed): tried again, such a row is reconciled first, never sent blindly.
+OUTCOME_UNCHECKED = "its outcome cannot be checked: "
+# What planning said of a row under a failed root before it named the root's reason.
+BARE_ROOT_FAILED = "its root message failed"
+
+
 def to_retry(failed: Sequence[Sequence[Any]], worth: Callable[[str, str], bool]) -> list[int]:
     """Which FAILED rows to try again, of `failed` (id, channel, last_error, root_id, the
     root's state, whether its incident is open): those of open incidents that `worth` says
     a repaired path carries, with the roots their threads need. Pure."""
-    worthy = {
-        int(row_id): (root_id, root_state, is_open)
-        for row_id, channel, error, root_id, root_state, is_open in failed
-        if worth(str(channel), error or "")
-    }
-    chosen = {row_id for row_id, (_, _, is_open) in worthy.items() if is_open}
+    rows = {int(row[0]): row for row in failed}
+    worthy = {i for i, row in rows.items() if worth(str(row[1]), row[2] or "")}
+    chosen = {i for i in worthy if rows[i][5]}
     # The root of a thread goes with what goes into it, even a digest whose row names an
     # incident closed since.
-    chosen |= {int(worthy[i][0]) for i in chosen if worthy[i][0] in worthy}
+    chosen |= {int(rows[i][3]) for i in chosen if rows[i][3] in worthy}
+    # A row planned under a failed root before the reason was written down goes with it.
+    chosen |= {
+        i
+        for i, row in rows.items()
+        if row[2] == BARE_ROOT_FAILED and row[5] and row[3] is not None and int(row[3]) in chosen
+    }
     # A reply goes only into a thread that exists or is tried again with it: one whose root
     # stays FAILED would wait for it forever.
     return sorted(
-        i
-        for i in chosen
-        if worthy[i][0] is None or worthy[i][1] == "SENT" or int(worthy[i][0]) in chosen
+        i for i in chosen if rows[i][3] is None or rows[i][4] == "SENT" or int(rows[i][3]) in chosen
     )
 
 
@@ -230,14 +238,15 @@ class Ledger:
                 tx.run(
                     "UPDATE deliveries SET state = 'FAILED', last_error = ?, updated_at = ?"
                     " WHERE root_id = ? AND state = 'PENDING'",
-                    (f"its root message failed: {error}", stamp(now), delivery.id),
+                    (f"{BARE_ROOT_FAILED}: {error}", stamp(now), delivery.id),
                 )
 
     def retry_failed(self, now: datetime, worth: Callable[[str, str], bool]) -> int:
         """The FAILED rows of incidents still open that `worth(channel, last_error)` says a
         repaired path will carry: PENDING again, due now (a thread's replies wait for their
-        root as ever, and fail with it again if it does). FAILED is certain (Slack refused
-        the call), so trying again cannot post twice. Returns how many."""
+        root as ever, and fail with it again if it does). A row Slack refused is certainly
+        not done, so it is simply due; one whose outcome could not be checked goes back to
+        UNKNOWN, to be looked for in Slack before anything is sent. Returns how many."""
         with self.storage.transaction() as tx:
             failed = tx.rows(
                 "SELECT d.id, d.channel, d.last_error, d.root_id, r.state,"
@@ -246,14 +255,20 @@ class Ledger:
                 " LEFT JOIN deliveries r ON r.id = d.root_id WHERE d.state = 'FAILED'"
             )
             again = to_retry(failed, worth)
-            for start in range(0, len(again), RETRY_BATCH):
-                batch = again[start : start + RETRY_BATCH]
-                marks = ", ".join("?" for _ in batch)
-                tx.run(
-                    "UPDATE deliveries SET state = 'PENDING', next_attempt_at = ?, updated_at = ?,"
-                    f" unknown_since = NULL WHERE state = 'FAILED' AND id IN ({marks})",
-                    [stamp(now), stamp(now), *batch],
-                )
+            # A call that may have landed is reconciled with Slack first (UNKNOWN, as it was
+            # when its check failed); the others were refused, so they are simply due.
+            in_doubt = {int(r[0]) for r in failed if str(r[2] or "").startswith(OUTCOME_UNCHECKED)}
+            for state in ("UNKNOWN", "PENDING"):
+                rows = [i for i in again if (i in in_doubt) == (state == "UNKNOWN")]
+                for start in range(0, len(rows), RETRY_BATCH):
+                    batch = rows[start : start + RETRY_BATCH]
+                    marks = ", ".join("?" for _ in batch)
+                    tx.run(
+                        "UPDATE deliveries SET state = ?, next_attempt_at = ?, updated_at = ?,"
+                        " unknown_since = CASE WHEN ? THEN unknown_since END"
+                        f" WHERE state = 'FAILED' AND id IN ({marks})",
+                        [state, stamp(now), stamp(now), state == "UNKNOWN", *batch],
+                    )
         return len(again)
 
     def record_file(self, delivery: Delivery, file_id: str | None) -> bool:

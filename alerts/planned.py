@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from alerts.ledger import BARE_ROOT_FAILED
 from alerts.plans import Spec, delivery_key
 from alerts.roots import Roots
 from alerts.thread_batching import LastReply, is_churn
@@ -89,7 +90,7 @@ class PlannedDeliveries:
                     spec.action,
                     root_id,
                     "FAILED" if root_failed else "PENDING",
-                    f"its root message failed: {root_failed[0][0]}" if root_failed else None,
+                    f"{BARE_ROOT_FAILED}: {root_failed[0][0]}" if root_failed else None,
                     stamp(spec.not_before or now),
                     json.dumps(spec.payload),
                     stamp(now),

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from alerts.content import Content
 from alerts.deliveries import Delivery
-from alerts.ledger import Ledger
+from alerts.ledger import OUTCOME_UNCHECKED, Ledger
 from alerts.plans import POSTS
 from alerts.retrying import backoff, unexpected
 from alerts.transport import Transport, TransportError
@@ -77,7 +77,7 @@ class Reconciler:
             if failure.kind == "permanent":
                 # No scan will ever complete (the token is refused, the channel is gone):
                 # waiting in UNKNOWN would be the quiet queue nobody sees.
-                cause = f"its outcome cannot be checked: {failure.message}"
+                cause = f"{OUTCOME_UNCHECKED}{failure.message}"
                 self.sending.after_error(delivery, TransportError(cause, "permanent"))
                 return
             # The scan could not complete: still unknown, look again later.

@@ -12,6 +12,7 @@ import io
 import logging
 import re
 import socket
+import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
@@ -762,4 +763,74 @@ def test_a_repaired_path_retries_a_thread_whole_or_not_at_all() -> None:
         (7, "#a", replied, 6, "FAILED", False),
     ]
     assert to_retry(failed, worth) == [1, 2, 5]
+    # Planned under a failed root before the root's reason was written down: goes with it.
+    bare = [
+        (1, "#a", gone, None, None, True),
+        (2, "#a", "its root message failed", 1, "FAILED", True),
+    ]
+    assert to_retry(bare, worth) == [1, 2]
     assert to_retry(failed, lambda channel, error: False) == []
+
+
+def test_a_post_whose_fate_could_not_be_checked_is_looked_for_before_it_is_sent_again(
+    world: World,
+) -> None:
+    """A post that may have landed, then a token that cannot ask Slack about it: FAILED,
+    'its outcome cannot be checked'. Once the token works, it is reconciled first: found in
+    the channel, never posted a second time."""
+    with FakeSlack(clock=world.clock) as fake:
+        first = daemon_for(world, quick_slack(fake))
+        fake.fail_next("chat.postMessage", "accept_then_timeout")  # it lands; no answer
+        script(world, first, 0)
+        world.clock.advance(2)
+        first.deliver()
+        first.databases.close()
+        wrong = daemon_for(world, quick_slack(fake, token=WRONG_TOKEN))
+        world.clock.advance(5)
+        wrong.deliver()
+        unchecked = deliveries(world)[0]
+        wrong.databases.close()
+        fixed = daemon_for(world, quick_slack(fake))
+        assert health_for(fixed, Seconds(), io.StringIO()).tick() is True
+        world.clock.advance(5)
+        fixed.deliver()
+        after = deliveries(world)[:2]
+        roots = fake.roots()
+        fixed.databases.close()
+    assert unchecked == (
+        "post_root",
+        "FAILED",
+        "its outcome cannot be checked: Slack refused the call: invalid_auth",
+    )
+    assert after == [("post_root", "SENT", ""), ("upload_csv", "SENT", "")]
+    assert len(roots) == 1  # the one that landed, found; not posted again
+    assert len(fake.shared_files()) == 1
+
+
+def test_a_store_failing_under_the_retry_tries_it_again_soon(world: World, tmp_path: Path) -> None:
+    seconds, console = Seconds(), io.StringIO()
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(world, quick_slack(fake))
+        health = health_for(daemon, seconds, console)
+        fail_for_a_deleted_channel(world, daemon, fake, health)
+        seconds.advance(AFTER_FAILURE)
+        health.tick()
+        fake.channels["C0INVARIANTS"] = "invariants"
+        # The ledger's table is away while the heal's retry runs: the store fails under it.
+        with sqlite3.connect(tmp_path / "state.db", isolation_level=None) as other:
+            other.execute("ALTER TABLE deliveries RENAME TO deliveries_away")
+            seconds.advance(WHILE_BROKEN)
+            assert health.tick() is True
+            problem = daemon.store_health.problem
+            other.execute("ALTER TABLE deliveries_away RENAME TO deliveries")
+        failed = deliveries(world)
+        assert health.tick() is False  # not at once
+        seconds.advance(2)
+        assert health.tick() is True  # soon: the check comes again, and the retry with it
+        world.clock.advance(2)
+        daemon.deliver()
+        after = deliveries(world)
+        daemon.databases.close()
+    assert problem is not None and "queueing again the alerts that failed" in problem
+    assert [state for _, state, _ in failed[:2]] == ["FAILED", "FAILED"]
+    assert [state for _, state, _ in after[:2]] == ["SENT", "SENT"]
