@@ -219,6 +219,8 @@ SETTINGS_RELATIONS = frozenset({"pg_settings", "pg_file_settings", "pg_db_role_s
 
 
 SETTINGS_FUNCTIONS = frozenset({"pg_show_all_settings", "pg_show_all_file_settings"})
+# What shows a function's own settings (proconfig): its CREATE statement, SET clauses and all.
+FUNCTION_SETTINGS_FUNCTIONS = frozenset({"pg_get_functiondef"})
 
 
 ALL_SETTINGS = "*"

@@ -7,6 +7,7 @@ from monitor.fence.allowances import Allowances
 from monitor.fence.catalog import SYSTEM_SCHEMAS, VOLATILITY_WORDS, Catalog, Name, Routine
 from monitor.fence.known import (
     ALL_SETTINGS,
+    FUNCTION_SETTINGS_FUNCTIONS,
     HARMLESS_EXTENSION_FUNCTIONS,
     HARMLESS_SETTINGS,
     HARMLESS_VOLATILE,
@@ -252,4 +253,14 @@ def setting_problems(analysis: Analysis, allow: Allowances) -> list[SqlProblem]:
                 f'not allowed unless fence.allow_settings holds "{ALL_SETTINGS}"',
             )
         )
+    for ref in analysis.named("function"):
+        if in_system(ref.name, FUNCTION_SETTINGS_FUNCTIONS):
+            problems.append(
+                SqlProblem(
+                    ref.line,
+                    f"function {display(ref.name)}() shows a function's SET clauses "
+                    "(ALTER FUNCTION … SET app.key = …), which can hold secrets; not allowed "
+                    f'unless fence.allow_settings holds "{ALL_SETTINGS}"',
+                )
+            )
     return problems
