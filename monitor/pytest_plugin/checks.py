@@ -6,6 +6,7 @@ test's database by the same loader, fence, executor, timeouts and READ ONLY tran
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -17,7 +18,7 @@ from monitor.execution.check import run_loaded
 from monitor.execution.results import RunResult
 from monitor.invariants.loader import Invariant, LoadResult
 from monitor.invariants.selection import NothingSelected, select
-from monitor.pytest_plugin.verdicts import Case, Settling, cut_short, failure_text, not_holding
+from monitor.pytest_plugin.verdicts import Case, Cut, Settling, cut_short, failure_text, not_holding
 
 Selection = str | Sequence[str] | None
 # The least time a poll of assert_hold_eventually is given, however close the deadline: the
@@ -55,18 +56,28 @@ class InvariantChecks:
     def results(self, select: Selection = None) -> list[RunResult]:
         """Each selected invariant evaluated once, in file order; rows masked as the config's
         `redact:` says."""
-        return self._evaluate(select, None)
+        return self._evaluate(select, None)[0]
 
-    def _evaluate(self, select: Selection, within: float | None) -> list[RunResult]:
-        """`results`, each query's statement and lock timeout cut to `within` seconds (at
-        least FINAL_POLL) when given: a poll of `assert_hold_eventually` ends near its
-        deadline, not an invariant's whole `timeout:` past it."""
+    def _evaluate(self, select: Selection, within: float | None) -> tuple[list[RunResult], Cut]:
+        """`results`, and when `within` seconds are given, each query's statement and lock
+        timeout cut to its share of them: the invariants run `concurrency` at a time, so
+        each round of them gets `within` divided by the rounds (at least FINAL_POLL). A
+        poll of `assert_hold_eventually` so ends near its deadline, not an invariant's
+        whole `timeout:` past it. The Cut says which timeouts were cut."""
         config = self.project.config.model_copy(update={"dsn": self.dsn})
         chosen = self._chosen(select)
-        if within is not None:
-            cut = timedelta(seconds=max(within, FINAL_POLL))
-            chosen = [replace(i, timeout=min(i.timeout, cut)) for i in chosen]
-            locks = min(config.database.lock_timeout, cut)
+        cut = Cut(frozenset(), False, 0.0)
+        if within is not None and chosen:
+            rounds = math.ceil(len(chosen) / config.concurrency)
+            given = max(within / rounds, FINAL_POLL)
+            share = timedelta(seconds=given)
+            cut = Cut(
+                frozenset(i.name for i in chosen if i.timeout > share),
+                config.database.lock_timeout > share,
+                given,
+            )
+            chosen = [replace(i, timeout=min(i.timeout, share)) for i in chosen]
+            locks = min(config.database.lock_timeout, share)
             database = config.database.model_copy(update={"lock_timeout": locks})
             config = config.model_copy(update={"database": database})
         loaded = LoadResult(chosen, [])
@@ -74,7 +85,7 @@ class InvariantChecks:
         # and the fence stand, the deployment's role check does not.
         found = run_loaded(config, loaded, self.project.directory, allow_privileged_role=True)
         self.history.append(found.results)
-        return found.results
+        return found.results, cut
 
     def assert_hold(self, select: Selection = None) -> None:
         """Every selected invariant returns zero rows; else one failure naming each that does
@@ -104,12 +115,11 @@ class InvariantChecks:
             # A copy: a list the application keeps appending to is the same object at every
             # poll, and would never compare as changed.
             activity = copy.deepcopy(watch()) if watch is not None else None
-            within = state.deadline - self.monotonic()
-            results = self._evaluate(select, within)
+            results, cuts = self._evaluate(select, state.deadline - self.monotonic())
             state, outcome = state.step(self.monotonic(), results, activity)
             if outcome == "holds":
                 return
-            cut = cut_short(results, self._cut(select, within), max(within, FINAL_POLL))
+            cut = cut_short(results, cuts)
             if outcome == "error" and cut is not None:
                 # Not an invariant that cannot be evaluated: the time left ran out under it.
                 why = (
@@ -124,12 +134,6 @@ class InvariantChecks:
                 raise AssertionError(failure_text(results, self.case, why))
             # Never past the deadline: the last poll is at it, so its result is the last word.
             self.sleep(max(0.0, min(poll, state.deadline - self.monotonic())))
-
-    def _cut(self, select: Selection, within: float) -> set[str]:
-        """The invariants whose statement or lock timeout `_evaluate` cut to `within`."""
-        cut = timedelta(seconds=max(within, FINAL_POLL))
-        locks_cut = self.project.config.database.lock_timeout > cut
-        return {i.name for i in self._chosen(select) if locks_cut or i.timeout > cut}
 
     def _chosen(self, chosen: Selection) -> list[Invariant]:
         invariants = self.project.loaded.invariants

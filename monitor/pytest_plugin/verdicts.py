@@ -203,16 +203,30 @@ class Settling:
         )
 
 
-def cut_short(results: Sequence[RunResult], cut: set[str], left: float) -> list[RunResult] | None:
+@dataclass(frozen=True)
+class Cut:
+    """Which timeouts a poll near its deadline cut to its share of the time left."""
+
+    statements: frozenset[str]  # the invariants whose own timeout was longer than `given`
+    locks: bool  # whether the lock timeout was longer than `given`
+    given: float  # the seconds each query was given
+
+
+def cut_short(results: Sequence[RunResult], cut: Cut) -> list[RunResult] | None:
     """When every invariant that could not be evaluated ran out of a timeout the deadline
-    had cut (PostgreSQL's "canceling statement due to statement/lock timeout"), the results
-    with that said of each, in place of the timeout hint meant for a `timeout:` that was
-    its own; else None. Pure."""
-    ran_out = ("due to statement timeout", "due to lock timeout")
+    had cut (PostgreSQL's "canceling statement due to statement timeout" for one whose own
+    timeout was cut, "… due to lock timeout" when the lock timeout was), the results with
+    that said of each, in place of the hint meant for a timeout that was its own; else
+    None: an error the deadline did not cause is said as it is. Pure."""
+
+    def deadlines(r: RunResult) -> bool:
+        error = r.error or ""
+        return ("due to statement timeout" in error and r.invariant in cut.statements) or (
+            "due to lock timeout" in error and cut.locks
+        )
+
     failed = [r for r in results if r.status == "error"]
-    if not failed or not all(
-        r.invariant in cut and any(words in (r.error or "") for words in ran_out) for r in failed
-    ):
+    if not failed or not all(deadlines(r) for r in failed):
         return None
-    said = f"still running at the deadline (its query was given the {left:.1f} s left)"
+    said = f"still running at the deadline (its query was given {cut.given:.1f} s of the time left)"
     return [replace(r, error=said) if r.status == "error" else r for r in results]

@@ -454,10 +454,37 @@ def test_eventually_ends_near_its_deadline_when_a_poll_runs_long(
     out = result.stdout.str()
     assert "the system did not settle within 2 s: poll 1 was still running at the deadline" in out
     assert re.search(
-        r"still running at the deadline \(its query was given the \d\.\d s left\)", out
+        r"still running at the deadline \(its query was given \d\.\d s of the time left\)", out
     )
     assert "ran past its timeout, 30s" not in out  # its own timeout was not what ended it
     assert "InvariantsNotEvaluated" not in out
     [waited] = re.findall(r"WAITED (\d+\.\d)", out)
     # The wait's 2 s and the least a poll is given (FINAL_POLL), nowhere near 30 s.
     assert float(waited) < 10, out
+
+
+def test_eventually_shares_the_time_left_among_the_rounds_a_poll_needs(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    # Eight slow queries, four at a time (concurrency 4): two rounds, each given half.
+    names = [f"slow{n}" for n in range(8)]
+    for name in names:
+        (project / "invariants" / f"{name}.sql").write_text(
+            "-- description: a query slower than the wait\n-- timeout: 30s\n"
+            "SELECT n FROM (SELECT count(*) AS n FROM generate_series(1, 2000000000)) AS s"
+            " WHERE n < 0\n"
+        )
+    pytester.makepyfile(
+        f"""
+        def test_it(invariants):
+            invariants.assert_hold_eventually(select={names!r}, timeout=3, poll=0.1, quiet=0.5)
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "the system did not settle within 3 s: poll 1 was still running at the deadline" in out
+    assert (
+        "8 invariants could not be evaluated, all for one reason:\n"
+        "    still running at the deadline (its query was given 1.5 s of the time left)"
+    ) in out

@@ -10,6 +10,7 @@ import pytest
 from monitor.execution.results import RunResult
 from monitor.pytest_plugin.verdicts import (
     Case,
+    Cut,
     MarkerOptions,
     Settling,
     cut_short,
@@ -166,11 +167,15 @@ def test_a_query_the_deadline_cut_is_told_from_one_that_cannot_run() -> None:
     timed_out = "canceling statement due to statement timeout: the query ran past its timeout"
     locked = "canceling statement due to lock timeout"
     cut = [RunResult.counted("a", 0, [], []), RunResult.failed("b", timed_out)]
-    said = "still running at the deadline (its query was given the 1.5 s left)"
-    assert cut_short(cut, {"b"}, 1.5) == [cut[0], RunResult.failed("b", said)]
-    assert cut_short([RunResult.failed("b", locked)], {"b"}, 1.5) == [RunResult.failed("b", said)]
-    # Its own timeout, not cut: what it says stands. Another error: so does it.
-    assert cut_short(cut, {"a"}, 1.5) is None
-    assert cut_short([RunResult.failed("b", 'relation "x" does not exist')], {"b"}, 1.5) is None
-    assert cut_short([*cut, RunResult.failed("c", "syntax error")], {"b", "c"}, 1.5) is None
-    assert cut_short(HOLDS, {"a", "b"}, 1.5) is None
+    said = "still running at the deadline (its query was given 1.5 s of the time left)"
+    b_cut = Cut(frozenset({"b"}), False, 1.5)
+    assert cut_short(cut, b_cut) == [cut[0], RunResult.failed("b", said)]
+    locks_cut = Cut(frozenset(), True, 1.5)
+    assert cut_short([RunResult.failed("b", locked)], locks_cut) == [RunResult.failed("b", said)]
+    # Its own timeout or the lock timeout, not cut, ended it: what it says stands.
+    assert cut_short(cut, Cut(frozenset({"a"}), True, 1.5)) is None
+    assert cut_short([RunResult.failed("b", locked)], b_cut) is None
+    # Another error: so does it.
+    assert cut_short([RunResult.failed("b", 'relation "x" does not exist')], b_cut) is None
+    assert cut_short([*cut, RunResult.failed("c", "syntax error")], b_cut) is None
+    assert cut_short(HOLDS, Cut(frozenset({"a", "b"}), True, 1.5)) is None
