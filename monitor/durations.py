@@ -23,12 +23,20 @@ IDLE_MARGIN = timedelta(seconds=30)
 MAX_STATEMENT_TIMEOUT = timedelta(milliseconds=2**31 - 1) - IDLE_MARGIN
 MIN_INTERVAL = timedelta(seconds=1)
 # How long a connection pool (psycopg_pool) keeps at one attempt to reconnect to a database
-# that went away. It waits 1 s, then twice as long each time, with no ceiling, until this:
-# at its default of five minutes, a database back after three was next tried two minutes
-# later (a fleet on a PostgreSQL store took 71 s to recover from a 2 min 52 s outage). Past
-# it the attempt ends, and the next request for a connection starts a new one from 1 s: so
-# a database that is back is found within the longest wait of an attempt, about 4 s.
+# that went away, at the least. It waits 1 s, then twice as long each time, with no ceiling,
+# until the attempt's end: at its default of five minutes, a database back after three was
+# next tried two minutes later (a fleet on a PostgreSQL store took 71 s to recover from a
+# 2 min 52 s outage). Past it the attempt ends, and the next request for a connection starts
+# a new one from 1 s. An attempt must also last as long as a request waits for a connection
+# (reconnect_attempt), or a request would wait with no attempt under way.
 RECONNECT_ATTEMPT = timedelta(seconds=8)
+
+
+def reconnect_attempt(connection_wait: timedelta) -> float:
+    """Seconds a pool's reconnect attempt lasts, for requests that wait `connection_wait`
+    for a connection: a database back is found within about half of it (5 s for the
+    default 10 s connect timeout)."""
+    return max(RECONNECT_ATTEMPT, connection_wait).total_seconds()
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 

@@ -128,6 +128,8 @@ def setup_logging(fmt: str = "text", level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("apscheduler", "psycopg.pool"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))
+    # The pools warn at every failed reconnect, several a minute for as long as a database
+    # is away; invmon says that itself, once a minute (StoreHealth, a target's reachability).
+    logging.getLogger("psycopg.pool").setLevel(max(logging.ERROR, root.level))
     logging.getLogger("sqlglot").setLevel(logging.ERROR)

@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from monitor.clock import Clock, utc_now
 from monitor.config import DatabaseConfig
-from monitor.durations import RECONNECT_ATTEMPT, format_duration
+from monitor.durations import format_duration, reconnect_attempt
 from monitor.execution.execute import (
     CLIENT_ENCODING,
     LiveFence,
@@ -162,7 +162,7 @@ class Runner:
             max_size=concurrency,
             open=False,
             timeout=self.database.connect_timeout.total_seconds(),
-            reconnect_timeout=RECONNECT_ATTEMPT.total_seconds(),
+            reconnect_timeout=reconnect_attempt(self.database.connect_timeout),
             configure=_configure,
             reset=_reset,
             # No server-side prepared statements: DISCARD ALL would drop them under psycopg.

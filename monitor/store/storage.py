@@ -24,13 +24,14 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 import psycopg
 
 from monitor.clock import stamp, utc_now
-from monitor.durations import RECONNECT_ATTEMPT
+from monitor.durations import reconnect_attempt
 from monitor.store.migrations import migrations
 
 log = logging.getLogger("invmon.store")
@@ -155,7 +156,7 @@ class PostgresStorage:
             max_size=4,
             open=True,
             timeout=connect_timeout,
-            reconnect_timeout=RECONNECT_ATTEMPT.total_seconds(),
+            reconnect_timeout=reconnect_attempt(timedelta(seconds=connect_timeout)),
             name="invmon-state",
             kwargs={"application_name": "invmon-state", "connect_timeout": timeout},
         )

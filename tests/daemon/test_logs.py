@@ -112,3 +112,16 @@ def test_the_scheduler_speaks_only_when_it_means_something(
         assert bool(handler.filter(rec)) == shown
     finally:  # the root logger is the process's: leave it as pytest set it up
         root.handlers[:], root.level = handlers, level
+
+
+def test_a_pools_warning_at_each_failed_reconnect_is_not_logged() -> None:
+    """A database away for two minutes drew 86 of them; invmon says it once a minute."""
+    root, pool = logging.getLogger(), logging.getLogger("psycopg.pool")
+    handlers, level, pool_level = list(root.handlers), root.level, pool.level
+    try:
+        setup_logging("text", "INFO")
+        assert pool.isEnabledFor(logging.WARNING) is False
+        assert pool.isEnabledFor(logging.ERROR) is True
+    finally:  # the loggers are the process's: leave them as pytest set them up
+        root.handlers[:], root.level = handlers, level
+        pool.setLevel(pool_level)

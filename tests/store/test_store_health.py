@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -91,6 +92,35 @@ def test_status_reads_a_store_it_may_not_write(database: str, tmp_path: Path) ->
     assert done.stdout.startswith("No open incidents.")
 
 
+class Outage:
+    """A PostgreSQL database that refuses connections (its open ones ended) until `back()`."""
+
+    def __init__(self, admin_dsn: str, database: str) -> None:
+        self.admin_dsn = admin_dsn
+        self.name = str(conninfo_to_dict(database)["dbname"])
+
+    def accept(self, on: bool) -> None:
+        with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
+                    sql.Identifier(self.name), sql.SQL("true" if on else "false")
+                )
+            )
+            if not on:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    (self.name,),
+                )
+
+
+def works(storage: PostgresStorage) -> bool:
+    try:
+        with storage.transaction() as tx:
+            return tx.rows("SELECT 1") == [(1,)]
+    except STORE_ERRORS:
+        return False
+
+
 def test_a_postgresql_store_back_from_an_outage_is_used_again_within_seconds(
     admin_dsn: str, database: str
 ) -> None:
@@ -98,43 +128,49 @@ def test_a_postgresql_store_back_from_an_outage_is_used_again_within_seconds(
     its attempts fall about 1, 3, 7, 15, 31 and 63 s into an outage, so a store back after
     40 s was used again some 20 s later. Bounded (RECONNECT_ATTEMPT), an attempt waits 4 s
     at most, however long the store was away."""
-    name = str(conninfo_to_dict(database)["dbname"])
+    outage = Outage(admin_dsn, database)
     storage = PostgresStorage(database, connect_timeout=1)
-
-    def works() -> bool:
-        try:
-            with storage.transaction() as tx:
-                return tx.rows("SELECT 1") == [(1,)]
-        except STORE_ERRORS:
-            return False
-
-    def accept(on: bool) -> None:
-        with psycopg.connect(admin_dsn, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
-                    sql.Identifier(name), sql.SQL("true" if on else "false")
-                )
-            )
-            if not on:
-                admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                    (name,),
-                )
-
     try:
-        assert works()
-        accept(False)
+        assert works(storage)
+        outage.accept(False)
         down_until = time.monotonic() + 40
         failures = 0
         while time.monotonic() < down_until:  # used all along, as the daemon uses it
-            assert not works()
+            assert not works(storage)
             failures += 1
-        accept(True)
+        outage.accept(True)
         back = time.monotonic()
-        wait_for(works, 60, "the store to be used again")
+        wait_for(lambda: works(storage), 60, "the store to be used again")
         recovered = time.monotonic() - back
     finally:
-        accept(True)
+        outage.accept(True)
         storage.close()
     assert failures >= 20  # each use failed within the pool's timeout of 1 s
     assert recovered < RECONNECT_ATTEMPT.total_seconds(), recovered
+
+
+def test_a_request_waiting_through_an_outage_gets_the_store_once_it_is_back(
+    admin_dsn: str, database: str
+) -> None:
+    """A request waits for a connection up to the connect timeout (20 s here); the pool's
+    attempt to reconnect must not end before it, or the request waits with none under way
+    (an 8 s attempt left it so, and it failed at 20 s though the store was back at 10)."""
+    outage = Outage(admin_dsn, database)
+    storage = PostgresStorage(database, connect_timeout=20)
+    back = threading.Timer(10, outage.accept, (True,))
+    try:
+        assert works(storage)
+        outage.accept(False)
+        back.start()
+        # The connections the outage ended fail at once; then a request waits for one.
+        for _ in range(10):
+            began = time.monotonic()
+            served = works(storage)
+            if served or time.monotonic() - began > 2:
+                break
+        assert served  # the request that waited is served once the store is back
+    finally:
+        back.cancel()
+        back.join(30)
+        outage.accept(True)
+        storage.close()
