@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -50,7 +50,7 @@ from monitor.fence.allowances import TRUST_NOTHING, Allowances
 from monitor.invariants.loader import Invariant
 from monitor.sources.binding import NOTHING_BOUND, Bound, ObjectRow, bind
 from monitor.sources.listing import settled
-from monitor.text import shorten
+from monitor.text import cut
 
 KEY_LIMIT = 10_000  # rows a case may produce; fixtures are small by nature
 # Every row of a case comes back whole: a case's rows are bounded by its file's size.
@@ -197,6 +197,20 @@ class _RowRefused(Exception):
     """A case's row the database would not take: said at the case's line in its file."""
 
 
+def _as_written(value: Any) -> str:
+    """A filler as a fixture would write it: numbers bare, the rest quoted (a time as its
+    ISO form), cut short."""
+    if isinstance(value, bool | int | float):
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, datetime | date):
+        text = value.isoformat()
+    elif isinstance(value, bytes):
+        text = value.decode(errors="replace")
+    else:
+        text = str(value)
+    return cut(f"'{text}'", 40)
+
+
 def _refused(exc: psycopg.Error, table: str, filled: dict[str, Any]) -> str:
     """The database's reason, said in the fixture's terms for a foreign key, and naming the
     values invmon filled in (`filled`: the columns the case left out) when a CHECK refused
@@ -210,10 +224,11 @@ def _refused(exc: psycopg.Error, table: str, filled: dict[str, Any]) -> str:
             f"add it under `rows:` as {target}"
         )
     if exc.sqlstate == "23514" and filled:
-        given = ", ".join(f"{column} = {shorten(v, 40)}" for column, v in filled.items())
+        given = ", ".join(f"{column} = {_as_written(v)}" for column, v in filled.items())
         return (
             f"{describe_error(exc)}; the case does not give {', '.join(filled)}, which invmon "
-            f"filled in ({given}): give them values the check accepts"
+            f"filled in ({given}): if the check is on one of them, give it a value the check "
+            "accepts"
         )
     return describe_error(exc)
 

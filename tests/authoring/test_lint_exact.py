@@ -133,7 +133,8 @@ def test_a_check_refusing_a_filled_in_value_names_what_invmon_filled_in(
     schema = tmp_path / "schema.sql"
     schema.write_text(
         "CREATE TABLE refunds (id bigint PRIMARY KEY, note text,\n"
-        "  cents int NOT NULL CHECK (cents < 0), reason text NOT NULL);\n"
+        "  cents int NOT NULL CHECK (cents < 0), reason text NOT NULL,\n"
+        "  made timestamptz NOT NULL);\n"
     )
     tested = cli(
         "test", "--invariants", str(folder), "--schema", str(schema),
@@ -143,8 +144,10 @@ def test_a_check_refusing_a_filled_in_value_names_what_invmon_filled_in(
     assert (
         f"❌ fires: {folder}/refund.test.yaml:2: a row of refunds: new row for relation "
         '"refunds" violates check constraint "refunds_cents_check" (Failing row contains '
-        "(1, dup, 1, reason-1).); the case does not give cents, reason, which invmon filled "
-        "in (cents = 1, reason = 'reason-1'): give them values the check accepts"
+        "(1, dup, 1, reason-1, 2000-01-02 00:00:00+00).); the case does not give cents, "
+        "reason, made, which invmon filled in (cents = 1, reason = 'reason-1', made = "
+        "'2000-01-02T00:00:00+00:00'): if the check is on one of them, give it a value the "
+        "check accepts"
     ) in tested.stdout, tested.stdout
 
 
