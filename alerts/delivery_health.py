@@ -33,7 +33,7 @@ from alerts.alerter import Alerter
 from alerts.console import ConsoleTransport
 from alerts.messages import IncidentView, escape, root_message
 from alerts.observed import DeliveryMetrics
-from alerts.slack import fixed_by_the_path
+from alerts.path_errors import fixed_by_the_path
 from alerts.transport import Checkable, TransportError
 from monitor.config import Config
 from monitor.execution.results import RunResult
@@ -51,6 +51,9 @@ CONTEXT = IncidentContext(
 )
 AFTER_FAILURE = 60.0  # seconds: a delivery failing for good brings a check at most this often
 WHILE_BROKEN = 300.0  # seconds: a broken path is looked at again (a bot invited heals it)
+# How many times, in all, a delivery that failed for the path is tried when the checks its
+# failures bring find the path working (a heal, a start, a SIGHUP try again regardless).
+RETRIES_AFTER_A_FAILURE = 5
 CONSOLE = "the console (Slack cannot take it)"  # where the console says it posts
 NOT_CHECKED = "the check of Slack's token and channels has not run yet"
 
@@ -265,12 +268,19 @@ class DeliveryHealth:
             self._unfinished = outcome.unfinished
             self._checked_at = now
             self._next_at = now + wait
+            after_failure = failures > self._failures_seen  # failures brought this check
             # The failures this check answers; the ones it counts itself are no trigger.
             self._failures_seen = max(failures, self._failures_seen) + len(new)
             warn = outcome.unfinished is not None and outcome.unfinished != self._warned
             self._warned = outcome.unfinished
             passed = outcome.unfinished is None and not findings
-            retry = passed and (bool(before) or self._retry_on_pass)
+            # A check a failure brought that finds the path working: the failure may have
+            # healed before it looked (a bot invited at once), or be one the check cannot
+            # see (not_in_channel where the channel itself checks out): its rows are tried
+            # again, each RETRIES_AFTER_A_FAILURE times at most, since such a check comes
+            # after each failure and it could otherwise go on for ever.
+            retry = passed and (bool(before) or self._retry_on_pass or after_failure)
+            capped = None if before or self._retry_on_pass else RETRIES_AFTER_A_FAILURE
             # After a start or a SIGHUP, any channel: a person acted, and each row is tried
             # once. After a heal, the channels the check saw broken and working: not a
             # file's own channel, which may be broken still and would fail again at every
@@ -296,7 +306,7 @@ class DeliveryHealth:
                     len(self.channels),
                 )
                 self._record((), announce=False, only_if_open=True)
-        if retry and not self._retry_failed(checked):
+        if retry and not self._retry_failed(checked, capped):
             # The store failed under it: the path still checks out, so no check would come
             # again by itself; one soon tries again (with every channel, as after a start).
             with self._lock:
@@ -309,7 +319,7 @@ class DeliveryHealth:
         if self.metrics is not None:
             self.metrics.observe_delivery_path(self.verified(), self.alerter.worker.failures)
 
-    def _retry_failed(self, checked: frozenset[str] | None) -> bool:
+    def _retry_failed(self, checked: frozenset[str] | None, capped: int | None) -> bool:
         """The path checks out: what failed for good for the token, or for its channel
         (one of `checked`; None: any), is tried again if its incident is still open. False
         when the store failed and nothing was queued."""
@@ -321,7 +331,7 @@ class DeliveryHealth:
 
         done = False
         with self.store_health.guard("queueing again the alerts that failed for the path"):
-            again = self.alerter.ledger.retry_failed(self.alerter.clock(), worth)
+            again = self.alerter.ledger.retry_failed(self.alerter.clock(), worth, capped)
             done = True
             if again:
                 log.info(

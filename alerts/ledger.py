@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from alerts.deliveries import COLUMNS, Delivery, DeliveryState, delivery_of
+from alerts.path_errors import fixed_by_the_path
 from monitor.clock import parse_stamp, stamp
 from monitor.store.storage import Storage, Tx
 
@@ -51,15 +52,28 @@ RETRY_BATCH = 500
 OUTCOME_UNCHECKED = "its outcome cannot be checked: "
 # What planning said of a row under a failed root before it named the root's reason.
 BARE_ROOT_FAILED = "its root message failed"
+# A thread's messages, sent in order (_READY).
+_THREAD = "('post_reply', 'post_detail', 'upload_csv')"
+EARLIER_FAILED = "an earlier message of its thread failed"
+
+
+def held_by(error: str) -> str:
+    """What a thread's later message says while an earlier one that failed with `error`
+    (for the path) waits to be tried again."""
+    reason = error.split(f"{EARLIER_FAILED}: ", 1)[-1]
+    return f"{EARLIER_FAILED}: {reason}"
 
 
 def to_retry(failed: Sequence[Sequence[Any]], worth: Callable[[str, str], bool]) -> list[int]:
     """Which FAILED rows to try again, of `failed` (id, channel, last_error, root_id, the
-    root's state, whether its incident is open): those of open incidents that `worth` says
-    a repaired path carries, with the roots their threads need. Pure."""
+    root's state, whether its incident is open): those that `worth` says a repaired path
+    carries, of open incidents or of threads that went out, with the roots their threads
+    need. Pure."""
     rows = {int(row[0]): row for row in failed}
     worthy = {i for i, row in rows.items() if worth(str(row[1]), row[2] or "")}
-    chosen = {i for i in worthy if rows[i][5]}
+    # An open incident's, and what completes a thread that went out (its resolution, say)
+    # even when its incident has closed since; a closed incident is not announced late.
+    chosen = {i for i in worthy if rows[i][5] or rows[i][4] == "SENT"}
     # The root of a thread goes with what goes into it, even a digest whose row names an
     # incident closed since.
     chosen |= {int(rows[i][3]) for i in chosen if rows[i][3] in worthy}
@@ -240,19 +254,37 @@ class Ledger:
                     " WHERE root_id = ? AND state = 'PENDING'",
                     (f"{BARE_ROOT_FAILED}: {error}", stamp(now), delivery.id),
                 )
+        elif delivery.root_id is not None and fixed_by_the_path(error):
+            # A message of a thread failed for the path: it is tried again once the path
+            # works, so what comes after it in its thread waits with it (sent now, it would
+            # read before it, and the thread's last word would be an older one).
+            with self.storage.transaction() as tx:
+                tx.run(
+                    "UPDATE deliveries SET state = 'FAILED', last_error = ?, updated_at = ?"
+                    f" WHERE root_id = ? AND id > ? AND state = 'PENDING' AND action IN {_THREAD}",
+                    (held_by(error), stamp(now), delivery.root_id, delivery.id),
+                )
 
-    def retry_failed(self, now: datetime, worth: Callable[[str, str], bool]) -> int:
+    def retry_failed(
+        self,
+        now: datetime,
+        worth: Callable[[str, str], bool],
+        fewer_attempts_than: int | None = None,
+    ) -> int:
         """The FAILED rows of incidents still open that `worth(channel, last_error)` says a
         repaired path will carry: PENDING again, due now (a thread's replies wait for their
         root as ever, and fail with it again if it does). A row Slack refused is certainly
         not done, so it is simply due; one whose outcome could not be checked goes back to
-        UNKNOWN, to be looked for in Slack before anything is sent. Returns how many."""
+        UNKNOWN, to be looked for in Slack before anything is sent. Rows tried `fewer_attempts_than`
+        times or more are left, when given. Returns how many."""
         with self.storage.transaction() as tx:
             failed = tx.rows(
                 "SELECT d.id, d.channel, d.last_error, d.root_id, r.state,"
                 " i.id IS NOT NULL AND i.resolved_at IS NULL FROM deliveries d"
                 " LEFT JOIN incidents i ON i.id = d.incident_id"
                 " LEFT JOIN deliveries r ON r.id = d.root_id WHERE d.state = 'FAILED'"
+                " AND d.attempts < ?",
+                (fewer_attempts_than if fewer_attempts_than is not None else 2**31 - 1,),
             )
             again = to_retry(failed, worth)
             # A call that may have landed is reconciled with Slack first (UNKNOWN, as it was

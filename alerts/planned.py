@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from alerts.ledger import BARE_ROOT_FAILED
+from alerts.ledger import BARE_ROOT_FAILED, held_by
+from alerts.path_errors import fixed_by_the_path
 from alerts.plans import Spec, delivery_key
 from alerts.roots import Roots
 from alerts.thread_batching import LastReply, is_churn
@@ -75,6 +76,21 @@ class PlannedDeliveries:
             root_failed = root_id is not None and tx.rows(
                 "SELECT last_error FROM deliveries WHERE id = ? AND state = 'FAILED'", (root_id,)
             )
+            # An earlier message of the thread waits for the path to be repaired: this one
+            # waits with it, so the thread is never read out of order (ledger.failed).
+            held = (
+                [
+                    str(error)
+                    for (error,) in tx.rows(
+                        "SELECT last_error FROM deliveries WHERE root_id = ? AND state = 'FAILED'"
+                        " AND action IN ('post_reply', 'post_detail', 'upload_csv')",
+                        (root_id,),
+                    )
+                    if fixed_by_the_path(str(error or ""))
+                ]
+                if root_id is not None and not root_failed and spec.action in _THREADED
+                else []
+            )
             inserted = tx.rows(
                 "INSERT INTO deliveries (idem_key, event_id, incident_id, invariant, channel,"
                 " action, root_id, state, last_error, next_attempt_at, payload_json,"
@@ -89,8 +105,12 @@ class PlannedDeliveries:
                     channel,
                     spec.action,
                     root_id,
-                    "FAILED" if root_failed else "PENDING",
-                    f"{BARE_ROOT_FAILED}: {root_failed[0][0]}" if root_failed else None,
+                    "FAILED" if root_failed or held else "PENDING",
+                    f"{BARE_ROOT_FAILED}: {root_failed[0][0]}"
+                    if root_failed
+                    else held_by(held[0])
+                    if held
+                    else None,
                     stamp(spec.not_before or now),
                     json.dumps(spec.payload),
                     stamp(now),

@@ -13,34 +13,18 @@ import re
 import socket
 import urllib.error
 import urllib.request
-from typing import Any, Literal
+from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from alerts.path_errors import CHANNEL_ERRORS, TOKEN_ERRORS
 from alerts.transport import ErrorKind, Posted, TransportError
 
 METADATA_EVENT = "invmon_alert"
 DEFAULT_API_URL = "https://slack.com/api/"
 
 # Errors that no retry will fix; the delivery fails with a clear log line instead of looping.
-# Of those, the ones a person fixes outside invmon: the token or the app's scopes (every
-# channel), or the channel itself (created, unarchived, the bot invited). A delivery that
-# failed with one of them is tried again once the path checks out (alerts/delivery_health.py):
-# the others (a message Slack will never take) would only fail again.
-TOKEN_ERRORS = frozenset(
-    {
-        "invalid_auth",
-        "not_authed",
-        "account_inactive",
-        "token_revoked",
-        "token_expired",
-        "missing_scope",
-        "no_permission",
-        "restricted_action",
-    }
-)
-CHANNEL_ERRORS = frozenset({"channel_not_found", "not_in_channel", "is_archived"})
 PERMANENT = (
     TOKEN_ERRORS
     | CHANNEL_ERRORS
@@ -53,8 +37,6 @@ PERMANENT = (
         "thread_not_found",
     }
 )
-# How channel_id and check_channel say a channel cannot take messages.
-_CHANNEL_GONE = re.compile(r"channel '[^']*' (not found or not visible|is archived)$")
 # Errors Slack returns when it may or may not have done the work.
 AMBIGUOUS = {"internal_error", "fatal_error", "service_unavailable", "request_timeout"}
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{6,}$")
@@ -80,18 +62,6 @@ def classify_api_error(status: int, error: str, retry_after: str | None) -> Tran
     # reconciled before any retry rather than dropped.
     kind: ErrorKind = "permanent" if error in PERMANENT else "ambiguous"
     return TransportError(f"Slack refused the call: {error or status}", kind)
-
-
-def fixed_by_the_path(error: str) -> Literal["token", "channel"] | None:
-    """Whether a delivery that failed for good with `error` (a ledger row's last_error, its
-    thread's "its root message failed: …" included) failed for the token ("token") or its
-    channel ("channel"), which a person can fix, rather than for what it carried (None)."""
-    code = error.rsplit("Slack refused the call: ", 1)[-1] if "Slack refused" in error else ""
-    if code in TOKEN_ERRORS or "cannot call Slack: " in error:
-        return "token"
-    if code in CHANNEL_ERRORS or _CHANNEL_GONE.search(error):
-        return "channel"
-    return None
 
 
 def classify_exception(exc: BaseException) -> TransportError:

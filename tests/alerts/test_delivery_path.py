@@ -32,7 +32,8 @@ from alerts.delivery_health import (
     named_channels,
 )
 from alerts.ledger import to_retry
-from alerts.slack import SlackTransport, fixed_by_the_path
+from alerts.path_errors import fixed_by_the_path
+from alerts.slack import SlackTransport
 from alerts.transport import TransportError
 from monitor.config import (
     Config,
@@ -834,3 +835,46 @@ def test_a_store_failing_under_the_retry_tries_it_again_soon(world: World, tmp_p
     assert problem is not None and "queueing again the alerts that failed" in problem
     assert [state for _, state, _ in failed[:2]] == ["FAILED", "FAILED"]
     assert [state for _, state, _ in after[:2]] == ["SENT", "SENT"]
+
+
+def test_a_thread_message_that_failed_for_its_channel_holds_the_rest_of_its_thread(
+    world: World,
+) -> None:
+    """The root went out; then a reply failed (the channel was gone a moment) and a later
+    one was planned once the channel was back. The later one waits for the earlier, and
+    both go out, in order, once the check the failure brought finds the path working."""
+    seconds, console = Seconds(), io.StringIO()
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(world, quick_slack(fake))
+        health = health_for(daemon, seconds, console)
+        health.tick()
+        script(world, daemon, 0)  # opened: the root and its rows go out
+        world.clock.advance(2)
+        daemon.deliver()
+        del fake.channels["C0INVARIANTS"]
+        script(world, daemon, 1)  # the rows change: a reply, which fails
+        world.clock.advance(2)
+        daemon.deliver()
+        fake.channels["C0INVARIANTS"] = "invariants"  # back before any check looked
+        script(world, daemon, 2)  # resolved: a later reply, planned behind the failed one
+        world.clock.advance(2)
+        daemon.deliver()
+        held = deliveries(world)
+        seconds.advance(AFTER_FAILURE)
+        assert health.tick() is True  # brought by the failure; the path checks out
+        world.clock.advance(2)
+        daemon.deliver()
+        after = deliveries(world)
+        [root] = fake.roots()
+        thread = [m.text for m in fake.thread(root) if not m.files]
+        daemon.databases.close()
+    gone = "Slack refused the call: channel_not_found"
+    replies = [(a, s, e) for a, s, e in held if a == "post_reply"]
+    assert replies == [
+        ("post_reply", "FAILED", gone),
+        ("post_reply", "FAILED", f"an earlier message of its thread failed: {gone}"),
+    ]
+    # Both replies went out, the resolution last, though its incident closed meanwhile.
+    assert [(a, s) for a, s, _ in after if a == "post_reply"] == [("post_reply", "SENT")] * 2
+    assert len(thread) == 2
+    assert "resolved" in thread[1].lower() and "resolved" not in thread[0].lower()
