@@ -37,6 +37,8 @@ def reconnect_attempt(connection_wait: timedelta) -> float:
     for a connection: a database back is found within about half of it (5 s for the
     default 10 s connect timeout)."""
     return max(RECONNECT_ATTEMPT, connection_wait).total_seconds()
+
+
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 
