@@ -91,6 +91,9 @@ class FakeSlack:
         self.socket_url: str | None = None  # what apps.connections.open hands out
         self.scripted: dict[str, list[str]] = {}  # method -> faults for its next calls
         self.archived: set[str] = set()  # channel ids: listed no more, info says archived
+        # Channel ids the bot is not a member of: conversations.info answers as ever, a post
+        # is refused with not_in_channel (a public channel without chat:write.public).
+        self.not_member: set[str] = set()
         self.stripped: dict[str, list[str]] = {}  # method -> a field its next answer lacks
         self.lock = threading.Lock()
         # chat.postMessage per channel: (tokens per second, bucket size); None: unlimited.
@@ -246,6 +249,8 @@ class FakeSlack:
             channel = self._channel(args.get("channel"))
             if channel is None:
                 return {"ok": False, "error": "channel_not_found"}
+            if channel in self.not_member:
+                return {"ok": False, "error": "not_in_channel"}
             thread_ts = args.get("thread_ts") or None
             if thread_ts and not any(
                 m.ts == thread_ts and m.channel == channel for m in self.messages

@@ -26,6 +26,7 @@ from scenario import World, script, settle
 
 from alerts.delivery_health import (
     AFTER_FAILURE,
+    RETRIES_AFTER_A_FAILURE,
     SELF_CHECK,
     WHILE_BROKEN,
     DeliveryHealth,
@@ -878,3 +879,36 @@ def test_a_thread_message_that_failed_for_its_channel_holds_the_rest_of_its_thre
     assert [(a, s) for a, s, _ in after if a == "post_reply"] == [("post_reply", "SENT")] * 2
     assert len(thread) == 2
     assert "resolved" in thread[1].lower() and "resolved" not in thread[0].lower()
+
+
+def test_a_failure_the_check_cannot_see_is_tried_again_a_bounded_number_of_times(
+    world: World,
+) -> None:
+    """not_in_channel where the channel itself checks out: each failure brings a check, the
+    check finds the path working and tries the row again; RETRIES_AFTER_A_FAILURE times in
+    all, then the row stays FAILED rather than fail once a minute for ever. Inviting the
+    bot then needs a SIGHUP or a restart, which tries it again once more."""
+    seconds, console = Seconds(), io.StringIO()
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(world, quick_slack(fake))
+        health = health_for(daemon, seconds, console)
+        health.tick()
+        fake.not_member.add("C0INVARIANTS")
+        script(world, daemon, 0)
+        for _ in range(RETRIES_AFTER_A_FAILURE + 3):
+            world.clock.advance(2)
+            daemon.deliver()
+            seconds.advance(AFTER_FAILURE)
+            health.tick()
+        posts = sum(1 for method, _ in fake.calls if method == "chat.postMessage")
+        stuck = deliveries(world)[0]
+        fake.not_member.clear()  # the bot is invited
+        health.reconfigure(daemon.config)  # and the operator sends a SIGHUP
+        health.tick()
+        world.clock.advance(2)
+        daemon.deliver()
+        after = deliveries(world)[0]
+        daemon.databases.close()
+    assert posts == RETRIES_AFTER_A_FAILURE
+    assert stuck == ("post_root", "FAILED", "Slack refused the call: not_in_channel")
+    assert after == ("post_root", "SENT", "")
