@@ -16,8 +16,8 @@ given it:
    statement: its strings, comments and parentheses close within it), and every name of its
    own is schema-qualified in pg_catalog, where only a superuser can create anything, so no
    object of the database can change what it does or make the fence refuse it;
-3. asks for the result's columns and for the plan of the text alone (whose JIT the bounded
-   form then follows, query.jit_settings), then runs the bounded form of the query
+3. asks for the result's columns and for the plan of the text alone (whose JIT decides the
+   bounded form's, query.jit_settings), then runs the bounded form of the query
    (query.py) and keeps what comes back within the run's byte budgets (offending.py).
 """
 
@@ -467,7 +467,7 @@ def execute(
         send_one_statement(sending, described, emptied(bound) if params else None)
         columns = _columns(sending, cur, live_fence.catalog)
         if not params:
-            # Compiled (JIT) as far as the text alone would be (query.jit_settings). With
+            # Compiled (JIT) as the text alone decides (query.jit_settings). With
             # sources it would be planned without its listing (sent once, below), which
             # says nothing of its cost: the server's own settings stay.
             # A plan is data of ours, read as psycopg reads json (the connection's loader
