@@ -71,11 +71,15 @@ def _before_after(r: dict[str, Any]) -> list[str]:
     if "startup" in before:
         b, a = before["startup"], r["startup"]
         lines.append(
-            f"Before (invmon at {before_commit(r, 'startup')}): every command imported everything, "
-            f"{b['import_cli_s'] * 1000:.0f} ms for `import monitor.cli`; now "
-            f"{a['import_cli_s'] * 1000:.0f} ms for the command line and, whole commands, "
-            f"`--help` {a.get('help_s', 0) * 1000:.0f} ms, `lint` of one file "
-            f"{a.get('lint_one_s', 0) * 1000:.0f} ms.\n"
+            f"Start-up, before (invmon at {before_commit(r, 'startup')}) → now: "
+            f"`import monitor.cli` {b['import_cli_s'] * 1000:.0f} → "
+            f"{a['import_cli_s'] * 1000:.0f} ms"
+            + (
+                f", `--help` {b['help_s'] * 1000:.0f} → {a['help_s'] * 1000:.0f} ms, `lint` of "
+                f"one file {b['lint_one_s'] * 1000:.0f} → {a['lint_one_s'] * 1000:.0f} ms.\n"
+                if "help_s" in b and "lint_one_s" in b and "help_s" in a and "lint_one_s" in a
+                else ".\n"
+            )
         )
     if "tick" in before:
         b = {row["name"]: row for row in before["tick"]}
