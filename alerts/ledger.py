@@ -245,25 +245,28 @@ class Ledger:
         self._finish(delivery, now, "UNKNOWN", error, when, unknown_since=since or now)
 
     def failed(self, delivery: Delivery, now: datetime, error: str) -> None:
-        self._finish(delivery, now, "FAILED", error, now)
-        if delivery.action in ("post_root", "post_digest"):
-            # Nothing can go into a thread that does not exist; say why instead of waiting.
-            with self.storage.transaction() as tx:
+        def hold_the_thread(tx: Tx) -> None:
+            # In the transaction that marks `delivery` FAILED, and only if this worker still
+            # held it: a crash between the two would leave a thread waiting on a root that
+            # failed, and a worker that lost the lease must not touch the new holder's thread.
+            if delivery.action in ("post_root", "post_digest"):
+                # Nothing can go into a thread that does not exist; say why instead of waiting.
                 tx.run(
                     "UPDATE deliveries SET state = 'FAILED', last_error = ?, updated_at = ?"
                     " WHERE root_id = ? AND state = 'PENDING'",
                     (f"{BARE_ROOT_FAILED}: {error}", stamp(now), delivery.id),
                 )
-        elif delivery.root_id is not None and fixed_by_the_path(error):
-            # A message of a thread failed for the path: it is tried again once the path
-            # works, so what comes after it in its thread waits with it (sent now, it would
-            # read before it, and the thread's last word would be an older one).
-            with self.storage.transaction() as tx:
+            elif delivery.root_id is not None and fixed_by_the_path(error):
+                # A message of a thread failed for the path: it is tried again once the
+                # path works, so what comes after it in its thread waits with it (sent now,
+                # it would read before it, and the thread's last word would be an older one).
                 tx.run(
                     "UPDATE deliveries SET state = 'FAILED', last_error = ?, updated_at = ?"
                     f" WHERE root_id = ? AND id > ? AND state = 'PENDING' AND action IN {_THREAD}",
                     (held_by(error), stamp(now), delivery.root_id, delivery.id),
                 )
+
+        self._finish(delivery, now, "FAILED", error, now, and_then=hold_the_thread)
 
     def retry_failed(
         self,
@@ -352,9 +355,11 @@ class Ledger:
         slack_ts: str | None = None,
         unknown_since: datetime | None = None,
         clear_unknown: bool = False,
+        and_then: Callable[[Tx], None] | None = None,
     ) -> None:
         # Fenced by the lease: a worker that lost its lease (another one took the row over)
-        # must not overwrite what the new holder found or did.
+        # must not overwrite what the new holder found or did. `and_then` runs in the same
+        # transaction, once the row was written.
         with self.storage.transaction() as tx:
             written = tx.rows(
                 "UPDATE deliveries SET state = ?, last_error = ?, next_attempt_at = ?,"
@@ -378,6 +383,8 @@ class Ledger:
             if written and state == "SENT":
                 # A row this worker holds is UNKNOWN (claim): it becomes SENT once, here.
                 count_sent(tx, 1)
+            if written and and_then is not None:
+                and_then(tx)
         if not written:
             log.warning(
                 "lost the lease on delivery %s before recording %s; the new holder's result stands",

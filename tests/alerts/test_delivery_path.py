@@ -22,7 +22,7 @@ from fake_slack import TOKEN, FakeSlack
 from fake_switch import Pings
 from helpers import cli, items_table, start_daemon, wait_for
 from helpers import http_get as get
-from scenario import World, script, settle
+from scenario import INVARIANT, World, script, settle
 
 from alerts.delivery_health import (
     AFTER_FAILURE,
@@ -648,6 +648,51 @@ def test_alerts_that_failed_for_their_channel_go_out_once_the_channel_is_back(
     )
 
 
+def test_a_file_s_own_channel_is_retried_at_a_restart_not_at_a_check_that_never_saw_it(
+    world: World,
+) -> None:
+    """An invariant routed by its own `channel:` header to a channel the config does not
+    name: the path check never looks at that channel. Its root fails for the channel; the
+    check the failure brings passes (the config's channels are fine), and it does not try
+    the file's channel again (it may be broken still: each such check would fail it again).
+    A restart does: a person acted, and each row is tried once."""
+    (world.folder / "bad_items.sql").write_text(
+        INVARIANT.replace("-- key:", '-- channel: "#payments"\n-- key:')
+    )
+    seconds = Seconds()
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(world, quick_slack(fake))
+        health = health_for(daemon, seconds, io.StringIO())
+        assert health.tick() is True  # the start's check: the config's channel checks out
+        del fake.channels["C0PAYMENTS"]
+        script(world, daemon, 0)
+        world.clock.advance(2)
+        daemon.deliver()
+        failed = deliveries(world)
+        fake.channels["C0PAYMENTS"] = "payments"  # restored before any check looked
+        seconds.advance(AFTER_FAILURE)
+        assert health.tick() is True  # brought by the failure; the path checks out
+        world.clock.advance(2)
+        daemon.deliver()
+        after_the_check = deliveries(world)
+        daemon.databases.close()
+        restarted = daemon_for(world, quick_slack(fake))
+        assert health_for(restarted, Seconds(), io.StringIO()).tick() is True
+        world.clock.advance(2)
+        restarted.deliver()
+        after_the_restart = deliveries(world)
+        roots = fake.roots()
+        restarted.databases.close()
+    gone = "Slack refused the call: channel_not_found"
+    assert failed == [
+        ("post_root", "FAILED", gone),
+        ("upload_csv", "FAILED", f"its root message failed: {gone}"),
+    ]
+    assert after_the_check == failed
+    assert after_the_restart == [("post_root", "SENT", ""), ("upload_csv", "SENT", "")]
+    assert [(r.channel, "bad_items" in r.text) for r in roots] == [("C0PAYMENTS", True)]
+
+
 def test_a_restart_with_the_token_fixed_sends_what_the_wrong_token_could_not(
     world: World,
 ) -> None:
@@ -879,6 +924,35 @@ def test_a_thread_message_that_failed_for_its_channel_holds_the_rest_of_its_thre
     assert [(a, s) for a, s, _ in after if a == "post_reply"] == [("post_reply", "SENT")] * 2
     assert len(thread) == 2
     assert "resolved" in thread[1].lower() and "resolved" not in thread[0].lower()
+
+
+def test_a_worker_that_lost_the_lease_on_a_root_leaves_its_thread_alone(world: World) -> None:
+    """Worker A claims a root, stalls past its lease, and B takes the root over; A's failure
+    then comes in. Its write is refused by the lease, and so is what it would have done to
+    the root's thread: the replies wait for B's outcome, PENDING, not failed for A's
+    error. (The root's FAILED and its thread's are one transaction, so no crash between
+    them leaves a thread waiting on a root that failed either.)"""
+    lease = timedelta(seconds=60)
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(world, quick_slack(fake))
+        script(world, daemon, 0)  # opened
+        world.clock.advance(2)  # past the settle
+        assert daemon.pump.dispatch() != []  # its root and its thread planned, nothing sent
+        ledger = daemon.alerter.ledger
+        claimed_by_a = ledger.claim("worker-a", world.clock(), lease)
+        assert claimed_by_a is not None
+        root = claimed_by_a[0]
+        assert root.action == "post_root"
+        world.clock.advance(2 * lease.total_seconds())
+        claimed_by_b = ledger.claim("worker-b", world.clock(), lease)
+        assert claimed_by_b is not None and claimed_by_b[0].id == root.id
+        ledger.failed(root, world.clock(), "Slack refused the call: channel_not_found")
+        after = deliveries(world)
+        daemon.databases.close()
+    thread = [(a, s, e) for a, s, e in after if a != "post_root"]
+    assert len(thread) >= 1
+    assert thread == [(a, "PENDING", "") for a, _, _ in thread]
+    assert [(a, s, e) for a, s, e in after if a == "post_root"] == [("post_root", "UNKNOWN", "")]
 
 
 def test_a_failure_the_check_cannot_see_is_tried_again_a_bounded_number_of_times(
