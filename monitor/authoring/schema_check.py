@@ -16,6 +16,7 @@ from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from monitor.authoring.fixtures import Fixture
+from monitor.authoring.schema_dump import without_meta_commands
 from monitor.problems import Problem, SqlProblem
 
 Tables = dict[str, dict[str, str]]
@@ -44,9 +45,12 @@ def _listed(tables: Tables, schema: str, name: str, columns: dict[str, str]) -> 
 
 
 def load_schema(text: str) -> Tables:
-    """Table and view columns from CREATE and ALTER TABLE … ADD COLUMN statements."""
+    """Table and view columns from CREATE and ALTER TABLE … ADD COLUMN statements. A dump's
+    psql meta-commands (`\\restrict KEY` at its top since pg_dump 15.20) are set aside
+    first: read as SQL, one swallowed the CREATE TABLE after it."""
     tables: Tables = {}
-    for statement in sqlglot.parse(text, read="postgres", error_level=ErrorLevel.IGNORE):
+    sql = without_meta_commands(text)
+    for statement in sqlglot.parse(sql, read="postgres", error_level=ErrorLevel.IGNORE):
         if isinstance(statement, exp.Alter) and isinstance(statement.this, exp.Table):
             found = tables.get(table_key(statement.this))
             for action in statement.args.get("actions") or []:

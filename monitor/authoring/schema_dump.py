@@ -67,6 +67,13 @@ def _blank(match: re.Match[str]) -> str:
     return re.sub(r"[^\n]", " ", match.group(0))
 
 
+def without_meta_commands(text: str) -> str:
+    """`text` with its psql meta-command lines and `COPY … FROM stdin` data blanked in place
+    (each line kept, so a line number still points into the file): what is left is SQL.
+    A `COPY` block's data is ended by `\\.` and goes with the meta-commands."""
+    return _META.sub(_blank, _COPY_DATA.sub(_blank, text))
+
+
 def _owner_only(tree: dict[str, object]) -> bool:
     """`ALTER TABLE … OWNER TO role` is an AlterTableStmt whose commands all change owner."""
     statement = tree.get("AlterTableStmt")
@@ -82,10 +89,8 @@ def _owner_only(tree: dict[str, object]) -> bool:
 def dump_statements(text: str) -> list[DumpStatement]:
     """The dump's statements, each with its line and how to load it. Raises DumpParseError
     at the line of a text that is not SQL once meta-commands are blanked."""
-    # Blank meta-commands in place (keeping lines) so psql-only syntax cannot reach the
-    # parser; a `COPY … FROM stdin` block's data is ended by `\.` and goes with them.
-    blank = _blank
-    blanked = _META.sub(blank, _COPY_DATA.sub(blank, text))
+    # psql-only syntax never reaches the parser.
+    blanked = without_meta_commands(text)
     out = []
     try:
         pieces = pg_parser.split(blanked, with_parser=True, only_slices=True)

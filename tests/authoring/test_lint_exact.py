@@ -173,6 +173,37 @@ def test_lint_checks_fixture_tables_and_columns_against_the_schema(tmp_path: Pat
     ]
 
 
+def test_a_dump_s_meta_commands_hide_no_table_from_lint(tmp_path: Path) -> None:
+    """pg_dump 15.20 and later put `\\restrict KEY` at the top of a dump; read as SQL, that
+    line swallowed a CREATE TABLE right after it (a dump trimmed of its SET lines), and lint
+    said the table was not in the schema. COPY data of a dump with rows is not SQL either."""
+    dump = (
+        "\\restrict RSEusGHGIcK5TZdtkMB2FFGpMddNvc00\n"
+        "CREATE TABLE public.orders (id bigint NOT NULL, quantity int);\n"
+        "COPY public.orders (id, quantity) FROM stdin;\n"
+        "1\t-1\n"
+        "\\.\n"
+        "\\connect other\n"
+        "CREATE TABLE public.payments (id bigint, state text);\n"
+        "\\unrestrict RSEusGHGIcK5TZdtkMB2FFGpMddNvc00\n"
+    )
+    assert load_schema(dump) == {
+        "public.orders": {"id": "BIGINT", "quantity": "INT"},
+        "orders": {"id": "BIGINT", "quantity": "INT"},
+        "public.payments": {"id": "BIGINT", "state": "TEXT"},
+        "payments": {"id": "BIGINT", "state": "TEXT"},
+    }
+    schema = tmp_path / "schema.sql"
+    schema.write_text(dump)
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "neg.sql").write_text(
+        "-- description: x\n-- key: [id]\nSELECT id FROM orders WHERE quantity < 0\n"
+    )
+    done = cli("lint", str(folder), "--schema", str(schema))
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr
+
+
 # --- the hint to write `key:` when a keyless query's columns are aggregates (issue 27 §4b) --
 
 WHY = (
