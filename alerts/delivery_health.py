@@ -1,5 +1,6 @@
-"""Can alerts reach anyone? The check of the delivery path: Slack's token (`auth.test`) and
-every channel the config names, at start and again after a delivery fails for good.
+"""Can alerts reach anyone? The check of the delivery path: Slack's token (`auth.test`, and
+the scopes its answer says the token has) and every channel the config names, at start and
+again after a delivery fails for good.
 
 A check that finds the path broken is an error, not a quiet queue: each new reason is
 logged once and counted in `invmon_delivery_failures`, `problem()` makes /readyz answer 503
@@ -46,8 +47,8 @@ log = logging.getLogger("invmon.alerts")
 SELF_CHECK = f"{RESERVED_PREFIX}delivery_path"  # an invmon-self/ check
 CONTEXT = IncidentContext(
     severity="critical",
-    description="Alerts can be delivered: Slack accepts the token, and every channel the "
-    "config names exists and is not archived.",
+    description="Alerts can be delivered: Slack accepts the token, which has the scopes "
+    "invmon needs, and every channel the config names exists and is not archived.",
 )
 AFTER_FAILURE = 60.0  # seconds: a delivery failing for good brings a check at most this often
 WHILE_BROKEN = 300.0  # seconds: a broken path is looked at again (a bot invited heals it)
@@ -99,6 +100,37 @@ def named_channels(config: Config) -> dict[str, tuple[str, ...]]:
     return {channel: tuple(fields) for channel, fields in found.items()}
 
 
+# The bot scopes every deployment needs (deploy/slack/manifest.yaml says what each is for).
+# groups:read and groups:history are for private channels only, which the config cannot
+# tell: without them, a private channel is simply not found, and its check says so.
+SCOPES = ("chat:write", "channels:history", "channels:read", "files:read", "files:write")
+MANIFEST = "deploy/slack/manifest.yaml"
+
+
+def needed_scopes(config: Config) -> tuple[str, ...]:
+    """The scopes the token must have for this config: SCOPES, and usergroups:read when
+    `slack.ack_allowlist` names a user group (an S… id)."""
+    groups = any(entry.startswith("S") for entry in config.slack.ack_allowlist)
+    return SCOPES + (("usergroups:read",) if groups else ())
+
+
+def missing_scopes(granted: frozenset[str] | None, needed: tuple[str, ...]) -> Finding | None:
+    """The finding for the scopes of `needed` the token was not granted; None when it has
+    them all, or when Slack did not say what it has (no verdict without the facts)."""
+    if granted is None:
+        return None
+    missing = [scope for scope in needed if scope not in granted]
+    if not missing:
+        return None
+    return Finding(
+        "slack.token",
+        None,
+        f"the token lacks the scope{'s' * (len(missing) > 1)} {', '.join(missing)}; add "
+        f"{'them' if len(missing) > 1 else 'it'} to the app ({MANIFEST} lists what invmon "
+        "needs) and reinstall it",
+    )
+
+
 def problem_text(findings: tuple[Finding, ...]) -> str | None:
     """What /readyz says, or None when nothing was found."""
     if not findings:
@@ -141,6 +173,7 @@ class DeliveryHealth:
         self.alerter = alerter
         self.transport = alerter.transport
         self.channels: Mapping[str, tuple[str, ...]] = named_channels(config)
+        self.scopes = needed_scopes(config)
         self.metrics = metrics
         self.store_health = store_health or StoreHealth("the state store")
         self.console = ConsoleTransport(console)
@@ -170,8 +203,10 @@ class DeliveryHealth:
         once (a channel renamed to one that does not exist was never checked, so /readyz
         and invmon_delivery_path_ok kept saying the path worked)."""
         channels = named_channels(config)  # one assignment: _look reads it whole
+        scopes = needed_scopes(config)
         with self._lock:
             self.channels = channels
+            self.scopes = scopes
             self.ceiling = config.slack.max_backoff.total_seconds()
             if isinstance(self.transport, Checkable):
                 self._next_at = float("-inf")  # due now
@@ -228,14 +263,18 @@ class DeliveryHealth:
         if not isinstance(transport, Checkable):
             return Outcome()
         try:
-            identity = transport.verify_token()
+            credentials = transport.verify_token()
         except TransportError as error:
             if error.kind == "permanent":
                 return Outcome((Finding("slack.token", None, error.message),))
             return Outcome(unfinished=error.message)
         except Exception as error:  # a transport that did not classify it: no verdict
             return Outcome(unfinished=f"{type(error).__name__}: {error}")
-        found: list[Finding] = []
+        identity = credentials.who
+        # A token without a scope passes auth.test, and fails only when an alert needs the
+        # scope: a CSV with no files:write, an in-doubt post with no channels:history.
+        lacking = missing_scopes(credentials.scopes, self.scopes)
+        found: list[Finding] = [lacking] if lacking is not None else []
         for channel, fields in self.channels.items():
             try:
                 transport.check_channel(channel)

@@ -19,7 +19,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
 from alerts.path_errors import CHANNEL_ERRORS, TOKEN_ERRORS
-from alerts.transport import ErrorKind, Posted, TransportError
+from alerts.transport import Credentials, ErrorKind, Posted, TransportError
 
 METADATA_EVENT = "invmon_alert"
 DEFAULT_API_URL = "https://slack.com/api/"
@@ -127,10 +127,16 @@ class SlackTransport:
         except ValueError as exc:  # a body that is not JSON: a proxy or a broken answer
             raise TransportError(f"unreadable answer from Slack: {exc}", "ambiguous") from None
 
-    def verify_token(self) -> str:
-        """Who the token is (auth.test): `user on team`; TransportError when Slack refuses it."""
+    def verify_token(self) -> Credentials:
+        """Who the token is (auth.test): `user on team`, with the scopes Slack says it has
+        (its `x-oauth-scopes` header); TransportError when Slack refuses it."""
         answer = self._call("auth_test")
-        return f"{answer.get('user') or answer.get('user_id')} on {answer.get('team')}"
+        who = f"{answer.get('user') or answer.get('user_id')} on {answer.get('team')}"
+        headers = getattr(answer, "headers", None) or {}
+        granted = next((v for k, v in headers.items() if str(k).lower() == "x-oauth-scopes"), None)
+        if not isinstance(granted, str):
+            return Credentials(who)
+        return Credentials(who, frozenset(s.strip() for s in granted.split(",") if s.strip()))
 
     def check_channel(self, channel: str) -> str:
         """Slack's id for `channel`, looked up afresh (a channel renamed, archived or gone

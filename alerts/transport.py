@@ -31,6 +31,15 @@ class TransportError(Exception):
 
 
 @dataclass(frozen=True)
+class Credentials:
+    """Who the token is, and the scopes it was granted: None when the answer did not say
+    (Slack sends them in its `x-oauth-scopes` header; a proxy may drop it)."""
+
+    who: str
+    scopes: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
 class Posted:
     channel: str  # the channel id Slack answered with
     ts: str
@@ -74,8 +83,9 @@ class Checkable(Protocol):
     """A destination whose path can be checked before anything is sent (Slack: the token
     and the channels); the console has nothing to check and does not implement it."""
 
-    def verify_token(self) -> str:
-        """Who the credentials are; TransportError when they are refused or unreachable."""
+    def verify_token(self) -> Credentials:
+        """Who the credentials are, and what they may do; TransportError when they are
+        refused or unreachable."""
         ...
 
     def check_channel(self, channel: str) -> str:

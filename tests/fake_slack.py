@@ -35,6 +35,16 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+MANIFEST_SCOPES = (
+    "chat:write",
+    "channels:history",
+    "groups:history",
+    "channels:read",
+    "groups:read",
+    "files:write",
+    "files:read",
+    "usergroups:read",
+)
 TOKEN = "xoxb-fake-token"
 APP_TOKEN = "xapp-fake-app-token"
 FAULTS = ("accept_then_timeout", "reset", "rate_limit", "error_500_applied", "error_500", "slow")
@@ -95,6 +105,9 @@ class FakeSlack:
         # is refused with not_in_channel (a public channel without chat:write.public).
         self.not_member: set[str] = set()
         self.stripped: dict[str, list[str]] = {}  # method -> a field its next answer lacks
+        # The token's scopes, in each answer's x-oauth-scopes header as Slack sends them;
+        # None: no such header (a proxy that drops it). Those of deploy/slack/manifest.yaml.
+        self.scopes: set[str] | None = set(MANIFEST_SCOPES)
         self.lock = threading.Lock()
         # chat.postMessage per channel: (tokens per second, bucket size); None: unlimited.
         # Real (monotonic) time, not `clock`: the limit is about how fast calls arrive.
@@ -414,7 +427,9 @@ class FakeSlack:
                 if fault == "accept_then_timeout":
                     time.sleep(fake.answer_delay)
                     return self._reset()
-                self._json(200, answer)
+                with fake.lock:
+                    scopes = None if fake.scopes is None else ",".join(sorted(fake.scopes))
+                self._json(200, answer, {"x-oauth-scopes": scopes} if scopes is not None else {})
 
             def _args(self, body: bytes, query: str) -> dict[str, Any]:
                 args: dict[str, Any] = {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}

@@ -17,8 +17,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 from builders import build_daemon, config_file, daemon_config, process_config, quick_slack, slack_to
-from fake_slack import TOKEN, FakeSlack
+from fake_slack import MANIFEST_SCOPES, TOKEN, FakeSlack
 from fake_switch import Pings
 from helpers import cli, items_table, start_daemon, wait_for
 from helpers import http_get as get
@@ -27,10 +28,12 @@ from scenario import INVARIANT, World, script, settle
 from alerts.delivery_health import (
     AFTER_FAILURE,
     RETRIES_AFTER_A_FAILURE,
+    SCOPES,
     SELF_CHECK,
     WHILE_BROKEN,
     DeliveryHealth,
     named_channels,
+    needed_scopes,
 )
 from alerts.ledger import to_retry
 from alerts.path_errors import fixed_by_the_path
@@ -294,6 +297,80 @@ def test_it_checks_the_token_and_each_channel_afresh(
     assert metric(daemon, "invmon_delivery_path_ok") == "1.0"
     assert console.getvalue() == ""
     assert world.store.open_incidents() == []
+
+
+def test_a_token_without_a_scope_invmon_needs_is_a_finding_until_it_has_it(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """auth.test accepts a token that lacks files:write; the first alert with a CSV would be
+    the first to say so. The check reads the scopes Slack's answer gives the token."""
+    seconds, console = Seconds(), io.StringIO()
+    with FakeSlack(clock=world.clock) as fake:
+        assert fake.scopes is not None
+        fake.scopes -= {"files:write", "channels:history"}
+        daemon = daemon_for(world, quick_slack(fake))
+        health = health_for(daemon, seconds, console)
+        assert health.tick() is True
+        lacking = health.problem()
+        fake.scopes |= {"files:write", "channels:history"}  # the app reinstalled with them
+        seconds.advance(WHILE_BROKEN)
+        assert health.tick() is True
+        healed = health.problem()
+        daemon.databases.close()
+    assert lacking == (
+        "alerts cannot be delivered: the token lacks the scopes channels:history, files:write;"
+        " add them to the app (deploy/slack/manifest.yaml lists what invmon needs) and "
+        "reinstall it (slack.token)"
+    )
+    assert said(caplog, logging.ERROR) == [lacking]
+    assert healed is None
+    assert metric(daemon, "invmon_delivery_path_ok") == "1.0"
+
+
+def test_user_groups_in_the_ack_allowlist_need_usergroups_read(world: World) -> None:
+    with FakeSlack(clock=world.clock) as fake:
+        assert fake.scopes is not None
+        fake.scopes.discard("usergroups:read")
+        users = daemon_for(world, quick_slack(fake, ack_allowlist=["U_ALICE"]))
+        by_user = health_for(users, Seconds(), io.StringIO())
+        by_user.tick()
+        users.databases.close()
+        groups = daemon_for(world, quick_slack(fake, ack_allowlist=["U_ALICE", "S_ONCALL"]))
+        by_group = health_for(groups, Seconds(), io.StringIO())
+        by_group.tick()
+        groups.databases.close()
+    assert by_user.problem() is None
+    assert by_group.problem() == (
+        "alerts cannot be delivered: the token lacks the scope usergroups:read; add it to the"
+        " app (deploy/slack/manifest.yaml lists what invmon needs) and reinstall it (slack.token)"
+    )
+
+
+def test_an_answer_that_does_not_say_the_scopes_is_no_verdict_on_them(world: World) -> None:
+    with FakeSlack(clock=world.clock) as fake:
+        fake.scopes = None  # a proxy that drops the header
+        daemon = daemon_for(world, quick_slack(fake))
+        health = health_for(daemon, Seconds(), io.StringIO())
+        assert health.tick() is True
+        daemon.databases.close()
+    assert (health.problem(), health.verified()) == (None, True)
+
+
+def test_the_scopes_checked_are_the_manifest_s_and_the_fake_grants_the_manifest_s() -> None:
+    manifest = yaml.safe_load(
+        (Path(__file__).parents[2] / "deploy" / "slack" / "manifest.yaml").read_text()
+    )
+    bot = set(manifest["oauth_config"]["scopes"]["bot"])
+    config = Config(slack=SlackConfig(ack_allowlist=["S_ONCALL"]))
+    # Every scope checked is one the manifest asks for; the rest are for private channels.
+    assert bot - set(needed_scopes(config)) == {"groups:history", "groups:read"}
+    assert set(needed_scopes(config)) - bot == set()
+    assert (
+        set(needed_scopes(Config()))
+        == set(SCOPES)
+        == set(needed_scopes(config)) - {"usergroups:read"}
+    )
+    assert set(MANIFEST_SCOPES) == bot
 
 
 def test_a_wrong_token_is_one_error_counted_once_and_invmons_own_alert_on_the_console(
