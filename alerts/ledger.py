@@ -359,7 +359,9 @@ class Ledger:
     ) -> None:
         # Fenced by the lease: a worker that lost its lease (another one took the row over)
         # must not overwrite what the new holder found or did. `and_then` runs in the same
-        # transaction, once the row was written.
+        # transaction, once the row was written, and before count_sent: that counter's lock
+        # is taken last, after any deliveries row (count_sent). It must not open a
+        # transaction of its own (SQLite's is the storage's one connection).
         with self.storage.transaction() as tx:
             written = tx.rows(
                 "UPDATE deliveries SET state = ?, last_error = ?, next_attempt_at = ?,"
@@ -380,11 +382,11 @@ class Ledger:
                     delivery.lease_owner,
                 ),
             )
+            if written and and_then is not None:
+                and_then(tx)
             if written and state == "SENT":
                 # A row this worker holds is UNKNOWN (claim): it becomes SENT once, here.
                 count_sent(tx, 1)
-            if written and and_then is not None:
-                and_then(tx)
         if not written:
             log.warning(
                 "lost the lease on delivery %s before recording %s; the new holder's result stands",

@@ -84,8 +84,11 @@ def jit_settings(explained: object) -> str | None:
     orphaned_receipts (estimated 100,080 rows, 900 real) was compiled for its wrapper alone
     and ran 573 ms instead of 521 (medians of six each, alternated).
 
-    And compiled without optimization (the first level, past jit_above_cost only), the
-    bounded query cost more than it buys: duplicate_settled_refunds, whose text is compiled
+    And compiled without optimization (the first level, past jit_above_cost only; the same
+    holds for a plan inlined but not optimized, where jit_inline_above_cost is set below
+    jit_optimize_above_cost, and on a server with jit_optimize_above_cost = -1, which never
+    optimizes: the bounded query is then never compiled), the bounded query cost more than
+    it buys: duplicate_settled_refunds, whose text is compiled
     at that level, used 1,670 ms of its server process's CPU with the wrapper compiled and
     1,490 ms with it not, against 1,465 ms for the text as it stands (medians of eight
     shuffled rounds; the plans identical but for the wrapper's nodes). That level compiles

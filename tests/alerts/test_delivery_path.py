@@ -1032,6 +1032,37 @@ def test_a_worker_that_lost_the_lease_on_a_root_leaves_its_thread_alone(world: W
     assert [(a, s, e) for a, s, e in after if a == "post_root"] == [("post_root", "UNKNOWN", "")]
 
 
+def test_a_root_s_failure_and_its_thread_s_are_one_write(world: World) -> None:
+    """The thread's update fails (a trigger in the state store refuses it): the root's own
+    FAILED is not kept either, so no crash or error between the two can leave a thread
+    waiting on a root that failed. The root stays the worker's, in doubt, as claimed."""
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = daemon_for(world, quick_slack(fake))
+        script(world, daemon, 0)  # opened
+        world.clock.advance(2)  # past the settle
+        assert daemon.pump.dispatch() != []  # its root and its thread planned
+        ledger = daemon.alerter.ledger
+        claimed = ledger.claim("worker-a", world.clock(), timedelta(seconds=60))
+        assert claimed is not None and claimed[0].action == "post_root"
+        with world.store.storage.transaction() as tx:
+            tx.run(
+                "CREATE TRIGGER thread_refused BEFORE UPDATE OF state ON deliveries"
+                " WHEN NEW.root_id IS NOT NULL AND NEW.state = 'FAILED'"
+                " BEGIN SELECT RAISE(ABORT, 'the thread cannot be written'); END"
+            )
+        with pytest.raises(sqlite3.Error, match="the thread cannot be written"):
+            ledger.failed(claimed[0], world.clock(), "Slack refused the call: channel_not_found")
+        with world.store.storage.transaction() as tx:
+            tx.run("DROP TRIGGER thread_refused")
+        after = deliveries(world)
+        [root] = [d for d in ledger.all() if d.action == "post_root"]
+        daemon.databases.close()
+    assert after[0] == ("post_root", "UNKNOWN", "")
+    assert root.lease_owner == "worker-a"
+    assert len(after) >= 2
+    assert after[1:] == [(a, "PENDING", "") for a, _, _ in after[1:]]
+
+
 def test_a_failure_the_check_cannot_see_is_tried_again_a_bounded_number_of_times(
     world: World,
 ) -> None:
