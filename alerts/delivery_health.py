@@ -116,8 +116,9 @@ def needed_scopes(config: Config) -> tuple[str, ...]:
 
 def missing_scopes(granted: frozenset[str] | None, needed: tuple[str, ...]) -> Finding | None:
     """The finding for the scopes of `needed` the token was not granted; None when it has
-    them all, or when Slack did not say what it has (no verdict without the facts)."""
-    if granted is None:
+    them all, or when Slack did not say what it has (no verdict without the facts), or said
+    `bot`: a classic app's one scope, which stood for all of a bot's methods."""
+    if granted is None or "bot" in granted:
         return None
     missing = [scope for scope in needed if scope not in granted]
     if not missing:

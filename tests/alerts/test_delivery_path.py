@@ -32,6 +32,7 @@ from alerts.delivery_health import (
     SELF_CHECK,
     WHILE_BROKEN,
     DeliveryHealth,
+    missing_scopes,
     named_channels,
     needed_scopes,
 )
@@ -354,6 +355,17 @@ def test_an_answer_that_does_not_say_the_scopes_is_no_verdict_on_them(world: Wor
         assert health.tick() is True
         daemon.databases.close()
     assert (health.problem(), health.verified()) == (None, True)
+
+
+def test_only_scopes_slack_named_and_the_token_lacks_are_found_missing() -> None:
+    needed = needed_scopes(Config())
+    assert missing_scopes(None, needed) is None  # the answer did not say
+    assert missing_scopes(frozenset({"identify", "bot"}), needed) is None  # a classic app
+    assert missing_scopes(frozenset(needed) | {"groups:read"}, needed) is None
+    lacking = missing_scopes(frozenset(needed) - {"chat:write"}, needed)
+    assert lacking is not None
+    assert (lacking.where, lacking.channel) == ("slack.token", None)
+    assert lacking.reason.startswith("the token lacks the scope chat:write; add it")
 
 
 def test_the_scopes_checked_are_the_manifest_s_and_the_fake_grants_the_manifest_s() -> None:
