@@ -113,6 +113,16 @@ def run_fleet(
             slack=slack_to(fake, settle="1s", timeout="0.5s", lease="3s"),
         )
         daemons = [launch(config, n) for n in range(3)]
+        # The fleet is formed once each daemon has seen another (the first up claims every
+        # slot alone until then: a head start that load lengthens, not a spread it chose).
+        for n in range(3):
+            log = tmp_path / f"daemon-{n}.log"
+
+            def sees_the_fleet(g: Path = log) -> bool:
+                return g.exists() and "the fleet changed" in g.read_text()
+
+            wait_for(sees_the_fleet, 30, f"daemon {n} seeing the fleet ({label})")
+        formed = datetime.now(UTC)
         kills = rng.randint(1, 3)
         # Claims a killed daemon held when it died, with its pid: each must be taken over,
         # unless the run's own commit was already on its way to the server.
@@ -193,9 +203,12 @@ def run_fleet(
         stored = [parse_stamp(c[1]) for c in found if c[0] == f"slow_{n}"]
         gaps = {b - a for a, b in itertools.pairwise(stored)}
         assert gaps == {PERIOD}, f"{label}: slow_{n} slots {stored}"
-    # The work spread over the daemons, and each kill mid-run was taken over in time.
-    owners = Counter(c[2] for c in found)
-    assert len(owners) >= 2 and max(owners.values()) < 0.8 * len(found), (
+    # The work spread over the daemons once they formed a fleet, and each kill mid-run was
+    # taken over in time. At least one slot of every invariant is due after it formed.
+    shared = [c for c in found if parse_stamp(c[1]) >= formed]
+    assert len(shared) >= INVARIANTS, f"{label}: formed at {formed}, {found}"
+    owners = Counter(c[2] for c in shared)
+    assert len(owners) >= 2 and max(owners.values()) < 0.8 * len(shared), (
         f"{label}: {owners}\n{fleet_story(found, tmp_path)}"
     )
     taken = [c for c in found if c[6] > 0]
