@@ -100,36 +100,64 @@ def named_channels(config: Config) -> dict[str, tuple[str, ...]]:
     return {channel: tuple(fields) for channel, fields in found.items()}
 
 
-# The bot scopes every deployment needs (deploy/slack/manifest.yaml says what each is for).
-# groups:read and groups:history are for private channels only, which the config cannot
-# tell: without them, a private channel is simply not found, and its check says so.
-SCOPES = ("chat:write", "channels:history", "channels:read", "files:read", "files:write")
-MANIFEST = "deploy/slack/manifest.yaml"
+# The bot scopes invmon's calls use, each with what it is for: one of a group will do (a
+# public channel needs channels:*, a private one groups:*). Only chat:write carries every
+# alert; without another one, that part fails (said as a warning, not as a broken path).
+POST = "chat:write"
+NEEDS: tuple[tuple[tuple[str, ...], str], ...] = (
+    ((POST,), "every alert"),
+    (("files:write",), "the CSV of offending rows"),
+    (("files:read",), "telling whether a CSV in doubt was shared"),
+    (("channels:history", "groups:history"), "finding a post in doubt before posting it again"),
+    (("channels:read", "groups:read"), "finding a channel given by name"),
+)
+GROUPS_NEED = (("usergroups:read",), "ack_allowlist's user groups")
+# A classic Slack app's scopes are named otherwise (`bot`, `bot:basic`, `identify`,
+# `chat:write:bot`, `files:write:user`, …) and cover the same calls: not judged by NEEDS.
+CLASSIC = frozenset({"bot", "bot:basic", "identify", "post", "read", "client", "admin"})
+SCOPES_HOW = (
+    "add it to the Slack app and reinstall it (deploy/slack/manifest.yaml in invmon's "
+    "source lists every scope it uses)"
+)
 
 
-def needed_scopes(config: Config) -> tuple[str, ...]:
-    """The scopes the token must have for this config: SCOPES, and usergroups:read when
-    `slack.ack_allowlist` names a user group (an S… id)."""
+def needed_scopes(config: Config) -> tuple[tuple[tuple[str, ...], str], ...]:
+    """What the token's scopes are judged by for this config: NEEDS, and usergroups:read
+    when `slack.ack_allowlist` names a user group (an S… id)."""
     groups = any(entry.startswith("S") for entry in config.slack.ack_allowlist)
-    return SCOPES + (("usergroups:read",) if groups else ())
+    return NEEDS + ((GROUPS_NEED,) if groups else ())
 
 
-def missing_scopes(granted: frozenset[str] | None, needed: tuple[str, ...]) -> Finding | None:
-    """The finding for the scopes of `needed` the token was not granted; None when it has
-    them all, or when Slack did not say what it has (no verdict without the facts), or said
-    `bot`: a classic app's one scope, which stood for all of a bot's methods."""
-    if granted is None or "bot" in granted:
-        return None
-    missing = [scope for scope in needed if scope not in granted]
-    if not missing:
-        return None
-    return Finding(
-        "slack.token",
-        None,
-        f"the token lacks the scope{'s' * (len(missing) > 1)} {', '.join(missing)}; add "
-        f"{'them' if len(missing) > 1 else 'it'} to the app ({MANIFEST} lists what invmon "
-        "needs) and reinstall it",
+def lacking_scopes(
+    granted: frozenset[str] | None, needs: tuple[tuple[tuple[str, ...], str], ...]
+) -> list[tuple[tuple[str, ...], str]]:
+    """The needs of which the token was granted no scope, in order; none when Slack did not
+    say what it has (no verdict without the facts) or the token is a classic app's."""
+    if granted is None or any(s in CLASSIC or s.endswith((":bot", ":user")) for s in granted):
+        return []
+    return [(names, why) for names, why in needs if not any(n in granted for n in names)]
+
+
+def scope_verdict(
+    granted: frozenset[str] | None, needs: tuple[tuple[tuple[str, ...], str], ...]
+) -> tuple[Finding | None, str | None]:
+    """(the finding when the token cannot post at all, the warning for the other needs it
+    lacks): each None when there is nothing to say."""
+    lacking = lacking_scopes(granted, needs)
+    cannot_post = any(names == (POST,) for names, _ in lacking)
+    finding = (
+        Finding("slack.token", None, f"the token lacks the scope {POST}; {SCOPES_HOW}")
+        if cannot_post
+        else None
     )
+    rest = [f"{' or '.join(names)} ({why})" for names, why in lacking if names != (POST,)]
+    warning = (
+        f"the Slack token lacks {'; '.join(rest)}: that part of an alert will fail; "
+        + SCOPES_HOW.replace("add it", "add the scope" + "s" * (len(rest) > 1))
+        if rest
+        else None
+    )
+    return finding, warning
 
 
 def problem_text(findings: tuple[Finding, ...]) -> str | None:
@@ -175,13 +203,15 @@ class DeliveryHealth:
         self.transport = alerter.transport
         self.channels: Mapping[str, tuple[str, ...]] = named_channels(config)
         self.scopes = needed_scopes(config)
+        self._short_said: str | None = None  # the last scope warning; _look, under _checking
         self.metrics = metrics
         self.store_health = store_health or StoreHealth("the state store")
         self.console = ConsoleTransport(console)
         self.monotonic = monotonic
         self.ceiling = config.slack.max_backoff.total_seconds()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the verdict, the schedule, and the config's parts
         self._checking = threading.Lock()  # one check at a time
+        self._generation = 0  # reconfigure()s so far: a check knows which config it saw
         checkable = isinstance(self.transport, Checkable)
         # The console has nothing to check: it works, and no first check is waited for.
         self._findings: tuple[Finding, ...] | None = None if checkable else ()
@@ -212,6 +242,9 @@ class DeliveryHealth:
             if isinstance(self.transport, Checkable):
                 self._next_at = float("-inf")  # due now
                 self._retry_on_pass = True
+            # A check running now looked with the config before: it must not settle as if
+            # this one had been checked (its _next_at and _retry_on_pass would win).
+            self._generation += 1
 
     # --- what the daemon asks ------------------------------------------------------------
 
@@ -253,13 +286,19 @@ class DeliveryHealth:
         """Check the path now, and say what changed."""
         with self._checking:
             failures = self.alerter.worker.failures
-            outcome = self._look()
-            self._settle(outcome, failures)
+            with self._lock:  # what this check looks at, of one config
+                generation, channels, scopes = self._generation, self.channels, self.scopes
+            outcome = self._look(channels, scopes)
+            self._settle(outcome, failures, generation)
             return outcome
 
     # --- the calls -----------------------------------------------------------------------
 
-    def _look(self) -> Outcome:
+    def _look(
+        self,
+        channels: Mapping[str, tuple[str, ...]],
+        scopes: tuple[tuple[tuple[str, ...], str], ...],
+    ) -> Outcome:
         transport = self.transport
         if not isinstance(transport, Checkable):
             return Outcome()
@@ -273,10 +312,14 @@ class DeliveryHealth:
             return Outcome(unfinished=f"{type(error).__name__}: {error}")
         identity = credentials.who
         # A token without a scope passes auth.test, and fails only when an alert needs the
-        # scope: a CSV with no files:write, an in-doubt post with no channels:history.
-        lacking = missing_scopes(credentials.scopes, self.scopes)
-        found: list[Finding] = [lacking] if lacking is not None else []
-        for channel, fields in self.channels.items():
+        # scope: every post without chat:write (the path is broken), a CSV without
+        # files:write (a warning: the rest of the alert goes out).
+        cannot_post, short = scope_verdict(credentials.scopes, scopes)
+        if short is not None and short != self._short_said:
+            log.warning("%s", short, extra={"fields": {"check": SELF_CHECK}})
+        self._short_said = short
+        found: list[Finding] = [cannot_post] if cannot_post is not None else []
+        for channel, fields in channels.items():
             try:
                 transport.check_channel(channel)
             except TransportError as error:
@@ -289,9 +332,11 @@ class DeliveryHealth:
 
     # --- what changed --------------------------------------------------------------------
 
-    def _settle(self, outcome: Outcome, failures: int) -> None:
+    def _settle(self, outcome: Outcome, failures: int, generation: int) -> None:
         now = self.monotonic()
         with self._lock:
+            # A SIGHUP during the check: its verdict stands, and the new config is due now.
+            stale = generation != self._generation
             before = self._findings
             findings: tuple[Finding, ...] | None = outcome.findings
             if outcome.unfinished is None:
@@ -319,15 +364,18 @@ class DeliveryHealth:
             # see (not_in_channel where the channel itself checks out): its rows are tried
             # again, each RETRIES_AFTER_A_FAILURE times at most, since such a check comes
             # after each failure and it could otherwise go on for ever.
-            retry = passed and (bool(before) or self._retry_on_pass or after_failure)
+            # Not on a stale verdict: the check of the new config, due now, decides.
+            retry = not stale and passed and (bool(before) or self._retry_on_pass or after_failure)
             capped = None if before or self._retry_on_pass else RETRIES_AFTER_A_FAILURE
             # After a start or a SIGHUP, any channel: a person acted, and each row is tried
             # once. After a heal, the channels the check saw broken and working: not a
             # file's own channel, which may be broken still and would fail again at every
             # check its failure brought.
             checked = None if self._retry_on_pass else frozenset(self.channels)
-            if passed:
+            if passed and not stale:
                 self._retry_on_pass = False
+            if stale:
+                self._next_at = float("-inf")
         for _ in new:
             self.alerter.worker.count_failure()
         if new and findings:

@@ -13,6 +13,7 @@ import logging
 import re
 import socket
 import sqlite3
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,13 +29,13 @@ from scenario import INVARIANT, World, script, settle
 from alerts.delivery_health import (
     AFTER_FAILURE,
     RETRIES_AFTER_A_FAILURE,
-    SCOPES,
     SELF_CHECK,
     WHILE_BROKEN,
     DeliveryHealth,
-    missing_scopes,
+    lacking_scopes,
     named_channels,
     needed_scopes,
+    scope_verdict,
 )
 from alerts.ledger import to_retry
 from alerts.path_errors import fixed_by_the_path
@@ -300,51 +301,66 @@ def test_it_checks_the_token_and_each_channel_afresh(
     assert world.store.open_incidents() == []
 
 
-def test_a_token_without_a_scope_invmon_needs_is_a_finding_until_it_has_it(
+def test_a_token_that_cannot_post_is_a_finding_until_it_can(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """auth.test accepts a token that lacks files:write; the first alert with a CSV would be
-    the first to say so. The check reads the scopes Slack's answer gives the token."""
+    """auth.test accepts a token without chat:write; the first alert would be the first to
+    say so. The check reads the scopes Slack's answer gives the token."""
     seconds, console = Seconds(), io.StringIO()
     with FakeSlack(clock=world.clock) as fake:
         assert fake.scopes is not None
-        fake.scopes -= {"files:write", "channels:history"}
+        fake.scopes.discard("chat:write")
         daemon = daemon_for(world, quick_slack(fake))
         health = health_for(daemon, seconds, console)
         assert health.tick() is True
         lacking = health.problem()
-        fake.scopes |= {"files:write", "channels:history"}  # the app reinstalled with them
+        fake.scopes.add("chat:write")  # the app reinstalled with it
         seconds.advance(WHILE_BROKEN)
         assert health.tick() is True
         healed = health.problem()
         daemon.databases.close()
     assert lacking == (
-        "alerts cannot be delivered: the token lacks the scopes channels:history, files:write;"
-        " add them to the app (deploy/slack/manifest.yaml lists what invmon needs) and "
-        "reinstall it (slack.token)"
+        "alerts cannot be delivered: the token lacks the scope chat:write; add it to the Slack "
+        "app and reinstall it (deploy/slack/manifest.yaml in invmon's source lists every scope "
+        "it uses) (slack.token)"
     )
     assert said(caplog, logging.ERROR) == [lacking]
+    assert [m for m in said(caplog, logging.WARNING) if "scope" in m] == []
     assert healed is None
     assert metric(daemon, "invmon_delivery_path_ok") == "1.0"
 
 
-def test_user_groups_in_the_ack_allowlist_need_usergroups_read(world: World) -> None:
+def test_a_token_short_of_another_scope_is_warned_of_once_and_the_path_works(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without files:write the CSV fails, the rest of an alert goes out: a warning, not a
+    broken path (a 503 would take every daemon of a fleet out of service, and stop the
+    retries of what failed for the path). usergroups:read counts only with user groups."""
     with FakeSlack(clock=world.clock) as fake:
         assert fake.scopes is not None
-        fake.scopes.discard("usergroups:read")
-        users = daemon_for(world, quick_slack(fake, ack_allowlist=["U_ALICE"]))
-        by_user = health_for(users, Seconds(), io.StringIO())
-        by_user.tick()
-        users.databases.close()
-        groups = daemon_for(world, quick_slack(fake, ack_allowlist=["U_ALICE", "S_ONCALL"]))
-        by_group = health_for(groups, Seconds(), io.StringIO())
-        by_group.tick()
-        groups.databases.close()
-    assert by_user.problem() is None
-    assert by_group.problem() == (
-        "alerts cannot be delivered: the token lacks the scope usergroups:read; add it to the"
-        " app (deploy/slack/manifest.yaml lists what invmon needs) and reinstall it (slack.token)"
-    )
+        fake.scopes -= {"files:write", "channels:history", "groups:history", "usergroups:read"}
+        seconds = Seconds()
+        daemon = daemon_for(world, quick_slack(fake, ack_allowlist=["U_ALICE", "S_ONCALL"]))
+        health = health_for(daemon, seconds, io.StringIO())
+        assert health.tick() is True
+        seconds.advance(AFTER_FAILURE + WHILE_BROKEN)
+        health.check()  # the same answer: not said again
+        daemon.databases.close()
+        users_only = daemon_for(world, quick_slack(fake, ack_allowlist=["U_ALICE"]))
+        assert health_for(users_only, Seconds(), io.StringIO()).tick() is True
+        users_only.databases.close()
+    assert (health.problem(), health.verified()) == (None, True)
+    assert [m for m in said(caplog, logging.WARNING) if "scope" in m] == [
+        "the Slack token lacks files:write (the CSV of offending rows); channels:history or "
+        "groups:history (finding a post in doubt before posting it again); usergroups:read "
+        "(ack_allowlist's user groups): that part of an alert will fail; add the scopes to the "
+        "Slack app and reinstall it (deploy/slack/manifest.yaml in invmon's source lists every "
+        "scope it uses)",
+        "the Slack token lacks files:write (the CSV of offending rows); channels:history or "
+        "groups:history (finding a post in doubt before posting it again): that part of an "
+        "alert will fail; add the scopes to the Slack app and reinstall it "
+        "(deploy/slack/manifest.yaml in invmon's source lists every scope it uses)",
+    ]
 
 
 def test_an_answer_that_does_not_say_the_scopes_is_no_verdict_on_them(world: World) -> None:
@@ -357,15 +373,37 @@ def test_an_answer_that_does_not_say_the_scopes_is_no_verdict_on_them(world: Wor
     assert (health.problem(), health.verified()) == (None, True)
 
 
-def test_only_scopes_slack_named_and_the_token_lacks_are_found_missing() -> None:
-    needed = needed_scopes(Config())
-    assert missing_scopes(None, needed) is None  # the answer did not say
-    assert missing_scopes(frozenset({"identify", "bot"}), needed) is None  # a classic app
-    assert missing_scopes(frozenset(needed) | {"groups:read"}, needed) is None
-    lacking = missing_scopes(frozenset(needed) - {"chat:write"}, needed)
-    assert lacking is not None
-    assert (lacking.where, lacking.channel) == ("slack.token", None)
-    assert lacking.reason.startswith("the token lacks the scope chat:write; add it")
+GRANULAR = {"chat:write", "channels:read", "channels:history", "files:read", "files:write"}
+
+
+@pytest.mark.parametrize(
+    ("granted", "lacking"),
+    [
+        (None, []),  # the answer did not say
+        # Classic apps (as Slack reports them), whose scopes cover the same calls.
+        ({"identify", "bot:basic"}, []),
+        ({"identify", "bot"}, []),
+        ({"chat:write:bot", "files:write:user", "channels:read"}, []),
+        # Private channels only: groups:* do what channels:* do for public ones.
+        ({"chat:write", "groups:read", "groups:history", "files:read", "files:write"}, []),
+        (GRANULAR - {"chat:write"} | {"commands"}, ["chat:write"]),
+        (
+            {"chat:write", "chat:write.public"},
+            ["files:write", "files:read", "channels:history", "channels:read"],
+        ),
+    ],
+)
+def test_only_what_a_granular_token_lacks_is_lacking(
+    granted: set[str] | None, lacking: list[str]
+) -> None:
+    scopes = None if granted is None else frozenset(granted)
+    needs = needed_scopes(Config())
+    assert [names[0] for names, _ in lacking_scopes(scopes, needs)] == lacking
+    finding, warning = scope_verdict(scopes, needs)
+    assert (finding is not None, warning is not None) == (
+        "chat:write" in lacking,
+        bool(set(lacking) - {"chat:write"}),
+    )
 
 
 def test_the_scopes_checked_are_the_manifest_s_and_the_fake_grants_the_manifest_s() -> None:
@@ -373,15 +411,9 @@ def test_the_scopes_checked_are_the_manifest_s_and_the_fake_grants_the_manifest_
         (Path(__file__).parents[2] / "deploy" / "slack" / "manifest.yaml").read_text()
     )
     bot = set(manifest["oauth_config"]["scopes"]["bot"])
-    config = Config(slack=SlackConfig(ack_allowlist=["S_ONCALL"]))
-    # Every scope checked is one the manifest asks for; the rest are for private channels.
-    assert bot - set(needed_scopes(config)) == {"groups:history", "groups:read"}
-    assert set(needed_scopes(config)) - bot == set()
-    assert (
-        set(needed_scopes(Config()))
-        == set(SCOPES)
-        == set(needed_scopes(config)) - {"usergroups:read"}
-    )
+    with_groups = Config(slack=SlackConfig(ack_allowlist=["S_ONCALL"]))
+    assert {n for names, _ in needed_scopes(with_groups) for n in names} == bot
+    assert {n for names, _ in needed_scopes(Config()) for n in names} == bot - {"usergroups:read"}
     assert set(MANIFEST_SCOPES) == bot
 
 
@@ -651,6 +683,47 @@ def test_a_channel_a_sighup_took_live_is_checked_at_once(world: World) -> None:
         problem = daemon.delivery.problem()
         daemon.databases.close()
     assert problem == (
+        "alerts cannot be delivered: channel '#nonexistent' not found or not visible "
+        "(slack.channel)"
+    )
+
+
+class ReloadedMidCheck(SlackTransport):
+    """A transport that takes `then` live (as a SIGHUP would) while a check is looking at
+    its first channel: the reload lands between the check's look and its verdict."""
+
+    def __init__(self, slack: SlackConfig, then: Callable[[], None]) -> None:
+        super().__init__(slack.token or "", slack.api_url, timeout=0.3)
+        self.then: Callable[[], None] | None = then
+
+    def check_channel(self, channel: str) -> str:
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+        return super().check_channel(channel)
+
+
+def test_a_sighup_during_a_check_is_checked_after_it_not_lost(world: World) -> None:
+    """The check that was running saw the config before the SIGHUP; settled as the last
+    word, it made the path good for hours and never looked at the channel the SIGHUP
+    named. Its verdict stands, and the new config is checked at the next turn."""
+    with FakeSlack(clock=world.clock) as fake:
+        slack = quick_slack(fake)
+        config = daemon_config(world.folder, slack=slack)
+        renamed = config.model_copy(
+            update={"slack": slack.model_copy(update={"channel": "#nonexistent"})}
+        )
+        holder: list[Daemon] = []
+        transport = ReloadedMidCheck(slack, lambda: holder[0].delivery.reconfigure(renamed))
+        daemon = daemon_for(world, slack, transport)
+        holder.append(daemon)
+        assert daemon.delivery.tick() is True  # the first check, at start: the SIGHUP lands
+        during = daemon.delivery.problem()
+        assert daemon.delivery.tick() is True  # due at once: it looked at the old config
+        after = daemon.delivery.problem()
+        daemon.databases.close()
+    assert during is None  # what the old config's check found
+    assert after == (
         "alerts cannot be delivered: channel '#nonexistent' not found or not visible "
         "(slack.channel)"
     )
