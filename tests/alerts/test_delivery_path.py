@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from builders import build_daemon, config_file, daemon_config, process_config, quick_slack, slack_to
-from fake_slack import MANIFEST_SCOPES, TOKEN, FakeSlack
+from fake_slack import MANIFEST_SCOPES, TOKEN, FakeSlack, Message
 from fake_switch import Pings
 from helpers import cli, items_table, start_daemon, wait_for
 from helpers import http_get as get
@@ -739,6 +739,20 @@ def deliveries(world: World) -> list[tuple[str, str, str]]:
     return [(str(a), str(s), str(e or "")) for a, s, e in rows]
 
 
+def restarted_and_delivered(
+    world: World, fake: FakeSlack
+) -> tuple[list[tuple[str, str, str]], list[Message]]:
+    """A daemon started again on the same store: its first check passes, then it delivers
+    what is due. The ledger's rows and Slack's root messages after it."""
+    daemon = daemon_for(world, quick_slack(fake))
+    assert health_for(daemon, Seconds(), io.StringIO()).tick() is True
+    world.clock.advance(2)
+    daemon.deliver()
+    after, roots = deliveries(world), fake.roots()
+    daemon.databases.close()
+    return after, roots
+
+
 def fail_for_a_deleted_channel(
     world: World, daemon: Daemon, fake: FakeSlack, health: DeliveryHealth
 ) -> None:
@@ -838,13 +852,7 @@ def test_a_file_s_own_channel_is_retried_at_a_restart_not_at_a_check_that_never_
         daemon.deliver()
         after_the_check = deliveries(world)
         daemon.databases.close()
-        restarted = daemon_for(world, quick_slack(fake))
-        assert health_for(restarted, Seconds(), io.StringIO()).tick() is True
-        world.clock.advance(2)
-        restarted.deliver()
-        after_the_restart = deliveries(world)
-        roots = fake.roots()
-        restarted.databases.close()
+        after_the_restart, roots = restarted_and_delivered(world, fake)
     gone = "Slack refused the call: channel_not_found"
     assert failed == [
         ("post_root", "FAILED", gone),
@@ -866,14 +874,8 @@ def test_a_restart_with_the_token_fixed_sends_what_the_wrong_token_could_not(
         wrong.deliver()
         failed = deliveries(world)
         wrong.databases.close()
-        # Restarted on the same store with the token fixed: its first check passes.
-        fixed = daemon_for(world, quick_slack(fake))
-        assert health_for(fixed, Seconds(), io.StringIO()).tick() is True
-        world.clock.advance(2)
-        fixed.deliver()
-        after = deliveries(world)
-        roots = fake.roots()
-        fixed.databases.close()
+        # Restarted on the same store with the token fixed.
+        after, roots = restarted_and_delivered(world, fake)
     refused = "Slack refused the call: invalid_auth"
     # invmon's own incident about the token, then bad_items' root and rows.
     assert failed == [
