@@ -47,8 +47,8 @@ log = logging.getLogger("invmon.alerts")
 SELF_CHECK = f"{RESERVED_PREFIX}delivery_path"  # an invmon-self/ check
 CONTEXT = IncidentContext(
     severity="critical",
-    description="Alerts can be delivered: Slack accepts the token, which has the scopes "
-    "invmon needs, and every channel the config names exists and is not archived.",
+    description="Alerts can be delivered: Slack accepts the token, which may post "
+    "(chat:write), and every channel the config names exists and is not archived.",
 )
 AFTER_FAILURE = 60.0  # seconds: a delivery failing for good brings a check at most this often
 WHILE_BROKEN = 300.0  # seconds: a broken path is looked at again (a bot invited heals it)
@@ -115,9 +115,9 @@ GROUPS_NEED = (("usergroups:read",), "ack_allowlist's user groups")
 # A classic Slack app's scopes are named otherwise (`bot`, `bot:basic`, `identify`,
 # `chat:write:bot`, `files:write:user`, …) and cover the same calls: not judged by NEEDS.
 CLASSIC = frozenset({"bot", "bot:basic", "identify", "post", "read", "client", "admin"})
-SCOPES_HOW = (
-    "add it to the Slack app and reinstall it (deploy/slack/manifest.yaml in invmon's "
-    "source lists every scope it uses)"
+SCOPES_WHERE = (
+    "to the Slack app and reinstall it (deploy/slack/manifest.yaml in invmon's source lists "
+    "every scope it uses)"
 )
 
 
@@ -146,14 +146,14 @@ def scope_verdict(
     lacking = lacking_scopes(granted, needs)
     cannot_post = any(names == (POST,) for names, _ in lacking)
     finding = (
-        Finding("slack.token", None, f"the token lacks the scope {POST}; {SCOPES_HOW}")
+        Finding("slack.token", None, f"the token lacks the scope {POST}; add it {SCOPES_WHERE}")
         if cannot_post
         else None
     )
     rest = [f"{' or '.join(names)} ({why})" for names, why in lacking if names != (POST,)]
     warning = (
-        f"the Slack token lacks {'; '.join(rest)}: that part of an alert will fail; "
-        + SCOPES_HOW.replace("add it", "add the scope" + "s" * (len(rest) > 1))
+        f"the Slack token lacks {'; '.join(rest)}: that part of an alert will fail; add the "
+        f"scope{'s' * (len(rest) > 1)} {SCOPES_WHERE}"
         if rest
         else None
     )
