@@ -199,8 +199,19 @@ def test_the_status_page_shows_violations_acks_and_the_fix_in_a_real_browser(
             page.set_viewport_size({"width": PHONE, "height": 844})
             expect(page.locator("svg.chart-narrow")).to_be_visible()
             expect(wide).to_be_hidden()
+            # The page swaps its live region every second; paused, nothing moves under the
+            # scroll (a swap between finding the heading and scrolling to it detached it).
+            pause = page.get_by_role("button", name="Pause updates")
+            pause.click()
+            expect(page.get_by_role("button", name="Resume updates")).to_have_attribute(
+                "aria-pressed", "true"
+            )
+            page.evaluate("document.getElementById('live').dataset.kept = 'yes'")
             page.locator("#history-h").scroll_into_view_if_needed()
             on_a_phone(page, artefacts / "2-invariant-chart-7d-phone.png")
+            # Still the same region: no answer in flight when the button was pressed swapped it.
+            assert page.evaluate("document.getElementById('live').dataset.kept") == "yes"
+            page.get_by_role("button", name="Resume updates").click()
 
             acked = cli("ack", incident_id, "--config", str(config))
             assert acked.returncode == 0, acked.stdout + acked.stderr

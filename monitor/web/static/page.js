@@ -33,7 +33,8 @@
     fetch(window.location.href, { credentials: "same-origin", headers: { "X-Invmon-Refresh": "1" } })
       .then(function (response) { return response.ok ? response.text() : null; })
       .then(function (text) {
-        if (text) {
+        // Paused while the answer was on its way: nothing moves once the button is pressed.
+        if (text && !paused) {
           var fresh = new DOMParser().parseFromString(text, "text/html");
           var live = document.getElementById("live");
           var next = fresh.getElementById("live");
