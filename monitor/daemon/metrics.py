@@ -115,7 +115,8 @@ class Metrics:
         )
         self.delivery_path_ok = Gauge(
             "invmon_delivery_path_ok",
-            "1 when the last check of the alert path (Slack's token, each configured channel) "
+            "1 when the last check of the alert path (Slack's token and its chat:write, each "
+            "configured channel) "
             "passed, 0 when it found that alerts cannot be delivered; NaN until a check "
             "completed (Slack not answered yet).",
             registry=self.registry,
