@@ -35,7 +35,8 @@ from alerts.worker import DeliveryWorker, WorkerSettings
 from monitor.clock import utc_now
 from monitor.config import SlackConfig
 from monitor.store.acks import Action, Outcome, is_quiet
-from monitor.store.records import Incident, IncidentContext, StoredEvent
+from monitor.store.context import IncidentContext
+from monitor.store.records import Incident, StoredEvent
 from monitor.store.state import StateStore
 from monitor.store.storage import Tx
 

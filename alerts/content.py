@@ -29,8 +29,8 @@ from monitor.clock import Clock
 from monitor.invariants.header import InvariantHeader
 from monitor.links import safe_link
 from monitor.store.acks import ack_line
+from monitor.store.context import IncidentContext
 from monitor.store.incidents import event_kind
-from monitor.store.records import IncidentContext
 from monitor.store.state import StateStore
 
 Describe = Callable[[str], InvariantHeader | None]

@@ -39,7 +39,7 @@ from alerts.transport import Checkable, TransportError
 from monitor.config import Config
 from monitor.execution.results import RunResult
 from monitor.invariants.loader import RESERVED_PREFIX
-from monitor.store.records import IncidentContext
+from monitor.store.context import IncidentContext
 from monitor.store.store_health import StoreHealth
 
 log = logging.getLogger("invmon.alerts")

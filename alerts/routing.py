@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from monitor.config import SlackConfig
-from monitor.store.records import IncidentContext
+from monitor.store.context import IncidentContext
 
 
 @dataclass(frozen=True)

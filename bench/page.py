@@ -58,7 +58,7 @@ from monitor.daemon.http import Listener, Probe, Routes  # noqa: E402
 from monitor.execution.results import RunResult  # noqa: E402
 from monitor.execution.rows import offending_key  # noqa: E402
 from monitor.invariants.loader import LoadMemo, load_directory  # noqa: E402
-from monitor.store.records import IncidentContext  # noqa: E402
+from monitor.store.context import IncidentContext  # noqa: E402
 from monitor.store.state import StateStore  # noqa: E402
 from monitor.web.page import CACHE_SECONDS, StatusPage  # noqa: E402
 

@@ -105,7 +105,7 @@ def routes_of(config: Config, outcome: CheckOutcome) -> dict[str, tuple[str, str
     """Each checked invariant's Slack channel and the rule that chose it, as the daemon
     would route an incident it opened."""
     from alerts.routing import route
-    from monitor.store.records import IncidentContext
+    from monitor.store.context import IncidentContext
 
     targets = config.resolved_targets()
     routes = {}

@@ -26,7 +26,7 @@ from monitor.invariants.header import DEFAULT_TARGET
 from monitor.invariants.loader import Invariant
 from monitor.problems import Problem
 from monitor.singleflight import SingleFlight
-from monitor.store.records import IncidentContext
+from monitor.store.context import IncidentContext
 from monitor.store.state import StateStore
 from monitor.store.store_health import StoreHealth
 

@@ -19,7 +19,8 @@ from monitor.execution.quarantine import overrun, version_of
 from monitor.execution.results import RunResult
 from monitor.invariants.loader import Invariant
 from monitor.store.claims import Claim, LostClaim
-from monitor.store.records import IncidentContext, StoredEvent
+from monitor.store.context import IncidentContext
+from monitor.store.records import StoredEvent
 
 log = logging.getLogger("invmon.daemon")
 

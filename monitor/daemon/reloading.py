@@ -27,7 +27,7 @@ from monitor.invariants.loader import (
     name_for,
 )
 from monitor.problems import Problem
-from monitor.store.records import IncidentContext
+from monitor.store.context import IncidentContext
 
 log = logging.getLogger("invmon.daemon")
 

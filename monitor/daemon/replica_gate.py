@@ -18,7 +18,7 @@ from psycopg_pool import PoolTimeout
 from monitor.execution.replica import is_stale
 from monitor.execution.runner import Runner, describe_error
 from monitor.singleflight import SingleFlight
-from monitor.store.records import IncidentContext
+from monitor.store.context import IncidentContext
 from monitor.store.state import StateStore, replica_subject, target_subject
 from monitor.store.store_health import StoreHealth
 

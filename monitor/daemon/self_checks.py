@@ -18,7 +18,7 @@ from monitor.daemon.slots import latest_slot, period
 from monitor.durations import Schedule, format_duration
 from monitor.execution.results import RunResult
 from monitor.invariants.loader import RESERVED_PREFIX
-from monitor.store.records import IncidentContext
+from monitor.store.context import IncidentContext
 from monitor.store.storage import Tx
 
 PREFIX = RESERVED_PREFIX  # no file can take these names

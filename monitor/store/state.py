@@ -21,6 +21,7 @@ from monitor.execution.results import RunResult
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.store.acks import Action, Outcome, decide_action
 from monitor.store.claims import Claim, LostClaim, finish
+from monitor.store.context import IncidentContext
 from monitor.store.incidents import (
     RETIRED_EVENT,
     EventDraft,
@@ -30,7 +31,7 @@ from monitor.store.incidents import (
     retired_reason,
     toggle,
 )
-from monitor.store.records import Incident, IncidentContext, Quarantine, StoredEvent
+from monitor.store.records import Incident, Quarantine, StoredEvent
 from monitor.store.state_queries import StateQueries
 from monitor.store.storage import PostgresStorage, Storage, Tx, open_storage
 from monitor.store.stretches import held_quietly

@@ -9,9 +9,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from monitor.clock import maybe_parse, parse_stamp, stamp
+from monitor.store.context import IncidentContext
 from monitor.store.incidents import OPENING_EVENTS, IncidentState, event_kind
 from monitor.store.key_order import key_order
-from monitor.store.records import Incident, IncidentContext, IncidentKey, Run, StoredEvent
+from monitor.store.records import Incident, IncidentKey, Run, StoredEvent
 from monitor.store.storage import Storage, Tx
 
 T = TypeVar("T")

@@ -11,6 +11,7 @@ from typing import Any
 from monitor.clock import parse_stamp, stamp
 from monitor.execution.results import RunResult
 from monitor.store.claims import Claim
+from monitor.store.context import IncidentContext
 from monitor.store.incidents import (
     Decision,
     EndState,
@@ -20,7 +21,7 @@ from monitor.store.incidents import (
     OpenIncident,
     closes,
 )
-from monitor.store.records import IncidentContext, StoredEvent
+from monitor.store.records import StoredEvent
 from monitor.store.storage import Tx
 from monitor.store.stretches import CONTINUES, earliest_start
 

@@ -13,7 +13,7 @@ from alerts.retrying import backoff
 from alerts.routing import Route, route
 from alerts.slack import classify_api_error, classify_exception
 from monitor.config import RoutesConfig, SlackConfig
-from monitor.store.records import IncidentContext
+from monitor.store.context import IncidentContext
 
 ROUTED = SlackConfig(
     channel="#default",

@@ -91,6 +91,22 @@ def test_check_loads_nothing_only_the_daemon_needs(tmp_path: Path) -> None:
     assert not {m for m in modules if m.startswith("monitor.daemon")}
 
 
+def test_check_routes_without_loading_the_store_s_records(database: str, tmp_path: Path) -> None:
+    """`check --format json` names each invariant's channel, which takes routing and the
+    incident context it reads; neither the store's other records nor its incident state
+    machine, which a one-shot command never uses (a few ms of every tick)."""
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    text = "-- description: nothing is ever wrong\nSELECT 1 AS k WHERE false\n"
+    (folder / "always_holds.sql").write_text(text, encoding="utf-8")
+    argv = ["check", "--invariants", str(folder), "--dsn", database, "--format", "json"]
+    code, modules = imported_by(*argv, "--allow-privileged-role", cwd=tmp_path, whole=True)
+    assert code == 0  # it ran and held: the routes were worked out
+    assert {"alerts.routing", "monitor.store.context"} <= modules
+    store = {"monitor.store.records", "monitor.store.incidents", "monitor.store.storage"}
+    assert modules.isdisjoint(store), modules & store
+
+
 def test_every_command_is_where_the_table_says_and_listed_with_its_own_words() -> None:
     loaded = {name: main.commands[name] for name in COMMANDS}
     assert sorted(loaded) == sorted(main.commands)

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from monitor.config import ConfigError, HttpConfig, parse_config
-from monitor.store.records import Incident, IncidentContext, Run, StoredEvent
+from monitor.store.context import IncidentContext
+from monitor.store.records import Incident, Run, StoredEvent
 from monitor.web.access import Access, presented
 from monitor.web.chart import Bucket, downsample, sparkline
 from monitor.web.detail_views import history_view, incident_page, invariant_page

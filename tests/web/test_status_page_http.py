@@ -27,7 +27,7 @@ from monitor.execution.results import RunResult
 from monitor.execution.rows import offending_key
 from monitor.invariants.loader import Invariant
 from monitor.store.acks import Action
-from monitor.store.records import IncidentContext
+from monitor.store.context import IncidentContext
 from monitor.store.state import StateStore
 from monitor.store.storage import Tx
 from monitor.web import reads
