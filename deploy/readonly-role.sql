@@ -30,7 +30,7 @@
 --                             the last replayed commit, which reads stale on an idle primary.
 --                                                                     (default: on)
 --
--- What it does, and why (SECURITY.md has the whole threat model):
+-- What it does, and why (docs/security.md has the whole threat model):
 --  1. The role logs in, owns nothing, cannot create anything, and every transaction it
 --     opens is READ ONLY (default_transaction_read_only), with a statement timeout, an idle
 --     transaction timeout and a temp_file_limit that only a superuser can raise.

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mkdocs.config.defaults import MkDocsConfig
-from mkdocs.structure.files import File, Files
+from mkdocs.structure.files import File, Files, InclusionLevel
 from mkdocs.structure.pages import Page
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -44,7 +44,15 @@ def on_files(files: Files, config: MkDocsConfig, **_: Any) -> Files:
                 wanted.add(outside)
     for outside in sorted(wanted):
         source = str(REPOSITORY / outside)
-        files.append(File.generated(config, f"{COPIES}/{outside}", abs_src_path=source))
+        # Not in the nav, but always built: mkdocs leaves out a path with a dot-folder
+        # (`.ci/run`) by default, and the page would link to nothing.
+        copy = File.generated(
+            config,
+            f"{COPIES}/{outside}",
+            abs_src_path=source,
+            inclusion=InclusionLevel.NOT_IN_NAV,
+        )
+        files.append(copy)
     return files
 
 

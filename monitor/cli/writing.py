@@ -355,7 +355,7 @@ def lint(
 @click.option(
     "--dsn",
     "admin_dsn",
-    help="Use this server (a scratch database is created and dropped) "
+    help="Use this server (scratch databases are created on it and dropped) "
     "instead of starting a throwaway one.",
 )
 def demo(admin_dsn: str | None) -> None:

@@ -87,6 +87,19 @@ def test_the_example_loads_as_it_is(tmp_path: Path) -> None:
     assert (config.state.dsn, config.slack.api_url) == (None, "https://slack.com/api/")
 
 
+def test_the_example_loads_with_only_its_dsn_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the replica's DSN is required: a host that sets no Slack token gets its alerts
+    in the log, as the file says, and not a start that fails (a restart loop under the
+    unit's Restart=always)."""
+    for name in VARIABLES:
+        if name != "INVMON_DSN":
+            monkeypatch.delenv(name)
+    config = loaded(EXAMPLE.read_text(), tmp_path)
+    assert (config.dsn, config.slack.token) == ("host=replica dbname=app", None)
+
+
 def test_every_commented_example_in_it_loads_uncommented(tmp_path: Path) -> None:
     text, examples = uncommented(EXAMPLE.read_text())
     assert [line.split(":")[0] for line in examples] == [
