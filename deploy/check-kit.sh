@@ -224,6 +224,33 @@ buildah bud --isolation=chroot --network=host --format docker --layers=false --f
 }
 say "built $image in $(elapsed "$step")"
 
+# Your invariants on it (Dockerfile.invariants), as a repository made by `invmon init` builds
+# them: the overlay's folder stands for one. The folder must hold theirs only, all valid.
+step=$SECONDS
+ours="localhost/invmon-ci-invariants:$run_id"
+images+=("$ours")
+context=deploy/kubernetes/overlays/invariants-configmap
+buildah bud --isolation=chroot --format docker --layers=false --force-rm \
+    --build-arg INVMON_IMAGE="$image" -f deploy/container/Dockerfile.invariants -t "$ours" \
+    "$context" >"$work/build-invariants.log" 2>&1 || {
+    tail -n 30 "$work/build-invariants.log" >&2
+    fail "buildah bud deploy/container/Dockerfile.invariants"
+}
+ctr=$(buildah from --pull=false "$ours")
+containers+=("$ctr")
+wanted=$(cd "$context/invariants" && find . -type f | sort)
+found=$(buildah run --isolation=chroot --user 10001:10001 "$ctr" -- \
+    sh -c 'cd /etc/invmon/invariants && find . -type f | sort') ||
+    fail "could not list /etc/invmon/invariants in the image of Dockerfile.invariants"
+[ "$found" = "$wanted" ] ||
+    fail "Dockerfile.invariants: the image holds $(echo $found), not $(echo $wanted)"
+buildah run --isolation=chroot --user 10001:10001 "$ctr" -- \
+    invmon lint /etc/invmon/invariants >"$work/lint.log" 2>&1 || {
+    cat "$work/lint.log" >&2
+    fail "invmon lint of the invariants in the image of Dockerfile.invariants"
+}
+say "built your-invariants image in $(elapsed "$step"): $(echo $found), and lint passed"
+
 if [ -z "$server" ]; then
     echo "image build: ran: built on Debian bookworm's python3; not run: INVMON_TEST_DSN" \
         "is not set" >&2

