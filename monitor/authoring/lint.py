@@ -24,12 +24,17 @@ from monitor.invariants.selection import NothingSelected, name_matches
 from monitor.invariants.validate import columns_of
 from monitor.problems import Problem
 
+SCHEMA_HOW = "pass --schema, or set `schema:` or `targets.NAME.schema` in the config"
+
 
 @dataclasses.dataclass
 class LintReport:
     loaded: LoadResult
     # Problems of the schema files: reported, and failing the run, but not an invariant's.
     schema: list[Problem] = dataclasses.field(default_factory=list)
+    # The invariants whose tables and columns went unchecked: no schema for their target.
+    # Said with the counts, so "valid" never reads as more than was checked.
+    unchecked: frozenset[str] = frozenset()
 
     @property
     def problems(self) -> list[Problem]:
@@ -71,7 +76,8 @@ class LintReport:
 
         problems = [p for p in self.loaded.problems if selected(p.path)]
         chosen = [i for i in self.loaded.invariants if selected(i.path)]
-        return LintReport(LoadResult(chosen, problems), self.schema)
+        kept = frozenset(i.name for i in chosen) & self.unchecked
+        return LintReport(LoadResult(chosen, problems), self.schema, kept)
 
     def junit_cases(self) -> list[JunitCase]:
         """One case per file: failed with its problems, or passed."""
@@ -101,7 +107,15 @@ class LintReport:
 
     def summary(self) -> str:
         valid, broken = self.counts()
-        return f"{valid} invariant{'s' * (valid != 1)} valid, {broken} with errors"
+        said = f"{valid} invariant{'s' * (valid != 1)} valid, {broken} with errors"
+        if not self.unchecked:
+            return said
+        if len(self.unchecked) == len(self.loaded.invariants):
+            return f"{said}; tables and columns not checked (no schema: {SCHEMA_HOW})"
+        return (
+            f"{said}; tables and columns of {len(self.unchecked)} not checked (no schema for "
+            f"their target: {SCHEMA_HOW})"
+        )
 
     def document(self) -> dict[str, object]:
         """`lint --format json`: every problem, and the counts the summary line gives."""
@@ -114,6 +128,8 @@ class LintReport:
             "valid": valid,
             "with_errors": broken,
             "failed": self.failed,
+            # Linted without a schema: their tables and columns were not checked.
+            "tables_unchecked": sorted(self.unchecked),
         }
 
 
@@ -152,6 +168,9 @@ def lint_folder(
             fixtures.append(load_fixture(cases, inv.key, inv.header.source))
             loaded.problems += fixtures[-1].problems
     own = dict(target_schemas or {})
+    unchecked = frozenset(
+        i.name for i in loaded.invariants if i.target not in own and schema_sql is None
+    )
     if schema_sql is not None or own:
         from monitor.authoring.schema_check import (
             check_against_schema,
@@ -185,7 +204,7 @@ def lint_folder(
     if keyless:
         builtins = builtin_catalog()  # aggregates are known by name offline, as lint is
         loaded.problems += [h for inv in keyless if (h := key_hint(inv, builtins)) is not None]
-    return LintReport(loaded)
+    return LintReport(loaded, unchecked=unchecked)
 
 
 # --- hint: a keyless query whose columns are aggregates ----------------------------------------

@@ -305,3 +305,38 @@ def test_the_key_hint_suggests_what_fits_the_query(sql: str, advice: str) -> Non
     found = key_hint_message(statement, builtin_catalog())
     assert found is not None
     assert found[0].endswith("; " + advice), found[0]
+
+
+def test_the_summary_says_whose_tables_and_columns_went_unchecked(tmp_path: Path) -> None:
+    """ "valid" never reads as more than lint checked: without a schema for an invariant's
+    target, its tables and columns were not looked at (a misspelt table passes), and the
+    summary and the JSON say so, naming them."""
+    (tmp_path / "shop.sql").write_text(SCHEMA, encoding="utf-8")
+    (tmp_path / "invmon.yaml").write_text(
+        "targets:\n  shop: {schema: shop.sql}\n  crm: {}\n", encoding="utf-8"
+    )
+    for target in ("shop", "crm"):
+        folder = tmp_path / "invariants" / target
+        folder.mkdir(parents=True)
+        (folder / "no_ghost_rows.sql").write_text(
+            "-- description: x\n-- key: [id]\nSELECT o.id FROM ordres AS o WHERE false\n",
+            encoding="utf-8",
+        )
+    config = str(tmp_path / "invmon.yaml")
+    done = cli("lint", "--config", config)
+    assert done.returncode == 2  # shop's file names a table its schema lacks
+    assert "unknown table 'ordres'" in done.stdout
+    assert done.stderr.strip() == (
+        "1 invariant valid, 1 with errors; tables and columns of 1 not checked (no schema for "
+        "their target: pass --schema, or set `schema:` or `targets.NAME.schema` in the config)"
+    )
+    document = json.loads(cli("lint", "--config", config, "--format", "json").stdout)
+    assert document["tables_unchecked"] == ["crm/no_ghost_rows"]
+    given = cli("lint", "--config", config, "--schema", str(tmp_path / "shop.sql"))
+    assert given.stderr.strip() == "0 invariants valid, 2 with errors"
+    alone = cli("lint", "--config", config, "--select", "crm/")
+    assert (alone.returncode, alone.stderr.strip()) == (
+        0,
+        "1 invariant valid, 0 with errors; tables and columns not checked (no schema: pass "
+        "--schema, or set `schema:` or `targets.NAME.schema` in the config)",
+    )
