@@ -26,6 +26,7 @@ from monitor.execution.execute import (
 from monitor.execution.redaction import Redaction
 from monitor.execution.runner import describe_error
 from monitor.fence.allowances import TRUST_NOTHING, Allowances
+from monitor.fence.role_check import read_role, verdict
 from monitor.invariants.loader import Invariant
 from monitor.sources.binding import NOTHING_BOUND, Bound, bind, standalone
 from monitor.sources.listing import Lister, ListingError, list_source, listed_and_bound
@@ -103,10 +104,12 @@ def explain_all(
     lock_timeout: timedelta = timedelta(seconds=5),
     lister: Lister | None = list_source,
     redaction: Redaction | None = None,
+    role: RoleRule | None = None,
 ) -> list[Explained]:
     """EXPLAIN each invariant, judged by the fence first: ANALYZE runs the query. Sources
     are listed with `lister` and planned with what it found, as a run would send them;
-    with None, as empty listings.
+    with None, as empty listings. With `role`, a role that can change the database is
+    refused as `check` refuses it, unless the rule allows it: planning runs code too.
 
     Errors are masked as a run's are (redaction.py): under ANALYZE the database's message
     can quote a value of a row (`invalid input syntax for type integer: "…"`). Without
@@ -117,8 +120,12 @@ def explain_all(
     live_fence = LiveFence(allow)
     with psycopg.connect(dsn, autocommit=False, client_encoding=CLIENT_ENCODING) as conn:
         conn.read_only = True
+        refusal = _role_refusal(conn, role) if role is not None and not role.allowed else None
         for inv in invariants:
             limit = inv.header.max_cost if inv.header.max_cost is not None else default_max_cost
+            if refusal is not None:
+                out.append(Explained(inv.name, None, limit, refusal))
+                continue
             masker = redaction.masker(inv.header.redact, inv.header.show)
             try:
                 bound, sources = _listed(inv, lister)
@@ -153,6 +160,28 @@ def explain_all(
             conn.rollback()
             out.append(Explained(inv.name, summarize(row[0], sizes), limit, None, sources))
     return out
+
+
+@dataclass(frozen=True)
+class RoleRule:
+    """Whether a target may be explained as a role that can change the database."""
+
+    target: str
+    allowed: bool
+    how_to_allow: str
+
+
+def _role_refusal(conn: psycopg.Connection[Any], role: RoleRule) -> str | None:
+    """Why the target is not explained, for its role's sake; None when it may be."""
+    try:
+        with conn.transaction(force_rollback=True):
+            facts = read_role(conn)
+    except psycopg.Error as exc:
+        return (
+            f"target {role.target}: not explained, since what its role can do is unknown: "
+            f"{describe_error(exc)}"
+        )
+    return verdict(role.target, facts, False, role.how_to_allow).refusal()
 
 
 def _listed(inv: Invariant, lister: Lister | None) -> tuple[Bound, dict[str, int | None]]:

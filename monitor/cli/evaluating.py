@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from monitor.cli.options import (
+    ALLOW_PRIVILEGED_ROLE,
     CONFIG,
     DSN,
     INVARIANTS,
@@ -50,13 +51,7 @@ from monitor.invariants.selection import NothingSelected
     is_flag=True,
     help="Print values that `redact:` would mask (emails, card numbers, …) as they are.",
 )
-@click.option(
-    "--allow-privileged-role",
-    is_flag=True,
-    help="Run even as a role that can change the database (a superuser, an owner, …), e.g. "
-    "your own on a development database. Without it such a target is refused, as by the "
-    "daemon; deploy/readonly-role.sql makes a role that needs no such flag.",
-)
+@ALLOW_PRIVILEGED_ROLE
 def check(
     config_path: Path | None,
     dsn: str | None,

@@ -103,6 +103,15 @@ SELECT = click.option(
 )
 
 
+ALLOW_PRIVILEGED_ROLE = click.option(
+    "--allow-privileged-role",
+    is_flag=True,
+    help="Run even as a role that can change the database (a superuser, an owner, …), e.g. "
+    "your own on a development database. Without it such a target is refused, as by the "
+    "daemon; deploy/readonly-role.sql makes a role that needs no such flag.",
+)
+
+
 TEST_SERVER = click.option(
     "--dsn",
     "admin_dsn",

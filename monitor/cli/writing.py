@@ -14,6 +14,7 @@ from monitor.authoring.ci_output import (
     from_problems,
 )
 from monitor.cli.options import (
+    ALLOW_PRIVILEGED_ROLE,
     CONFIG,
     DSN,
     EXIT_INVALID,
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
 )
 @output_format("text", "json")
 @TARGETS
+@ALLOW_PRIVILEGED_ROLE
 def explain(
     config_path: Path | None,
     dsn: str | None,
@@ -80,9 +82,17 @@ def explain(
     empty_sources: bool,
     fmt: str,
     targets: tuple[str, ...],
+    allow_privileged_role: bool,
 ) -> None:
     """Planner cost of each invariant; exit 1 when one is over its max_cost."""
-    from monitor.authoring.explain import Explained, explain_all, explain_document, explain_text
+    from monitor.authoring.explain import (
+        Explained,
+        RoleRule,
+        explain_all,
+        explain_document,
+        explain_text,
+    )
+    from monitor.execution.check import privileged_allowance
     from monitor.sources.listing import list_source
 
     config = resolve_config(config_path, dsn, invariants_dir)
@@ -95,6 +105,7 @@ def explain(
             reason = config.no_dsn_reason(name)
             results += [Explained(i.name, None, i.header.max_cost, reason) for i in group]
             continue
+        allowed, how = privileged_allowance(target, allow_privileged_role)
         try:
             results += explain_all(
                 target.dsn,
@@ -105,6 +116,9 @@ def explain(
                 target.database.lock_timeout,
                 None if empty_sources else list_source,
                 redaction=config.redact.redaction(),
+                # ANALYZE runs the queries: as `check` would, never as a role that can write
+                # unless allowed. A plan alone runs nothing of theirs.
+                role=RoleRule(name, allowed, how) if analyze else None,
             )
         except Exception as exc:  # a refused connection: one sentence, not a traceback
             fail(f"cannot explain on target {name!r}: {redact(str(exc))}")

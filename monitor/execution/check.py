@@ -69,11 +69,18 @@ def failed_loads(problems: Sequence[Problem], directory: Path) -> list[RunResult
     return results
 
 
+def privileged_allowance(target: Target, flag: bool) -> tuple[bool, str]:
+    """(whether `target` may run as a role that can change the database, how to allow it),
+    for role_check.verdict: its config's allowance or the command's flag."""
+    how = f"pass --allow-privileged-role (or set {target.allowance_field}: true)"
+    return flag or target.allow_privileged_role, how
+
+
 def role_refusal(runner: Runner, target: Target, allow_privileged_role: bool = False) -> str | None:
     """Why this target's invariants are not run, for its role's sake (role_check.py); None
     when they may, or when the database does not answer (each run then says so). Allowed,
     the role is not even read: `check` shows no allowance, and is benchmarked."""
-    allowed = allow_privileged_role or target.allow_privileged_role
+    allowed, how = privileged_allowance(target, allow_privileged_role)
     if allowed or runner.probe() is not None:
         return None
     try:
@@ -81,7 +88,6 @@ def role_refusal(runner: Runner, target: Target, allow_privileged_role: bool = F
     except (psycopg.Error, PoolTimeout) as exc:
         reason = describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc)
         return f"target {target.name}: not run, since what its role can do is unknown: {reason}"
-    how = f"pass --allow-privileged-role (or set {target.allowance_field}: true)"
     return verdict(target.name, facts, False, how).refusal()
 
 

@@ -281,6 +281,32 @@ def test_check_refuses_a_superuser_unless_told_and_runs_the_role_untold(
     assert "0 held, 2 violated, 0 could not be evaluated" in told.stdout
 
 
+def test_explain_analyze_refuses_a_superuser_unless_told_and_a_plan_alone_is_not_refused(
+    least_privilege: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """ANALYZE runs the query, so it is refused as `check` is; a plan runs none of it."""
+    admin, role_dsn, _ = least_privilege
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "bad.sql").write_text(BAD)
+    analyze = ("explain", "--analyze", "--invariants", str(folder))
+    refused = cli(*analyze, "--dsn", admin)
+    told = cli(*analyze, "--dsn", admin, "--allow-privileged-role")
+    as_role = cli(*analyze, "--dsn", role_dsn)
+    plan = cli("explain", "--invariants", str(folder), "--dsn", admin)
+    assert (refused.returncode, told.returncode, as_role.returncode, plan.returncode) == (
+        2,
+        0,
+        0,
+        0,
+    )
+    how = "pass --allow-privileged-role (or set database.allow_privileged_role: true)"
+    message = SUPERUSER_REFUSAL.replace(FIX, how)
+    assert refused.stdout == f"⚠️  bad: cannot explain: {message}\n"
+    for ran in (told, as_role, plan):
+        assert ran.stdout.startswith("✅ bad: cost "), ran.stdout
+
+
 def test_a_targets_config_allowance_is_honoured_by_check(database: str, tmp_path: Path) -> None:
     items_table(database, rows=3, bad=(2,))
     folder = tmp_path / "invariants"
