@@ -59,7 +59,7 @@ cleanup() {
     for ctr in "${containers[@]}"; do buildah rm "$ctr" >/dev/null 2>&1 || true; done
     for image in "${images[@]}"; do buildah rmi "$image" >/dev/null 2>&1 || true; done
     for name in "${databases[@]}"; do
-        "$python" deploy/check_kit.py drop "$server" "$name" || true
+        "$python" deploy/tools/check_kit.py drop "$server" "$name" || true
     done
     # An interrupted debootstrap leaves /proc and /sys mounted in its target: unmount them
     # (deepest first) before removing anything, and never cross into another filesystem.
@@ -87,7 +87,7 @@ port_free() {
 seed_fresh() {
     local name="invmon_kit_${run_id//-/_}_${#databases[@]}"
     databases+=("$name")
-    seeded=$("$python" deploy/check_kit.py seed "$server" "$name") ||
+    seeded=$("$python" deploy/tools/check_kit.py seed "$server" "$name") ||
         fail "could not create and seed a scratch database on INVMON_TEST_DSN"
 }
 
@@ -113,7 +113,7 @@ while IFS= read -r root; do
 done < <(find deploy -name kustomization.yaml -printf '%h\n' | sort)
 [ "${#rendered[@]}" -gt 0 ] || fail "no kustomization.yaml under deploy/"
 # Relative paths, so that each line names the kustomization it rendered.
-(cd "$work/rendered" && "$python" "$repo/deploy/check_kit.py" validate "${rendered[@]}") >&2 ||
+(cd "$work/rendered" && "$python" "$repo/deploy/tools/check_kit.py" validate "${rendered[@]}") >&2 ||
     fail "the rendered manifests are invalid"
 say "rendered and validated ${#rendered[@]} kustomizations in $(elapsed "$step")"
 
@@ -186,7 +186,7 @@ fi
 # local indexes) are mounted read-only while RUN runs. buildah leaves an empty file or folder
 # behind in the layer for each mount point it had to create, so the base has them all
 # already: the Dockerfile's own layers then carry nothing of the host's.
-"$python" deploy/check_kit.py pip-config "$work/pip.conf" >"$work/pip-paths"
+"$python" deploy/tools/check_kit.py pip-config "$work/pip.conf" >"$work/pip-paths"
 mounts=(--volume "$work/pip.conf:/etc/pip.conf:ro")
 while IFS= read -r path; do mounts+=(--volume "$path:$path:ro"); done <"$work/pip-paths"
 base="localhost/invmon-ci-base:$run_id"
@@ -261,7 +261,7 @@ fi
 step=$SECONDS
 buildah inspect --type image "$image" >"$work/image.json"
 for what in run healthcheck user; do
-    "$python" deploy/check_kit.py image-command "$what" <"$work/image.json" >"$work/$what" ||
+    "$python" deploy/tools/check_kit.py image-command "$what" <"$work/image.json" >"$work/$what" ||
         fail "the image's $what command"
 done
 mapfile -d '' -t command <"$work/run"
@@ -286,7 +286,7 @@ seed_fresh
 setsid buildah run --isolation=chroot --network=host --user "${user[0]}" \
     --env INVMON_DSN="$seeded" "$ctr" -- "${command[@]}" >"$work/daemon.log" 2>&1 &
 daemon=$!
-"$python" deploy/check_kit.py probe http://127.0.0.1:9187 --deadline 60 --pid "$daemon" \
+"$python" deploy/tools/check_kit.py probe http://127.0.0.1:9187 --deadline 60 --pid "$daemon" \
     --planted deploy/demo/planted.yaml --version "$version" >"$work/probe.log" || {
     tail -n 20 "$work/daemon.log" >&2
     fail "the image's daemon (${command[*]})"

@@ -52,7 +52,7 @@ sed -e "s|/etc/invmon/invariants|$work/run/invariants|" \
 (cd "$work/run" && exec "$work/venv/bin/invmon" run --config invmon.yaml) > "$work/run/log" 2>&1 &
 daemon=$!
 # The installed venv has what the probe imports (PyYAML, prometheus-client): invmon's own.
-if ! "$work/venv/bin/python" deploy/check_kit.py probe http://127.0.0.1:9187 --deadline 60 \
+if ! "$work/venv/bin/python" deploy/tools/check_kit.py probe http://127.0.0.1:9187 --deadline 60 \
     --pid "$daemon" --version "${INVMON_VERSION:-}" \
     ${EXPECT_PLANTED:+--planted "$EXPECT_PLANTED"}; then
     echo "the daemon's log:" >&2

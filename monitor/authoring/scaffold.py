@@ -129,9 +129,14 @@ def workflow(template: str, source: str) -> str:
     return re.sub(r"\A# GitHub Actions: copy to [^\n]*\n# [^\n]*\n", own, replaced)
 
 
-def repository(kit: Path, source: str, has_invariants: bool = False) -> list[Planned]:
-    """Every file of a new repository of invariants; `kit` is deploy/ci (or its copy). The
-    example invariant only where there is none yet (a re-run must not bring it back)."""
+ROLE_SCRIPTS = ("readonly-role.sql", "verify-readonly-role.sql")
+
+
+def repository(kit: Path, roles: Path, source: str, has_invariants: bool = False) -> list[Planned]:
+    """Every file of a new repository of invariants; `kit` is deploy/ci and `roles` deploy/
+    (or their copies in the wheel): the role scripts go where invmon's messages say they
+    are, deploy/. The example invariant only where there is none yet (a re-run must not
+    bring it back)."""
     example = [
         Planned(Path("invariants/negative_totals.sql"), EXAMPLE_INVARIANT),
         Planned(Path("invariants/negative_totals.test.yaml"), EXAMPLE_CASES),
@@ -157,6 +162,10 @@ def repository(kit: Path, source: str, has_invariants: bool = False) -> list[Pla
         Planned(
             Path(".github/CODEOWNERS"),
             _without_copy_note((kit / "CODEOWNERS.example").read_text(encoding="utf-8")),
+        ),
+        *(
+            Planned(Path("deploy") / name, (roles / name).read_text(encoding="utf-8"))
+            for name in ROLE_SCRIPTS
         ),
     ]
 

@@ -95,7 +95,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "monitor.cli.writing",
         "init",
         "Start a repository of invariants: config, .gitignore, schema placeholder, an example "
-        "invariant with its cases, the PR workflow, its check script, PR template and CODEOWNERS.",
+        "invariant with its cases, the PR workflow, its check script, PR template, CODEOWNERS, "
+        "and the scripts that make and check invmon's least-privilege database role.",
     ),
     "new": (
         "monitor.cli.writing",

@@ -273,13 +273,15 @@ def write_planned(root: Path, planned: Sequence[Planned]) -> None:
 @click.argument("directory", default=".", type=click.Path(path_type=Path, file_okay=False))
 def init(directory: Path) -> None:
     """Start a repository of invariants: config, .gitignore, schema placeholder, an example
-    invariant with its cases, the PR workflow, its check script, PR template and CODEOWNERS."""
+    invariant with its cases, the PR workflow, its check script, PR template, CODEOWNERS,
+    and the scripts that make and check invmon's least-privilege database role."""
     from monitor.authoring.scaffold import invmon_source, repository
     from monitor.cli.demo import shipped_folder
 
     kit = shipped_folder("deploy/ci", "monitor.ci_kit")
+    roles = shipped_folder("deploy", "monitor.role_scripts")
     has_invariants = any((directory / "invariants").rglob("*.sql"))
-    write_planned(directory, repository(kit, invmon_source(), has_invariants))
+    write_planned(directory, repository(kit, roles, invmon_source(), has_invariants))
     click.echo(
         "\nNext: put the production schema in db/schema.sql (the command is in the file), "
         "then `invmon lint` and `invmon test`; `invmon new NAME` starts the next invariant."

@@ -12,6 +12,8 @@ from helpers import PRIVILEGED_YAML, cli, invmon, sql
 
 from monitor.authoring.fixtures import load_fixture
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_init_makes_a_repository_whose_checks_pass_as_written(
     tmp_path: Path, database: str
@@ -25,6 +27,8 @@ def test_init_makes_a_repository_whose_checks_pass_as_written(
         ".gitignore",
         "db/schema.sql",
         "deploy/ci/check-invariants.sh",
+        "deploy/readonly-role.sql",
+        "deploy/verify-readonly-role.sql",
         "invariants/negative_totals.sql",
         "invariants/negative_totals.test.yaml",
         "invmon.yaml",
@@ -49,7 +53,9 @@ def test_init_makes_a_repository_whose_checks_pass_as_written(
     assert checked.returncode == 0, checked.stdout
     assert "invmon-base" not in workflow.read_text()  # its own repo holds no invmon
     again = cli("init", str(tmp_path))
-    assert again.stdout.count("kept ") == 7  # nothing is overwritten, no example comes back
+    assert again.stdout.count("kept ") == 9  # nothing is overwritten, no example comes back
+    for name in ("readonly-role.sql", "verify-readonly-role.sql"):  # as shipped, byte for byte
+        assert (tmp_path / "deploy" / name).read_bytes() == (ROOT / "deploy" / name).read_bytes()
 
 
 def test_the_new_repository_passes_its_own_check_script_and_ignores_the_state_store(
@@ -141,3 +147,17 @@ def test_mistakes_in_headers_and_fixtures_come_with_a_hint(tmp_path: Path) -> No
         "'x': unknown `expect` field(s) ['kyes']; did you mean 'kyes' -> 'keys'?",
         "'y': unknown field(s) ['expct']; did you mean 'expct' -> 'expect'?",
     ]
+
+
+def test_the_wheel_carries_the_role_scripts_init_writes() -> None:
+    """From a plain `pip install`, init reads them from the package pyproject maps deploy/
+    to: exactly these two files of it (deploy/'s Python helpers stay out of the wheel)."""
+    import tomllib
+
+    from monitor.authoring.scaffold import ROLE_SCRIPTS
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["package-dir"]["monitor.role_scripts"] == "deploy"
+    assert setuptools["package-data"]["monitor.role_scripts"] == list(ROLE_SCRIPTS)
+    assert sorted(p.name for p in (ROOT / "deploy").glob("*.py")) == []  # no module shipped
+    assert all((ROOT / "deploy" / name).is_file() for name in ROLE_SCRIPTS)

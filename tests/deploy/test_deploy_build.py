@@ -1,6 +1,6 @@
 """The image's build follows pyproject: its first stage copies exactly the folders setuptools
 builds the wheel from, so a package mapped to a new folder cannot be left out again (the
-build failed on examples/live once). And the pure parts of deploy/check_kit.py, the helper
+build failed on examples/live once). And the pure parts of deploy/tools/check_kit.py, the helper
 of deploy/check-kit.sh, which CI runs to build, render and run what is shipped."""
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ DOCKERFILE = ROOT / "deploy" / "container" / "Dockerfile"
 
 
 def load_kit() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_kit", ROOT / "deploy" / "check_kit.py")
+    spec = importlib.util.spec_from_file_location(
+        "check_kit", ROOT / "deploy" / "tools" / "check_kit.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

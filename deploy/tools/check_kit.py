@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 K8S_VERSION = "1.30.0"  # the version tests/deploy/test_deploy_kit.py validates the sources against
 # The Prometheus operator's kinds are CRDs: Kubernetes' schemas do not know them.
 OPERATOR_API = "monitoring.coreos.com/v1"
