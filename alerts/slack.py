@@ -18,7 +18,7 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from alerts.path_errors import CHANNEL_ERRORS, TOKEN_ERRORS
+from alerts.path_errors import CHANNEL_ERRORS, NEEDED, TOKEN_ERRORS
 from alerts.transport import Credentials, ErrorKind, Posted, TransportError
 
 METADATA_EVENT = "invmon_alert"
@@ -52,7 +52,11 @@ def _seconds(retry_after: str | None) -> float | None:
     return float(math.ceil(wait)) if 0 <= wait <= 3600 else None
 
 
-def classify_api_error(status: int, error: str, retry_after: str | None) -> TransportError:
+def classify_api_error(
+    status: int, error: str, retry_after: str | None, needed: str = ""
+) -> TransportError:
+    """`needed`: the scopes Slack says a missing_scope call needed, said in the message
+    (path_errors.py tells from them whether the path failed or one part of an alert)."""
     if status == 429 or error in ("ratelimited", "rate_limited", "message_limit_exceeded"):
         wait = _seconds(retry_after)
         return TransportError(f"rate limited by Slack (retry after {wait}s)", "retry", wait)
@@ -61,7 +65,8 @@ def classify_api_error(status: int, error: str, retry_after: str | None) -> Tran
     # Only errors known not to heal are final; anything unknown might have landed, so it is
     # reconciled before any retry rather than dropped.
     kind: ErrorKind = "permanent" if error in PERMANENT else "ambiguous"
-    return TransportError(f"Slack refused the call: {error or status}", kind)
+    said = f" ({NEEDED}{needed[:200]})" if error == "missing_scope" and needed else ""
+    return TransportError(f"Slack refused the call: {error or status}{said}", kind)
 
 
 def classify_exception(exc: BaseException) -> TransportError:
@@ -116,7 +121,10 @@ class SlackTransport:
             headers = response.headers or {}
             retry_after = headers.get("Retry-After") or headers.get("retry-after")
             raise classify_api_error(
-                response.status_code, str(data.get("error") or ""), retry_after
+                response.status_code,
+                str(data.get("error") or ""),
+                retry_after,
+                str(data.get("needed") or ""),
             ) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             raise classify_exception(exc) from None

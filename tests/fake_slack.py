@@ -45,6 +45,21 @@ MANIFEST_SCOPES = (
     "files:read",
     "usergroups:read",
 )
+# The scopes each method needs (one of them will do), as Slack's method pages list them for
+# a bot token; a call without one is refused with missing_scope, `needed` and `provided`.
+METHOD_SCOPES: dict[str, tuple[str, ...]] = {
+    "chat.postMessage": ("chat:write",),
+    "chat.update": ("chat:write",),
+    "chat.postEphemeral": ("chat:write",),
+    "files.getUploadURLExternal": ("files:write",),
+    "files.completeUploadExternal": ("files:write",),
+    "files.info": ("files:read",),
+    "conversations.history": ("channels:history", "groups:history"),
+    "conversations.replies": ("channels:history", "groups:history"),
+    "conversations.info": ("channels:read", "groups:read"),
+    "conversations.list": ("channels:read", "groups:read"),
+    "usergroups.users.list": ("usergroups:read",),
+}
 TOKEN = "xoxb-fake-token"
 APP_TOKEN = "xapp-fake-app-token"
 FAULTS = ("accept_then_timeout", "reset", "rate_limit", "error_500_applied", "error_500", "slow")
@@ -404,7 +419,14 @@ class FakeSlack:
                 if self.headers.get("Authorization") != f"Bearer {expected}":
                     return self._json(200, {"ok": False, "error": "invalid_auth"})
                 args = self._args(body, path.query)
-                fault = fake._fault(method)
+                fault = fake._fault(method)  # recorded in fake.calls, refused or not
+                needed = METHOD_SCOPES.get(method, ())
+                with fake.lock:
+                    granted = None if fake.scopes is None else set(fake.scopes)
+                if granted is not None and needed and not granted & set(needed):
+                    refusal = {"ok": False, "error": "missing_scope", "needed": ",".join(needed)}
+                    refusal["provided"] = ",".join(sorted(granted))
+                    return self._json(200, refusal)
                 if fault == "reset":
                     return self._reset()
                 if fault == "rate_limit":

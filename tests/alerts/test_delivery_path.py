@@ -363,6 +363,42 @@ def test_a_token_short_of_another_scope_is_warned_of_once_and_the_path_works(
     ]
 
 
+def test_without_files_write_the_csv_fails_alone_and_the_thread_goes_on(world: World) -> None:
+    """The CSV needs files:write, which the token lacks: Slack refuses the upload with
+    missing_scope. That is the part of the alert the warning said would fail, not the path:
+    the CSV fails for good, once, naming the scope, and holds nothing of its thread; the
+    replies and the resolution go out. No check's retry sends it again while the token
+    still lacks the scope."""
+    seconds, console = Seconds(), io.StringIO()
+    with FakeSlack(clock=world.clock) as fake:
+        assert fake.scopes is not None
+        fake.scopes.discard("files:write")
+        daemon = daemon_for(world, quick_slack(fake))
+        health = health_for(daemon, seconds, console)
+        assert health.tick() is True
+        checks = []
+        for step in range(3):  # opened, its rows change, resolved
+            script(world, daemon, step)
+            world.clock.advance(2)
+            daemon.deliver()
+            seconds.advance(AFTER_FAILURE)
+            checks.append(health.tick())  # a failure brings a check; the path works
+        world.clock.advance(2)
+        daemon.deliver()
+        [root] = fake.roots()
+        thread = [m.text for m in fake.thread(root)]
+        uploads = [m for m, _ in fake.calls if m == "files.getUploadURLExternal"]
+        rows = deliveries(world)
+        daemon.databases.close()
+    refused = "Slack refused the call: missing_scope (needed: files:write)"
+    assert [r for r in rows if r[0] == "upload_csv"] == [("upload_csv", "FAILED", refused)]
+    assert len(uploads) == 1  # tried once: no retry while the token lacks the scope
+    assert [(a, s) for a, s, _ in rows if a == "post_reply"] == [("post_reply", "SENT")] * 2
+    assert len(thread) == 2 and "resolved" in thread[1].lower()
+    assert checks == [True, False, False]  # the CSV's one failure brought one check
+    assert (health.problem(), health.verified()) == (None, True)
+
+
 def test_an_answer_that_does_not_say_the_scopes_is_no_verdict_on_them(world: World) -> None:
     with FakeSlack(clock=world.clock) as fake:
         fake.scopes = None  # a proxy that drops the header
@@ -933,7 +969,16 @@ def test_a_path_that_checks_out_leaves_failed_what_it_would_not_carry(world: Wor
     [
         ("Slack refused the call: invalid_auth", "token"),
         ("Slack refused the call: token_revoked", "token"),
-        ("Slack refused the call: missing_scope", "token"),
+        ("Slack refused the call: missing_scope", "token"),  # which scope: not said
+        ("Slack refused the call: missing_scope (needed: chat:write)", "token"),
+        ("Slack refused the call: missing_scope (needed: chat:write:bot)", "token"),
+        ("Slack refused the call: missing_scope (needed: files:write)", None),
+        ("Slack refused the call: missing_scope (needed: channels:history,groups:history)", None),
+        (
+            "an earlier message of its thread failed: Slack refused the call: missing_scope "
+            "(needed: files:write)",
+            None,
+        ),
         ("its root message failed: Slack refused the call: account_inactive", "token"),
         ("cannot call Slack: unknown url type: 'ftp'", "token"),
         ("Slack refused the call: channel_not_found", "channel"),

@@ -75,6 +75,19 @@ def test_slack_api_errors_are_classified_once(
     assert (classified.kind, classified.retry_after) == (kind, wait)
 
 
+def test_a_missing_scope_says_the_scopes_slack_says_it_needed() -> None:
+    refused = classify_api_error(200, "missing_scope", None, "files:write")
+    assert (refused.kind, refused.message) == (
+        "permanent",
+        "Slack refused the call: missing_scope (needed: files:write)",
+    )
+    unsaid = classify_api_error(200, "missing_scope", None)
+    assert (unsaid.kind, unsaid.message) == ("permanent", "Slack refused the call: missing_scope")
+    # Only a missing_scope says it: another error's `needed` is no part of its message.
+    other = classify_api_error(200, "not_in_channel", None, "files:write")
+    assert other.message == "Slack refused the call: not_in_channel"
+
+
 @pytest.mark.parametrize(
     ("exc", "kind"),
     [
