@@ -109,7 +109,7 @@ NEEDS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("files:write",), "the CSV of offending rows"),
     (("files:read",), "telling whether a CSV in doubt was shared"),
     (("channels:history", "groups:history"), "finding a post in doubt before posting it again"),
-    (("channels:read", "groups:read"), "finding a channel given by name"),
+    (("channels:read", "groups:read"), "finding a channel given by name, and checking each"),
 )
 GROUPS_NEED = (("usergroups:read",), "ack_allowlist's user groups")
 # A classic Slack app's scopes are named otherwise (`bot`, `bot:basic`, `identify`,

@@ -25,10 +25,23 @@ TOKEN_ERRORS = frozenset(
 CHANNEL_ERRORS = frozenset({"channel_not_found", "not_in_channel", "is_archived"})
 # How slack.py says which scopes a missing_scope call needed: `missing_scope (needed: a,b)`.
 NEEDED = "needed: "
-# The scope every post needs (delivery_health.py checks the token has it): a call refused
-# for another one failed for that part of the alert only (a CSV without files:write), which
-# the path check warns of; retried, it would fail again, and held, its thread would wait.
-POSTING = "chat:write"
+# Scopes that only a part of an alert needs: the CSV (files:write; files:read to tell
+# whether one in doubt was shared), finding a post in doubt before it is posted again
+# (*:history), the user groups of ack_allowlist. A call refused for lack of them fails that
+# delivery alone: retried by the path's checks, it would only fail again, and held, the
+# rest of its thread would wait for it for ever. Any other scope (chat:write for every
+# post; channels:read or groups:read to find a channel given by name) is the path's.
+PART_SCOPES = frozenset(
+    {
+        "files:write",
+        "files:read",
+        "channels:history",
+        "groups:history",
+        "mpim:history",
+        "im:history",
+        "usergroups:read",
+    }
+)
 # How slack.py says a channel cannot take messages when it looks the channel up itself.
 _CHANNEL_GONE = re.compile(r"channel '[^']*' (not found or not visible|is archived)$")
 _REFUSED = "Slack refused the call: "
@@ -41,11 +54,16 @@ def fixed_by_the_path(error: str) -> Literal["token", "channel"] | None:
     said = error.rsplit(_REFUSED, 1)[-1] if _REFUSED in error else ""
     code, _, rest = said.partition(" ")
     if code == "missing_scope" and rest.startswith(f"({NEEDED}"):
-        needed = rest.removeprefix(f"({NEEDED}").removesuffix(")").split(",")
-        if not any(scope.strip().startswith(POSTING) for scope in needed):
+        needed = {n.strip() for n in rest.removeprefix(f"({NEEDED}").removesuffix(")").split(",")}
+        if needed <= PART_SCOPES:
             return None
     if code in TOKEN_ERRORS or "cannot call Slack: " in error:
         return "token"
     if code in CHANNEL_ERRORS or _CHANNEL_GONE.search(error):
         return "channel"
     return None
+
+
+def missing_scope(error: str) -> bool:
+    """Whether Slack refused the call for lack of a scope."""
+    return error.rsplit(_REFUSED, 1)[-1].startswith("missing_scope") if _REFUSED in error else False

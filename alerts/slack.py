@@ -18,7 +18,7 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from alerts.path_errors import CHANNEL_ERRORS, NEEDED, TOKEN_ERRORS
+from alerts.path_errors import CHANNEL_ERRORS, NEEDED, TOKEN_ERRORS, missing_scope
 from alerts.transport import Credentials, ErrorKind, Posted, TransportError
 
 METADATA_EVENT = "invmon_alert"
@@ -153,7 +153,14 @@ class SlackTransport:
         cannot take messages."""
         self._channel_ids.pop(channel.lstrip("#"), None)
         channel_id = self.channel_id(channel)
-        answer = self._call("conversations_info", channel=channel_id)
+        try:
+            answer = self._call("conversations_info", channel=channel_id)
+        except TransportError as error:
+            if channel_id == channel and missing_scope(error.message):
+                # Given by id, it takes posts without channels:read, which only this look
+                # needs: no verdict on the channel (the scope check warns of the scope).
+                return channel_id
+            raise
         info = _field(answer, "channel", "conversations.info")
         if isinstance(info, dict) and info.get("is_archived"):
             raise TransportError(f"channel {channel!r} is archived", "permanent")

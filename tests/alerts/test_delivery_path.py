@@ -38,7 +38,7 @@ from alerts.delivery_health import (
     scope_verdict,
 )
 from alerts.ledger import to_retry
-from alerts.path_errors import fixed_by_the_path
+from alerts.path_errors import PART_SCOPES, fixed_by_the_path
 from alerts.slack import SlackTransport
 from alerts.transport import TransportError
 from monitor.config import (
@@ -397,6 +397,63 @@ def test_without_files_write_the_csv_fails_alone_and_the_thread_goes_on(world: W
     assert len(thread) == 2 and "resolved" in thread[1].lower()
     assert checks == [True, False, False]  # the CSV's one failure brought one check
     assert (health.problem(), health.verified()) == (None, True)
+
+
+def test_without_channels_read_a_channel_given_by_name_is_the_path_and_heals(
+    world: World,
+) -> None:
+    """channels:read finds the id of a channel given by name: without it nothing can be
+    posted there. The check says so (a finding), and what failed is the path's: sent once
+    the app is reinstalled with the scope and the daemon restarted."""
+    with FakeSlack(clock=world.clock) as fake:
+        assert fake.scopes is not None
+        fake.scopes -= {"channels:read", "groups:read"}
+        daemon = daemon_for(world, quick_slack(fake))
+        health = health_for(daemon, Seconds(), io.StringIO())
+        health.tick()
+        script(world, daemon, 0)
+        world.clock.advance(2)
+        daemon.deliver()
+        problem, failed = health.problem(), deliveries(world)
+        daemon.databases.close()
+        fake.scopes |= {"channels:read", "groups:read"}
+        after, roots = restarted_and_delivered(world, fake)
+    refused = "Slack refused the call: missing_scope (needed: channels:read,groups:read)"
+    assert problem == f"alerts cannot be delivered: {refused} (slack.channel)"
+    assert [r for r in failed if r[0] == "post_root"] == [("post_root", "FAILED", refused)] * 2
+    assert ("post_root", "SENT", "") in after
+    assert [("bad_items" in r.text) for r in roots] == [True]
+
+
+def test_without_channels_read_a_channel_given_by_id_takes_its_alerts(world: World) -> None:
+    """Given by id, a channel takes posts without channels:read, which only the check's
+    look at it needs: no verdict on it, no 503, and the alert goes out."""
+    with FakeSlack(clock=world.clock) as fake:
+        assert fake.scopes is not None
+        fake.scopes -= {"channels:read", "groups:read"}
+        daemon = daemon_for(world, quick_slack(fake, channel="C0INVARIANTS"))
+        health = health_for(daemon, Seconds(), io.StringIO())
+        health.tick()
+        script(world, daemon, 0)
+        world.clock.advance(2)
+        daemon.deliver()
+        rows, roots = deliveries(world), fake.roots()
+        daemon.databases.close()
+    assert (health.problem(), health.verified()) == (None, True)
+    assert rows == [("post_root", "SENT", ""), ("upload_csv", "SENT", "")]
+    assert len(roots) == 1
+
+
+def test_the_scopes_a_part_of_an_alert_needs_are_those_the_check_only_warns_of() -> None:
+    """path_errors.PART_SCOPES (a refusal fails that delivery alone) and the check's NEEDS
+    (a lack is a warning) name the same scopes, but for channels:read or groups:read, whose
+    lack fails every post to a channel given by name (the check then finds the channel)."""
+    warned = {
+        n
+        for names, _ in needed_scopes(Config(slack=SlackConfig(ack_allowlist=["S1"])))
+        for n in names
+    } - {"chat:write"}
+    assert warned - {"channels:read", "groups:read"} == PART_SCOPES - {"mpim:history", "im:history"}
 
 
 def test_an_answer_that_does_not_say_the_scopes_is_no_verdict_on_them(world: World) -> None:
@@ -973,6 +1030,9 @@ def test_a_path_that_checks_out_leaves_failed_what_it_would_not_carry(world: Wor
         ("Slack refused the call: missing_scope (needed: chat:write)", "token"),
         ("Slack refused the call: missing_scope (needed: chat:write:bot)", "token"),
         ("Slack refused the call: missing_scope (needed: files:write)", None),
+        ("Slack refused the call: missing_scope (needed: channels:read,groups:read)", "token"),
+        ("Slack refused the call: missing_scope (needed: files:write,chat:write)", "token"),
+        ("Slack refused the call: missing_scope (needed: some:new_scope)", "token"),
         ("Slack refused the call: missing_scope (needed: channels:history,groups:history)", None),
         (
             "an earlier message of its thread failed: Slack refused the call: missing_scope "
