@@ -216,11 +216,24 @@ class Daemon:
         self.liveness.beat("the scheduler's tick")
         if not self._started or self._stopping or self.signals.stopping:
             return []  # a stopping daemon claims nothing it would then hand back
-        # A run still in flight well past its timeout quarantines its invariant now, not
-        # when (if ever) it returns: a daemon restarted meanwhile must not run it again.
-        for inv, reason in self.scheduler.overdue(self.clock(), self.config.daemon.overrun_margin):
-            self.evaluator.quarantine(inv, reason)
+        self.quarantine_overdue()
         return self._start(self.scheduler.tick(self.clock()))
+
+    def quarantine_overdue(self) -> None:
+        """A run whose query has been on the database well past its timeout quarantines
+        its invariant now, not when (if ever) it returns: a daemon restarted meanwhile must
+        not run it again. (The tick's first step.)"""
+        overdue = self.scheduler.overdue(
+            self.clock(), self.config.daemon.overrun_margin, self._holding_since
+        )
+        for inv, reason in overdue:
+            self.evaluator.quarantine(inv, reason)
+
+    def _holding_since(self, inv: Invariant) -> datetime | None:
+        """When `inv`'s query in flight took its connection (Scheduler.overdue)."""
+        if inv.target not in self.databases:
+            return None
+        return self.databases[inv.target].runner.holding_since(inv.name)
 
     def _next_tick_in(self) -> float:
         """Seconds until the timetable's next start (the tick loop's wait, jobs.py)."""

@@ -18,6 +18,7 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from monitor.config import DaemonConfig
@@ -230,17 +231,28 @@ class Scheduler:
             if name in loaded and version_of(loaded[name]) == q.version
         }
 
-    def overdue(self, now: datetime, margin: timedelta) -> list[tuple[Invariant, str]]:
-        """The runs in flight well past their timeout, each once, with why: their invariants
-        are quarantined now, not when (if ever) the runs return."""
+    def overdue(
+        self,
+        now: datetime,
+        margin: timedelta,
+        holding_since: Callable[[Invariant], datetime | None],
+    ) -> list[tuple[Invariant, str]]:
+        """The runs in flight whose query has held its connection well past their timeout,
+        each once, with why: their invariants are quarantined now, not when (if ever) the
+        runs return. `holding_since`: when a run's query took its connection (Runner), None
+        while it has none (waiting for the replica gate or a connection, which are bounded
+        apart and say nothing about the query). Called without `_lock` held."""
         with self._lock:
             running = [
-                (self.invariants[n], since)
-                for n, since in self._in_flight.items()
+                self.invariants[n]
+                for n in self._in_flight
                 if n in self.invariants and n not in self._overdue
             ]
         found = []
-        for inv, since in running:
+        for inv in running:
+            since = holding_since(inv)
+            if since is None:
+                continue
             reason = still_running(now - since, inv, margin)
             if reason is not None:
                 with self._lock:

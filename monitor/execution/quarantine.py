@@ -39,9 +39,12 @@ def _shown(delta: timedelta) -> str:
 
 
 def overrun(took: timedelta, inv: Invariant, margin: timedelta) -> str | None:
-    """Why a run that took `took` quarantines `inv`, or None: it went on more than `margin`
-    past the longest it may take (its sources' timeouts plus its own)."""
-    longest = inv.longest_run
+    """Why a run whose query held its connection for `took` quarantines `inv`, or None: the
+    database went on more than `margin` past the invariant's timeout. Only the database's
+    time is judged (RunResult.held_ms): its sources are listed before, within their own
+    timeouts, and a wait for the replica gate, a connection or the store is no finding
+    about the query."""
+    longest = inv.timeout
     if took <= longest + margin:
         return None
     return (
@@ -51,9 +54,10 @@ def overrun(took: timedelta, inv: Invariant, margin: timedelta) -> str | None:
 
 
 def still_running(running_for: timedelta, inv: Invariant, margin: timedelta) -> str | None:
-    """The same for a run still in flight: found by the daemon's tick, since a run that
-    never ends would otherwise never say so."""
-    longest = inv.longest_run
+    """The same for a run still in flight, `running_for` since its query took its
+    connection: found by the daemon's tick, since a run that never ends would otherwise
+    never say so."""
+    longest = inv.timeout
     if running_for <= longest + margin:
         return None
     return (

@@ -37,6 +37,10 @@ class RunResult:
     # Milliseconds spent listing the invariant's sources (monitor/sources/) before the
     # query; None without sources. Part of duration_ms, reported apart.
     listing_ms: float | None = None
+    # The longest one attempt held its database connection (ms): the database's own time,
+    # which quarantine judges; not the replica gate's, a wait for a connection or the
+    # store's. None when no attempt got a connection.
+    held_ms: float | None = None
 
     @property
     def truncated(self) -> bool:

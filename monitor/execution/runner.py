@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -154,7 +155,10 @@ class Runner:
         self.target = target
         self.fence = LiveFence(allow)
         self._active: set[psycopg.Connection[Any]] = set()
-        self._active_lock = threading.Lock()
+        # Each invariant whose attempt holds a connection now, and since when (self.clock):
+        # how long the database has been at it, which is what an overrun is judged by.
+        self._holding: dict[str, datetime] = {}
+        self._active_lock = threading.Lock()  # guards _active and _holding
         connect_timeout = max(1, int(self.database.connect_timeout.total_seconds()))
         self._pool = ConnectionPool(
             dsn,
@@ -287,10 +291,11 @@ class Runner:
                 target=self.target,
             )
         attempts = 0
+        held: list[float] = []  # each attempt's time on its connection
         while True:
             attempts += 1
             try:
-                evaluation = self._evaluate(invariant, bound)
+                evaluation = self._evaluate(invariant, bound, held)
             except Refused as exc:
                 error = f"refused by the read-only fence: {exc}"
             except Unrunnable as exc:
@@ -323,6 +328,7 @@ class Runner:
                     rows_withheld=evaluation.rows_withheld,
                     target=self.target,
                     listing_ms=listing_ms,
+                    held_ms=max(held, default=None),
                 )
             return RunResult.failed(
                 invariant.name,
@@ -332,20 +338,44 @@ class Runner:
                 attempts=attempts,
                 target=self.target,
                 listing_ms=listing_ms,
+                held_ms=max(held, default=None),
             )
 
     @contextlib.contextmanager
-    def _in_flight(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+    def _in_flight(
+        self,
+        conn: psycopg.Connection[Any],
+        name: str | None = None,
+        held: list[float] | None = None,
+    ) -> Iterator[None]:
+        """`conn` is cancelled by cancel_all while inside; with `name`, that invariant's
+        attempt holds it (holding_since), and `held` gets how long, in ms."""
+        began = time.monotonic()
         with self._active_lock:
             self._active.add(conn)
+            if name is not None:
+                self._holding[name] = self.clock()
         try:
             yield
         finally:
             with self._active_lock:
                 self._active.discard(conn)
+                if name is not None:
+                    self._holding.pop(name, None)
+            if held is not None:
+                held.append((time.monotonic() - began) * 1000)
 
-    def _evaluate(self, invariant: Invariant, bound: Bound = NOTHING_BOUND) -> Evaluation:
-        with self._pool.connection() as conn, self._in_flight(conn):
+    def holding_since(self, name: str) -> datetime | None:
+        """When `name`'s attempt in flight took its connection (the clock's time); None
+        when it holds none: not started, waiting for the replica gate or a connection, or
+        done."""
+        with self._active_lock:
+            return self._holding.get(name)
+
+    def _evaluate(
+        self, invariant: Invariant, bound: Bound = NOTHING_BOUND, held: list[float] | None = None
+    ) -> Evaluation:
+        with self._pool.connection() as conn, self._in_flight(conn, invariant.name, held):
             return execute(
                 conn,
                 invariant,

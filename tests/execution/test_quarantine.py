@@ -5,12 +5,14 @@ The overrun is real: XPath evaluated by libxml2, which no statement timeout inte
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 from builders import build_daemon, config_file, daemon_config
-from helpers import FakeClock, cli, invariant
+from helpers import FakeClock, cli, invariant, wait_for
 
 from monitor.authoring.pgtemp import scratch_database
 from monitor.config import DaemonConfig, FenceConfig, StateConfig
@@ -54,14 +56,20 @@ def test_the_version_changes_with_what_runs_and_only_with_it() -> None:
     assert version_of(base) != version_of(invariant("a", "SELECT 1", timeout=3))
 
 
-def make(folder: Path, store: StateStore, dsn: str, state: StateConfig | None = None) -> Daemon:
+def make(
+    folder: Path,
+    store: StateStore,
+    dsn: str,
+    state: StateConfig | None = None,
+    clock: FakeClock | None = None,
+) -> Daemon:
     config = daemon_config(
         folder,
         state=state or StateConfig(),
         daemon=DaemonConfig(overrun_margin=timedelta(seconds=1)),
         fence=FenceConfig(allow_functions=["xpath"]),
     )
-    daemon = build_daemon(config, dsn, store, clock=FakeClock(START))
+    daemon = build_daemon(config, dsn, store, clock=clock or FakeClock(START))
     daemon.reload()
     return daemon
 
@@ -175,3 +183,46 @@ def test_a_quarantine_on_one_daemon_holds_on_all_three_until_an_operator_lifts_i
     [lift] = [e for e in store.events("unstoppable") if e.kind == "unquarantined"]
     assert str(lift.payload["reason"]).endswith("(command line)")
     assert store.quarantined() == {}
+
+
+def test_a_run_waiting_on_the_store_is_no_overrun_of_its_query(
+    tmp_path: Path, database: str, admin_dsn: str
+) -> None:
+    """The query took milliseconds; then storing its run waited on a lock another session
+    held on the store, for minutes of the daemon's clock. Neither the tick's look at runs in
+    flight nor the run's own end may call that the database failing to stop a query (a
+    locked or unreachable store once quarantined every invariant it touched, for good)."""
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "quick.sql").write_text(QUICK.replace("every 1m", "every 1m\n-- timeout: 1s"))
+    with scratch_database(admin_dsn, prefix="invmon_state") as state_dsn:
+        store = StateStore.open(dsn=state_dsn)
+        clock = FakeClock(START)
+        daemon = make(folder, store, database, StateConfig(dsn=state_dsn), clock)
+        locker = psycopg.connect(state_dsn)
+        try:
+            locker.execute("LOCK TABLE runs IN EXCLUSIVE MODE")
+            with ThreadPoolExecutor(1) as pool:
+                running = pool.submit(daemon.evaluate, "quick")
+                wait_for(lambda: _waiting_on_a_lock(state_dsn), 30, "the run's store write")
+                clock.advance(300)
+                daemon.quarantine_overdue()
+                locker.rollback()  # the store is free again
+                result = running.result(timeout=60)
+            assert result is not None and result.status == "ok"
+            assert result.held_ms is not None and result.held_ms < 1000
+            assert store.quarantined() == {}
+            assert [e.kind for e in store.events("quick") if "quarantine" in e.kind] == []
+        finally:
+            locker.close()
+            daemon.databases.close()
+            store.close()
+
+
+def _waiting_on_a_lock(dsn: str) -> bool | None:
+    """Whether a session of the store waits on a lock of the runs table; None while not."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        waiting = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'runs'::regclass"
+        ).fetchone()
+    return True if waiting and waiting[0] else None
