@@ -62,7 +62,7 @@ class Evaluator:
             if reason is not None:
                 self.quarantine(inv, reason)
         events: list[StoredEvent] = []
-        with self.health.guard(f"recording a run of {inv.name}"):
+        with self.health.guard(f"recording a run of {inv.name}", "recording runs"):
             try:
                 events = self.store.record_run(
                     inv.name,

@@ -86,7 +86,7 @@ class Scheduler:
                 with self._lock:
                     self.queue.settle(item)  # quarantined: this slot is not run anywhere
                 continue
-            with self.health.guard("claiming a slot"):
+            with self.health.guard("claiming a slot", "claiming slots"):
                 outcome = self.claims.claim(item, now)
                 with self._lock:
                     if outcome != "busy":
@@ -116,7 +116,7 @@ class Scheduler:
             holding = list(self._holding.values())
             loaded = set(self.invariants) - set(self._in_flight) - set(self._holding)
         loaded -= self.held_out()
-        with self.health.guard("renewing this daemon's claims"):
+        with self.health.guard("renewing this daemon's claims", "the heartbeat"):
             self.claims.heartbeat(now, holding, socket.gethostname(), os.getpid())
             members = self.claims.members(now, 3 * self.beat_every) | {self.me}
             joined, left = sorted(members - self.members), sorted(self.members - members)
