@@ -321,7 +321,10 @@ def reply_message(kind: EventKind, payload: dict[str, Any], view: IncidentView) 
     return Message(cut(text, TEXT_LIMIT), [_section(text)])
 
 
-TRACKED_ONLY = " (more rows offend than invmon tracks by key: daemon.track_keys)"
+TRACKED_ONLY = (
+    " (more rows offend than invmon compares: past daemon.track_keys, or, for a file without "
+    "a `key:`, past its sample)"
+)
 
 
 def reply_wording(payload: dict[str, Any], view: IncidentView) -> dict[EventKind, str]:

@@ -221,7 +221,11 @@ def decide(
     # Past daemon.track_keys the keys compared are the first ones only, so the numbers of
     # rows that came and went are lower bounds (`complete`: False), and messages say so.
     before = state.violation.count
-    if appeared:
+    # And "new" only when every row that offended before was known: otherwise a key not
+    # known may have offended all along (untracked), and none can be called new. It is
+    # tracked from now on all the same (keys_appeared below), so it can be seen to go.
+    knew_all = before is None or before <= len(known)
+    if appeared and knew_all:
         events.append(
             EventDraft(
                 "keys_appeared",
