@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from alerts.csvfile import csv_title, left_out_because, offending_csv
 from alerts.deliveries import Delivery
@@ -31,6 +32,7 @@ from monitor.links import safe_link
 from monitor.store.acks import ack_line
 from monitor.store.context import IncidentContext
 from monitor.store.incidents import event_kind
+from monitor.store.records import Incident
 from monitor.store.state import StateStore
 
 Describe = Callable[[str], InvariantHeader | None]
@@ -61,9 +63,7 @@ class Views:
             raise LookupError(f"incident #{incident_id} is not in the state store")
         # Stored before contexts were kept: the file as it is now.
         context = incident.context or IncidentContext.of(self.describe(incident.invariant))
-        keys = self.store.incident_keys(incident_id)
-        open_rows = [k.row for k in keys if k.gone_at is None and k.row]
-        columns = list(open_rows[0]) if open_rows else []
+        columns, open_rows = self._offending_rows(incident)
         return IncidentView(
             incident_id=incident_id,
             invariant=incident.invariant,
@@ -85,6 +85,20 @@ class Views:
             target=incident.target,
             several_targets=self.several_targets,
         )
+
+    def _offending_rows(self, incident: Incident) -> tuple[list[str], list[dict[str, Any]]]:
+        """(columns, rows) the root shows: of an open violation, the sample of its latest
+        run that found rows, exactly as the database returned it then; a tracked key's
+        stored row is as the last run that fetched it whole saw it, which may be long ago
+        for a key that has since left the sample. Without such a run (pruned, or an
+        incident of another kind), the open keys' rows."""
+        if incident.kind == "violation" and incident.resolved_at is None:
+            latest = self.store.last_violated_run(incident.invariant, incident.opened_at)
+            if latest is not None:
+                return list(latest.columns), list(latest.sample)
+        keys = self.store.incident_keys(incident.id)
+        rows = [k.row for k in keys if k.gone_at is None and k.row]
+        return (list(rows[0]) if rows else []), rows
 
     def csv_file(self, incident_id: int, max_rows: int, max_bytes: int) -> tuple[bytes, str]:
         """(the CSV, its title): the rows that offended when the incident opened, as they

@@ -96,17 +96,20 @@ POST_SPACING = timedelta(seconds=1)
 
 
 # The one statement of when a row could be taken, leaving out time and leases: UNKNOWN
-# (to be reconciled), or PENDING with its root message sent and no earlier row of its thread
-# still pending or in doubt (a thread's messages go out in order). `claim` adds "due and
-# unleased"; `next_due` asks when the earliest such row becomes due.
+# (to be reconciled), or PENDING with its root message sent and, for a message of the
+# thread, no earlier one of its thread still pending or in doubt (a thread's messages go out
+# in order). An edit of the root is no message of the thread: it shows the incident as it
+# is when sent, so it never waits behind a reply held for the thread's update interval.
+# `claim` adds "due and unleased"; `next_due` asks when the earliest such row becomes due.
 _READY = (
     "(d.state = 'UNKNOWN' OR (d.state = 'PENDING' AND ("
     "   d.root_id IS NULL OR EXISTS (SELECT 1 FROM deliveries r"
     "     WHERE r.id = d.root_id AND r.state = 'SENT'))"
-    "   AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.root_id = d.root_id"
+    f"   AND (d.action NOT IN {_THREAD}"
+    "     OR NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.root_id = d.root_id"
     "     AND d.root_id IS NOT NULL AND e.id < d.id"
-    "     AND e.action IN ('post_reply', 'post_detail', 'upload_csv')"
-    "     AND e.state IN ('PENDING', 'UNKNOWN'))))"
+    f"     AND e.action IN {_THREAD}"
+    "     AND e.state IN ('PENDING', 'UNKNOWN')))))"
 )
 
 

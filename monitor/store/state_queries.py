@@ -150,6 +150,16 @@ class StateQueries:
         where, params = _narrowed("r.", invariant, targets)
         return self._runs(f"{where} ORDER BY r.id DESC LIMIT ?", (*params, limit))
 
+    def last_violated_run(self, invariant: str, since: datetime) -> Run | None:
+        """The newest run of `invariant` that found rows and finished at `since` or later,
+        with its sample: the offending rows as the database last returned them."""
+        found = self._runs(
+            "WHERE r.invariant = ? AND r.status = 'violated' AND r.finished_at >= ?"
+            " ORDER BY r.id DESC LIMIT 1",
+            (invariant, stamp(since)),
+        )
+        return found[0] if found else None
+
     def run(self, run_id: int) -> Run | None:
         """One run with its sample rows."""
         found = self._runs("WHERE r.id = ?", (run_id,))

@@ -155,3 +155,42 @@ def test_a_resolution_sends_the_held_changes_first_without_waiting(pg_world: Wor
         daemon.databases.close()
     assert [m.text.split(" ")[0] for m in thread] == ["🔁", "🔁", "✅"]
     assert thread[1].text.startswith("🔁 The offending rows changed 2 times in 2s")
+
+
+KEYED = """\
+-- description: No group has a value.
+-- key: [g]
+-- sample: 2
+SELECT g, v FROM moves WHERE v <> 0
+"""
+
+
+def test_the_root_shows_the_latest_run_as_it_came_while_a_reply_is_held(pg_world: World) -> None:
+    """A truth review saw the root hold a count and rows of five minutes before, and mix
+    in a row's value from long ago: the root's edit waited behind the reply held for the
+    thread's interval, and a row outside the latest sample was shown as an old run saw it.
+    The root now shows, at once, the count and the sample of the latest run, as they came
+    from the database, and says how many rows it does not show."""
+    world = pg_world
+    (world.folder / "moves.sql").write_text(KEYED)
+    steps = [
+        "INSERT INTO moves VALUES (10, 5), (20, 7)",  # opens
+        "INSERT INTO moves VALUES (1, 1), (2, 2)",  # a change after quiet: replied at once
+        "UPDATE moves SET v = v * 111 WHERE g IN (1, 20); DELETE FROM moves WHERE g = 2",
+    ]
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)  # the default interval: INTERVAL
+        daemon.reload()
+        for step in steps:
+            sql(world.dsn, step)
+            run(world, daemon)
+            daemon.deliver()
+        root, thread = replies(fake)
+        table = next(b["text"]["text"] for b in root.blocks if "```" in str(b))
+        daemon.databases.close()
+    assert len(thread) == 1  # the third run's reply is held for the interval
+    assert offending_rows(root) == "*Offending rows*\n3"  # the live count, not 4
+    body, note = table.split("```")[1], table.split("```")[2]
+    # g=20 is left out (now 777; an old run saw 7), and said to be.
+    assert [line.split() for line in body.splitlines()] == [["g", "v"], ["1", "111"], ["10", "5"]]
+    assert note == "\n_1 more row not shown_"
