@@ -424,13 +424,21 @@ def _loads(conn: psycopg.Connection[Any], columns: list[Column]) -> list[Load]:
     return loads
 
 
-def _key_positions(columns: list[Column], invariant: Invariant) -> list[int]:
+def _key_positions(columns: list[Column], invariant: Invariant, given: list[str]) -> list[int]:
+    """Where each key column is; `given`: the names as the query gave them (before
+    unique_column_names), so that a key naming two columns is refused, not half read."""
     names = [c.name for c in columns]
     missing = [k for k in invariant.key if k not in names]
     if missing:
         raise Unrunnable(
             f"key column{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))} not among "
             f"the query's columns: {shorten(names, 200)}"
+        )
+    twice = [k for k in invariant.key if given.count(k) > 1]
+    if twice:
+        raise Unrunnable(
+            f"key column {twice[0]!r} names {given.count(twice[0])} of the query's columns; "
+            "give them distinct names (AS …)"
         )
     return [names.index(k) for k in invariant.key]
 
@@ -466,6 +474,7 @@ def execute(
         # Its types are all the describing query returns: the listing is sent once, below.
         send_one_statement(sending, described, emptied(bound) if params else None)
         columns = _columns(sending, cur, live_fence.catalog)
+        given = [c.name for c in sending.description or []]  # as the query names them
         if not params:
             # Compiled (JIT) as the text alone decides (query.jit_settings). With
             # sources it would be planned without its listing (sent once, below), which
@@ -478,7 +487,7 @@ def execute(
             settings = jit_settings(plan[0] if plan else None)
             if settings is not None:
                 cur.execute(settings.encode())
-        key = _key_positions(columns, invariant)
+        key = _key_positions(columns, invariant, given)
         cell = limits.cell(len(columns))
         fetch = max(sample, track) if key else sample
         query = bound_text(

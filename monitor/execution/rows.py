@@ -90,17 +90,18 @@ def json_safe(value: Any) -> JsonValue:
 
 
 def unique_column_names(names: Sequence[str]) -> list[str]:
-    """`SELECT a.id, b.id` yields two columns named id; keep both as id and id_2."""
-    seen: dict[str, int] = {}
+    """`SELECT a.id, b.id` yields two columns named id; keep both as id and id_2. A name
+    the query gives a column itself is never given to another: in `SELECT 1 AS x, 2 AS x,
+    3 AS x_2` the second x is x_3, and x_2 stays the column the query named so."""
+    own = set(names)
+    used: set[str] = set()
     out = []
     for name in names:
-        count = seen.get(name, 0) + 1
-        seen[name] = count
-        candidate = name if count == 1 else f"{name}_{count}"
-        while candidate in seen and count > 1:
-            count += 1
-            candidate = f"{name}_{count}"
-        seen.setdefault(candidate, 1)
+        candidate, n = name, 1
+        while candidate in used or (n > 1 and candidate in own):
+            n += 1
+            candidate = f"{name}_{n}"
+        used.add(candidate)
         out.append(candidate)
     return out
 

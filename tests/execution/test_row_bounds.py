@@ -199,8 +199,28 @@ def test_a_result_without_columns_is_still_counted(conn: psycopg.Connection[Any]
 
 
 def test_columns_of_the_same_name_are_both_kept(conn: psycopg.Connection[Any]) -> None:
-    done = run(conn, "SELECT 1 AS id, 2 AS id, 'x' AS invmon_n", key=("id",))
+    done = run(conn, "SELECT 1 AS id, 2 AS id, 'x' AS invmon_n", key=("invmon_n",))
     assert done.rows == [{"id": 1, "id_2": 2, "invmon_n": "x"}]
+
+
+def test_a_name_the_query_gave_is_never_given_to_another_column(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """A review found `SELECT 'a' AS x, 'b' AS x, 'c' AS x_2` reported as x_2 = 'b', and
+    `key: [x_2]` keyed on 'b': the second x took the name of the third column."""
+    done = run(conn, "SELECT 'a' AS x, 'b' AS x, 'c' AS x_2", key=("x_2",))
+    assert done.rows == [{"x": "a", "x_3": "b", "x_2": "c"}]
+    assert list(done.keys) == ['["c"]']
+    many = run(conn, "SELECT 1 AS id, 2 AS id_2, 3 AS id, 4 AS id_3, 5 AS id")
+    assert many.rows == [{"id": 1, "id_2": 2, "id_4": 3, "id_3": 4, "id_5": 5}]
+
+
+def test_a_key_naming_two_columns_is_refused(conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(Unrunnable) as refused:
+        run(conn, "SELECT 1 AS id, 2 AS id", key=("id",))
+    assert str(refused.value) == (
+        "key column 'id' names 2 of the query's columns; give them distinct names (AS …)"
+    )
 
 
 def test_a_key_the_query_does_not_return_is_one_sentence(conn: psycopg.Connection[Any]) -> None:
