@@ -47,7 +47,10 @@ def exact_json(text: str) -> Any:
     """A json or jsonb value as PostgreSQL sent it: its structure (dicts, lists, numbers)
     when Python's reading of it shows exactly what the text holds, else the text itself.
     json.loads alone turned 1e400 into infinity, 1.10 into 1.1 and {"a":1,"a":2} into
-    {"a": 2}: a message would have said something the database did not hold."""
+    {"a": 2}: a message would have said something the database did not hold. A JSON null
+    is its text, `null`: read as None it was SQL NULL in every message and the same key."""
+    if text.strip() == "null":
+        return text.strip()
     try:
         return json.loads(
             text,

@@ -44,3 +44,10 @@ def test_equal_keys_and_deep_nesting_keep_the_text() -> None:
     deep = "[" * 100_000 + "]" * 100_000
     assert exact_json(deep) == deep
     assert exact_json('{"k": [1, null, "x"]}') == {"k": [1, None, "x"]}
+
+
+def test_a_json_null_is_never_read_as_sql_null() -> None:
+    """A review found jsonb 'null' and SQL NULL both reported as null, and keyed alike."""
+    assert exact_json("null") == "null"
+    assert exact_json(" null ") == "null"
+    assert exact_json('{"k": null}') == {"k": None}  # inside a value, null is unambiguous

@@ -249,3 +249,16 @@ def test_the_runner_reports_what_its_bounds_left_out(database: str) -> None:
     assert (result.cut_values, result.cell_bytes) == (2, 64)
     assert missing.status == "error"
     assert missing.error == "key column 'id' not among the query's columns: ['a']"
+
+
+def test_a_jsonb_null_and_an_sql_null_are_two_values_and_two_keys(
+    conn: psycopg.Connection[Any],
+) -> None:
+    done = run(
+        conn,
+        "SELECT * FROM (VALUES ('null'::jsonb, 1), (NULL::jsonb, 2)) v(jb, n)",
+        key=("jb",),
+        track=10,
+    )
+    assert done.rows == [{"jb": "null", "n": 1}, {"jb": None, "n": 2}]
+    assert sorted(done.keys) == ['["null"]', "[null]"]
