@@ -10,12 +10,16 @@ from typing import Any
 
 from monitor.text import counted
 
+# What a spreadsheet reads as a formula when it opens a CSV: a text value starting so is
+# written after a ' (OWASP's advice), which spreadsheets take as "this is text" and hide.
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
 
 def _value(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
+        return f"'{value}" if value.startswith(_FORMULA) else value
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -40,7 +44,7 @@ def offending_csv(
         csv.writer(buffer, lineterminator="\n").writerow(values)
         return buffer.getvalue().encode("utf-8")
 
-    out += line(columns)
+    out += line([_value(c) for c in columns])  # a column's name is text too
     written = 0
     for row in rows[:max_rows]:
         encoded = line([_value(row.get(column)) for column in columns])

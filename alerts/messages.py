@@ -7,7 +7,6 @@ however wide or long the rows are. Status reads without colour: an emoji and a w
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from monitor.clock import shown
 from monitor.durations import human_duration
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.store.incidents import EventKind, retired_reason, while_open
-from monitor.text import counted, cut
+from monitor.text import counted, cut, shown_value
 
 SECTION_LIMIT = 3000
 HEADER_LIMIT = 150
@@ -73,8 +72,7 @@ def slack_date(moment: datetime) -> str:
 
 
 def _cell(value: Any) -> str:
-    text = "∅" if value is None else value if isinstance(value, str) else json.dumps(value)
-    return cut(" ".join(str(text).split()).replace("`", "'"), CELL_WIDTH)
+    return cut(shown_value(value).replace("`", "'"), CELL_WIDTH)
 
 
 def rows_table(columns: Sequence[str], rows: Sequence[dict[str, Any]], total: int | None) -> str:

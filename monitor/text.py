@@ -3,7 +3,10 @@ that could forge a log line or move a terminal's cursor, and no unbounded echo o
 
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
+from typing import Any
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 _NEWLINES = re.compile(r"[\n]")
@@ -30,3 +33,38 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
 def cut(text: str, limit: int) -> str:
     """`text` in at most `limit` characters, an ellipsis marking the cut."""
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+NULL_MARK = "∅"  # how a table shows SQL NULL
+_HIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _hidden(ch: str) -> bool:
+    """A character that shows nothing, or moves what follows: a control, a format character
+    (bidi overrides U+202A-U+202E and U+2066-U+2069, zero-width U+200B-U+200D, U+FEFF), a
+    line or paragraph separator. In a row's value it could reverse or hide what is shown."""
+    return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")
+
+
+def shown_value(value: Any) -> str:
+    """A row's value as one line of text that no other value shows as: NULL is NULL_MARK; a
+    string is itself when that is unambiguous, else its JSON literal (`""`, `" a"`, `"∅"`,
+    `"a  b"`, `"a\\nb"`); any other value its JSON; a hidden character (above) is always
+    written as its escape, `\\u202e`. One rule for every table: Slack's, the command
+    line's, the status page's."""
+    if value is None:
+        return NULL_MARK
+    if isinstance(value, str) and _plain(value):
+        return value
+    text = json.dumps(value, ensure_ascii=False)
+    return "".join(f"\\u{ord(ch):04x}" if _hidden(ch) else ch for ch in text)
+
+
+def _plain(text: str) -> bool:
+    return (
+        bool(text)
+        and text != NULL_MARK
+        and not text.startswith('"')
+        and " ".join(text.split()) == text
+        and not any(_hidden(ch) for ch in text)
+    )

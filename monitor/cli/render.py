@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from monitor.clock import shown
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.problems import Problem
-from monitor.text import counted, printable
+from monitor.text import counted, printable, shown_value
 
 if TYPE_CHECKING:  # for the annotations only: `lint` renders without the store's records
     from monitor.execution.results import RunResult
@@ -79,22 +79,31 @@ def to_json(document: dict[str, Any]) -> str:
 _ISO_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?([+-]\d\d:\d\d|Z)?$")
 
 
-def _cell(value: Any, width: int = _CELL_WIDTH) -> str:
-    text = "∅" if value is None else json.dumps(value, ensure_ascii=False)
-    if isinstance(value, str):
-        # Timestamps are shown to the second; the JSON output keeps them whole.
-        stamp = _ISO_TIMESTAMP.match(value)
-        text = f"{stamp.group(1)} {stamp.group(2)}{stamp.group(4) or ''}" if stamp else value
-    text = printable(" ".join(text.split()))  # no escape sequence reaches the terminal
+def _cell(value: Any, width: int = _CELL_WIDTH, of_a_row: bool = False) -> str:
+    """A table's cell: a row's value as text.shown_value writes it (never mistaken for
+    another value), or one of invmon's own (a name, a status, a time) on one line; either
+    way no escape sequence reaches the terminal."""
+    # Timestamps are shown to the second; the JSON output keeps them whole.
+    stamp = _ISO_TIMESTAMP.match(value) if isinstance(value, str) else None
+    if stamp:
+        text = f"{stamp.group(1)} {stamp.group(2)}{stamp.group(4) or ''}"
+    elif of_a_row:
+        text = shown_value(value)
+    else:
+        plain = "∅" if value is None else value if isinstance(value, str) else json.dumps(value)
+        text = printable(" ".join(str(plain).split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 _NAME_WIDTH = 100  # names are what a reader copies into the next command: cut only when absurd
 
 
-def text_table(header: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "") -> str:
+def text_table(
+    header: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "", of_rows: bool = False
+) -> str:
+    """`of_rows`: the cells are offending rows' values (_cell)."""
     limits = [_NAME_WIDTH if h in ("invariant", "target") else _CELL_WIDTH for h in header]
-    cells = [[_cell(v, w) for v, w in zip(row, limits, strict=True)] for row in rows]
+    cells = [[_cell(v, w, of_rows) for v, w in zip(row, limits, strict=True)] for row in rows]
     widths = [len(h) for h in header]
     for row in cells:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
@@ -150,7 +159,7 @@ def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
             shown = r.rows[:sample_rows]
             more = r.count - len(shown) if r.count is not None else 0
             cells = [[row.get(c) for c in r.columns] for row in shown]
-            table = text_table([printable(c) for c in r.columns], cells, "    ")
+            table = text_table([printable(c) for c in r.columns], cells, "    ", of_rows=True)
             tail = f"\n    … and {more:,} more" if more > 0 else ""
             tail += "".join(f"\n    ({note})" for note in bounds_notes(r))
             name = printable(r.invariant)
@@ -339,8 +348,8 @@ def history_text(title: str, runs: Sequence[Run], incidents: Sequence[Incident])
     return f"{title}: recent runs\n{run_table}\n\nincidents\n{incident_table}"
 
 
-def _md_cell(value: Any) -> str:
-    return _cell(value).replace("|", "\\|")
+def _md_cell(value: Any, of_a_row: bool = False) -> str:
+    return _cell(value, of_a_row=of_a_row).replace("|", "\\|")
 
 
 def _md_code(text: str, limit: int = 500) -> str:
@@ -385,7 +394,8 @@ def results_markdown(results: Sequence[RunResult], problems: Sequence[Problem]) 
             lines.append("| " + " | ".join(_md_cell(c) for c in r.columns) + " |")
             lines.append("|" + "---|" * len(r.columns))
             lines += [
-                "| " + " | ".join(_md_cell(row.get(c)) for c in r.columns) + " |" for row in shown
+                "| " + " | ".join(_md_cell(row.get(c), True) for c in r.columns) + " |"
+                for row in shown
             ]
             lines += ["", "</details>"]
     if problems:

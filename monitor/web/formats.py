@@ -3,7 +3,6 @@ acknowledgements and incident summaries, and the words and icons for each. Pure.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,7 +16,7 @@ from monitor.store import acks
 from monitor.store.acks import MODE_WORDS
 from monitor.store.incidents import while_open
 from monitor.store.records import Incident
-from monitor.text import cut
+from monitor.text import cut, shown_value
 from monitor.web.chart import Sparkline
 from monitor.web.reads import (
     SlackPost,
@@ -69,9 +68,8 @@ KIND_WORD = {
 
 
 def cell(value: Any) -> str:
-    """A row value as the Slack table shows it (∅ for NULL, JSON for non-text), longer."""
-    text = "∅" if value is None else value if isinstance(value, str) else json.dumps(value)
-    return cut(" ".join(str(text).split()), CELL_LIMIT)
+    """A row value as the Slack table shows it (text.shown_value), longer."""
+    return cut(shown_value(value), CELL_LIMIT)
 
 
 def invariant_href(name: str) -> str:

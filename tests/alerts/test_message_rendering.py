@@ -109,6 +109,16 @@ def test_the_csv_holds_a_wide_row_whole() -> None:
     assert csv_title("wide", 3, 3) == "wide: 3 offending rows"
 
 
+def test_a_text_value_a_spreadsheet_would_run_is_written_as_text() -> None:
+    """=HYPERLINK(…) in a row went into the CSV as is: opened in a spreadsheet, it ran."""
+    rows = [{"=cmd": '=HYPERLINK("http://x")', "n": -5, "t": "-5", "ok": "a=b"}]
+    data, _ = offending_csv(rows, max_rows=10, max_bytes=1 << 20)
+    assert list(csv.reader(io.StringIO(data.decode()))) == [
+        ["'=cmd", "n", "t", "ok"],
+        ['\'=HYPERLINK("http://x")', "-5", "'-5", "a=b"],  # a number stays a number
+    ]
+
+
 def test_the_csv_stops_at_its_byte_cap_and_the_title_says_why() -> None:
     rows = [{"id": n, "note": "x" * 100} for n in range(50)]
     data, attached = offending_csv(rows, max_rows=1000, max_bytes=1024)
