@@ -27,6 +27,7 @@ import hashlib
 import hmac
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -83,21 +84,33 @@ DEFAULT_COLUMNS: tuple[str, ...] = (
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 # Letters of any script (`jörg@exämple.de`), and punycode top-level domains (`xn--p1ai`).
 _LOCAL = r"[\w.%+'-]"
-_EMAIL = re.compile(_LOCAL + r"+@(?:[\w-]+\.)+(?:xn--[\w-]+|[^\W\d_]{2,})")
-_CARD = re.compile(r"(?<![0-9])[0-9](?:[ -]?[0-9]){12,18}(?![0-9])")
+# `@` or its full-width form (U+FF20), which a mail client reads as an @.
+_EMAIL = re.compile(_LOCAL + r"+[@\uff20](?:[\w-]+\.)+(?:xn--[\w-]+|[^\W\d_]{2,})")
+# A card's digits (any script's: full-width ones too), bare or with single spaces or dashes
+# anywhere; or in its printed groups (4-4-4-4, up to 4-4-4-4-3, or 4-6-5) split by up to two
+# of the separators people and programs write, the same throughout: spaces (no-break ones
+# too), tabs, - . / _. Groups, so that a date range (2026/12/05 2026/12/06) is no card.
+_CARD_SEPARATOR = r"[ \t\u00a0\u2007\u202f./_-]{1,2}"
+_CARD = re.compile(
+    r"(?<!\d)(?:\d(?:[ -]?\d){12,18}"
+    rf"|\d{{4}}(?P<s>{_CARD_SEPARATOR})\d{{4}}(?P=s)\d{{4}}(?P=s)\d{{4}}(?:(?P=s)\d{{1,3}})?"
+    rf"|\d{{4}}(?P<t>{_CARD_SEPARATOR})\d{{6}}(?P=t)\d{{4,5}})(?!\d)"
+)
 # Upper case, spaced anyhow (as before); and any case, compact or in groups of four as IBANs
 # are printed (`gb82 west 1234 …`), a stricter shape so lower-case prose is not taken for one.
 _IBAN = re.compile(r"\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}\b")
 _IBAN_ANY_CASE = re.compile(
-    r"\b[A-Za-z]{2}[0-9]{2}(?:[A-Za-z0-9]{11,30}|(?: [A-Za-z0-9]{4}){2,7}(?: [A-Za-z0-9]{1,4})?)\b"
+    r"\b[A-Za-z]{2}[0-9]{2}"
+    r"(?:[A-Za-z0-9]{11,30}|(?P<g>[ -])[A-Za-z0-9]{4}(?:(?P=g)[A-Za-z0-9]{4}){1,6}"
+    r"(?:(?P=g)[A-Za-z0-9]{1,4})?)\b"
 )
 
 # The tail of a cut text that could be the beginning of a card or an IBAN (see Masker.cut):
 # both are short (at most 37 and 42 characters), so only the last _SHORT_TAIL are looked at.
-_CARD_START = re.compile(r"(?<![0-9])[0-9](?:[ -]?[0-9]){3,}[ -]?$")
+_CARD_START = re.compile(rf"(?<!\d)\d(?:(?:{_CARD_SEPARATOR})?\d){{3,}}(?:{_CARD_SEPARATOR})?$")
 _IBAN_START = re.compile(r"\b[A-Za-z]{2}(?:[0-9]{1,2}(?: ?[A-Za-z0-9])* ?)?$")
 _SHORT_TAIL = 64
-_EMAIL_PUNCTUATION = frozenset("._%+'@-")
+_EMAIL_PUNCTUATION = frozenset("._%+'@-\uff20")
 
 
 def _email_tail(text: str) -> int:
@@ -143,7 +156,7 @@ def _looks_like_card(digits: str, separated: bool) -> bool:
 
 
 def iban_valid(text: str) -> bool:
-    compact = text.replace(" ", "").upper()
+    compact = text.replace(" ", "").replace("-", "").upper()
     if not 15 <= len(compact) <= 34 or not compact.isascii() or not compact.isalnum():
         return False
     rearranged = compact[4:] + compact[:4]
@@ -261,8 +274,9 @@ class Masker:
             return self.text(value)
         if isinstance(value, bool) or value is None:
             return value
-        if isinstance(value, int):
-            digits = str(abs(value))
+        if isinstance(value, int | float) and (isinstance(value, int) or value.is_integer()):
+            # A card number stored as a number (a float8 column, a jsonb number) is one too.
+            digits = str(abs(int(value)))
             if "card" in self._r.detectors and _looks_like_card(digits, separated=False):
                 return self._r.mask(digits)
             return value
@@ -352,7 +366,7 @@ class Masker:
         if not self._r.enabled:
             return text
         found = self._r.detectors
-        if "email" in found and "@" in text:
+        if "email" in found and ("@" in text or "\uff20" in text):
             text = _EMAIL.sub(lambda m: self._r.mask(m.group(0)), text)
         # IBANs before cards: an IBAN's digits can pass for a card and leave its letters.
         if "iban" in found:
@@ -364,19 +378,21 @@ class Masker:
 
     def _card(self, match: re.Match[str]) -> str:
         found = match.group(0)
-        digits = re.sub(r"[ -]", "", found)
-        separated = digits != found
+        # Each digit as its value, full-width or not: one card masks one way however written.
+        digits = "".join(str(unicodedata.decimal(ch)) for ch in found if ch.isdecimal())
+        separated = len(digits) != len(found)
         return self._r.mask(digits) if _looks_like_card(digits, separated) else found
 
     def _iban(self, match: re.Match[str]) -> str:
         found = match.group(0)
         # The shape can run on into the next word (`… 0130 00 and`, `… 3000 note`): then the
         # IBAN is the match up to one of its spaces, longest first.
-        ends = [len(found)] + [i for i in range(len(found) - 1, 0, -1) if found[i] == " "]
+        ends = [len(found)] + [i for i in range(len(found) - 1, 0, -1) if found[i] in " -"]
         for end in ends:
             if iban_valid(found[:end]):
                 # One IBAN masks one way however it is written.
-                return self._r.mask(found[:end].replace(" ", "").upper()) + found[end:]
+                compact = found[:end].replace(" ", "").replace("-", "").upper()
+                return self._r.mask(compact) + found[end:]
         return found
 
 

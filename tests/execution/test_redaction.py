@@ -119,6 +119,23 @@ def test_columns_match_by_word_and_files_can_add_or_let_through() -> None:
         ("GB82 WEST 1234 5698 7654 33", False),  # checksum fails
         ("write to a.b+c@mail.example.org today", True),
         ("not an email: a@b", False),
+        # What a review got past the detectors: other separators, full-width characters,
+        # a card stored as a float, a dashed lower-case IBAN.
+        ("4111.1111.1111.1111", True),
+        ("4111/1111/1111/1111", True),
+        ("4111_1111_1111_1111", True),
+        ("4111\t1111\t1111\t1111", True),
+        ("4111\u00a01111\u00a01111\u00a01111", True),
+        ("4111  1111  1111  1111", True),
+        ("3782.822463.10005", True),  # Amex's 4-6-5
+        ("\uff14" + "\uff11" * 15, True),  # 4111111111111111 in full-width digits
+        (4111111111111111.0, True),
+        ([4111111111111111.0], True),
+        ("carol\uff20example.com", True),
+        ("gb82-west-1234-5698-7654-32", True),
+        ("2026/12/05 2026/12/06", False),  # a date range is no card
+        ("release 2026.12.05.1", False),
+        (1234.5, False),
     ],
 )
 def test_detectors_find_what_they_should_and_nothing_else(value: object, masked: bool) -> None:
