@@ -35,7 +35,6 @@ from psycopg import pq, sql
 from psycopg.adapt import Dumper, Loader
 from psycopg.types.datetime import (
     DateLoader,
-    IntervalLoader,
     TimeLoader,
     TimestampLoader,
     TimestamptzLoader,
@@ -132,8 +131,15 @@ class _Timetz(_TextWhenOutOfRange, TimetzLoader):
     pass
 
 
-class _Interval(_TextWhenOutOfRange, IntervalLoader):
-    pass
+class _Interval(Loader):
+    """An interval as PostgreSQL writes it ('1 mon', '30 days', '1 year 2 days 03:04:05'):
+    Python's timedelta has no months, so '1 mon' and '30 days' read as one value (and one
+    key), and '1 year' as 365 days, which PostgreSQL never says."""
+
+    format = pq.Format.TEXT
+
+    def load(self, data: Any) -> Any:
+        return bytes(data).decode()
 
 
 class _Json(Loader):

@@ -66,17 +66,22 @@ def exact_json(text: str) -> Any:
 def json_safe(value: Any) -> JsonValue:
     """A value json.dumps accepts without losing meaning.
 
-    Decimals become strings so money keeps its exact digits; timestamps become ISO 8601;
-    intervals become seconds; bytes become base64; arrays keep their structure, as json
-    and jsonb values do where exact_json kept it.
+    Decimals become strings so money keeps its exact digits, written out as PostgreSQL
+    writes them (0.0000001, never 1E-7); timestamps become ISO 8601; intervals (read as
+    text: execute._Interval) stay as PostgreSQL wrote them, a timedelta as seconds; a
+    float's NaN and infinities their SQL spelling; bytes become base64; arrays keep their
+    structure, as json and jsonb values do where exact_json kept it.
     """
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
-        finite = value == value and abs(value) != float("inf")
-        return value if finite else str(value)
+        if value != value:
+            return "NaN"
+        if abs(value) == float("inf"):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
     if isinstance(value, decimal.Decimal):
-        return str(value)
+        return format(value, "f")
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, dt.timedelta):

@@ -262,3 +262,26 @@ def test_a_jsonb_null_and_an_sql_null_are_two_values_and_two_keys(
     )
     assert done.rows == [{"jb": "null", "n": 1}, {"jb": None, "n": 2}]
     assert sorted(done.keys) == ['["null"]', "[null]"]
+
+
+def test_values_are_written_as_postgresql_writes_them(conn: psycopg.Connection[Any]) -> None:
+    """A truth review found '1 mon' and '30 days' both 2592000.0 (one key for two values),
+    '1 year' as 365 days, 0.0000001 as 1E-7, and NaN as nan."""
+    done = run(
+        conn,
+        "SELECT '1 mon'::interval AS a, '30 days'::interval AS b, '1 year'::interval AS c,"
+        " '-1 mon +1 day'::interval AS d, 0.0000001::numeric AS e, 'NaN'::float8 AS f,"
+        " '-Infinity'::float8 AS g, 'NaN'::numeric AS h",
+    )
+    assert done.rows == [
+        {
+            "a": "1 mon",
+            "b": "30 days",
+            "c": "1 year",
+            "d": "-1 mons +1 day",
+            "e": "0.0000001",
+            "f": "NaN",
+            "g": "-Infinity",
+            "h": "NaN",
+        }
+    ]

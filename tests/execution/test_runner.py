@@ -238,7 +238,7 @@ def test_database_values_become_json_safe_values(runner: Runner) -> None:
             "ids": [1, 2, 3],
             "doc": {"k": [1, None, "x"]},
             "raw": "AQI=",
-            "lasted": 5400.0,
+            "lasted": "01:30:00",  # as PostgreSQL writes it
             "nothing": None,
             "id_2": 1,
         }
