@@ -72,4 +72,7 @@ def left_out_because(kept: int, attached: int, max_rows: int, max_bytes: int) ->
         return f"the file stops at {max_bytes:,} bytes (slack.csv_max_bytes)"
     if attached == max_rows and kept > max_rows:
         return f"the file stops at {counted(max_rows, 'row')} (slack.csv_max_rows)"
-    return "a run keeps whole rows only for its sample (the header's `sample:`)"
+    return (
+        "a run keeps whole rows only for its sample (the header's `sample:`), within "
+        "limits.sample_bytes"
+    )

@@ -58,11 +58,14 @@ class Evaluation:
 _BYTEA = 17
 
 
-def cut_value(oid: int, line: str) -> CutValue:
+def cut_value(oid: int, line: str, cell: int) -> CutValue:
     """A value the database cut: the start of it, and what it was. The size and md5 are of
     the value's text form, as the server would send it. Shown (and masked) by the Masker,
-    which sees the start as the database sent it, not as a text already cut."""
+    which sees the start as the database sent it, not as a text already cut. The start is
+    at most `cell` bytes: the server's left() counts characters, and 4,096 emoji are 16 KiB
+    (a value shown whole under a label saying it was cut, and four times the budget)."""
     size, digest, prefix = line.split(" ", 2)  # the prefix may itself hold spaces
+    prefix = prefix.encode("utf-8")[:cell].decode("utf-8", errors="ignore")
     if oid == _BYTEA and prefix.startswith("\\x"):
         # bytea is shown as base64 everywhere (rows.json_safe); its text form is \x + hex
         hexdigits = prefix[2:]
@@ -122,7 +125,7 @@ class Gathering:
         if cell is None:
             return None, False
         if cell.startswith("c"):
-            return cut_value(self._columns[position].oid, cell[1:]), True
+            return cut_value(self._columns[position].oid, cell[1:], self._cell), True
         return _loaded(self._loads[position](cell[1:].encode())), False
 
     def add(self, raw: Sequence[Any]) -> None:

@@ -130,7 +130,8 @@ def test_the_csv_stops_at_its_byte_cap_and_the_title_says_why() -> None:
         "(slack.csv_max_bytes))"
     )
     assert left_out_because(20, 20, 1000, 1 << 20) == (
-        "a run keeps whole rows only for its sample (the header's `sample:`)"
+        "a run keeps whole rows only for its sample (the header's `sample:`), within "
+        "limits.sample_bytes"
     )
     assert left_out_because(5000, 1000, 1000, 1 << 30) == (
         "the file stops at 1,000 rows (slack.csv_max_rows)"

@@ -285,3 +285,20 @@ def test_values_are_written_as_postgresql_writes_them(conn: psycopg.Connection[A
             "h": "NaN",
         }
     ]
+
+
+def test_a_cut_value_s_start_is_at_most_the_cell_s_bytes_in_any_script(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """left() counts characters: 2,000 emoji (8,000 bytes) came back whole, labelled cut."""
+    done = run(
+        conn,
+        "SELECT repeat('☕', 2000) AS v, repeat('x', 8000) AS w",
+        limits=RowLimits(cell_bytes=4096),
+    )
+    [row] = done.rows
+    for column, width in (("v", 3), ("w", 1)):
+        value = str(row[column])
+        start, label = value.split("… [cut: ")
+        assert label.startswith("8,000 bytes in all" if width == 1 else "6,000 bytes in all")
+        assert len(start.encode()) <= 4096 and len(start.encode()) > 4096 - width
