@@ -77,6 +77,13 @@ class Liveness:
             with self._lock:
                 del self._active[token]
 
+    def shift(self, seconds: float) -> None:
+        """Every part's clock moved on `seconds` while no part could move (the process was
+        stopped or its host suspended): each starts that much later."""
+        with self._lock:
+            self._periodic = {p: (last + seconds, b) for p, (last, b) in self._periodic.items()}
+            self._active = {t: (p, s + seconds, b) for t, (p, s, b) in self._active.items()}
+
     def stalls(self) -> list[Stall]:
         """Every part that is stalled now, the longest overdue first."""
         now = self._monotonic()

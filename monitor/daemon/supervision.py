@@ -34,6 +34,9 @@ log = logging.getLogger("invmon.daemon")
 EXIT_WEDGED = 70  # EX_SOFTWARE: the process stopped doing its job
 EXIT_AFTER = 60.0  # seconds past twice a part's bound before the process ends itself
 TURN = 1.0  # seconds between two looks
+# Seconds between two looks past which the process itself did not run (SIGSTOP, a paused
+# VM, a suspended host): no part could move meanwhile, so none is judged for it.
+PAUSED_AFTER = 10.0
 REPORT_WITHIN = 10.0  # seconds the wedge report may take before the process exits without it
 
 
@@ -93,6 +96,7 @@ class Supervisor:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_ping = float("-inf")
+        self._last_turn: float | None = None  # the thread's own; no other reads it
 
     def start(self) -> None:
         self.notifier.notify("READY=1", "STATUS=running")
@@ -110,6 +114,22 @@ class Supervisor:
     def turn(self) -> None:
         """One look: ping when healthy; end the process when wedged or overdue."""
         now = self._monotonic()
+        gap = 0.0 if self._last_turn is None else now - self._last_turn
+        self._last_turn = now
+        if gap > PAUSED_AFTER:
+            # The process was stopped, and every part's clock ran on while none could move:
+            # each gets its bound afresh. This turn judges nothing and pings nothing, so a
+            # process starved of turns this way (each a gap) still goes unpinged, and the
+            # service manager's watchdog still ends it.
+            self.liveness.shift(gap)
+            if self._stop_deadline is not None:
+                self._stop_deadline += gap
+            log.warning(
+                "the process did not run for %.0fs (stopped, or its host suspended): every "
+                "part's bound starts again now",
+                gap,
+            )
+            return
         if self._stop_deadline is not None:
             # Stopping: its own deadline is the bound now, and the pings go on until then.
             if now > self._stop_deadline:

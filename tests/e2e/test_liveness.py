@@ -194,13 +194,44 @@ def test_the_supervisor_pings_while_every_part_moves_and_stops_when_one_stalls(
     clock.now += 1
     guard.turn()
     assert received(server) == ["WATCHDOG=1", "WATCHDOG=1"]
-    clock.now += 14  # the tick is now 16s old
-    guard.turn()
-    assert received(server) == []
+    for _ in range(14):  # the tick is now 16s old; a look a second, as it runs
+        clock.now += 1
+        guard.turn()
+    assert received(server) == ["WATCHDOG=1"] * 6  # every 2s until the tick stalled at 15s
     assert exits == []
-    clock.now += 2 * 15 + guard.exit_after - 16 + 1  # past twice its bound and the grace
+    for _ in range(int(2 * 15 + guard.exit_after - 16)):  # a look a second, as it runs
+        clock.now += 1
+        guard.turn()
+    assert exits == []
+    clock.now += 1  # past twice its bound and the grace
     guard.turn()
     assert exits == [EXIT_WEDGED]
+
+
+def test_a_process_stopped_and_continued_is_not_taken_for_a_wedge(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SIGSTOP for 100 s, then SIGCONT: an attacker's review saw the first look after it
+    end the process as wedged, since every part's clock ran on while none could move.
+    Each part now gets its bound afresh, and one that then does not move is still ended."""
+    clock = Clock()
+    alive = Liveness(clock)
+    alive.expect("the tick", 15)
+    exits: list[int] = []
+    guard = Supervisor(alive, Notifier({}), exits.append, clock)
+    guard.turn()
+    clock.now += 100  # stopped: no look, no beat
+    guard.turn()
+    assert exits == []
+    assert "the process did not run for 100s" in caplog.messages[-1]
+    assert alive.stalls() == []  # the tick's bound starts again
+    for _ in range(int(2 * 15 + guard.exit_after)):
+        clock.now += 1
+        guard.turn()
+    assert exits == []
+    clock.now += 1
+    guard.turn()
+    assert exits == [EXIT_WEDGED]  # it never beat after: a wedge after all
 
 
 def test_the_supervisor_ends_a_stop_that_overran_its_deadline_naming_what_it_waited_for(
@@ -478,7 +509,7 @@ def test_a_wedged_daemon_without_a_service_manager_ends_itself_with_every_stack(
     # (`_next_tick_in`), whichever it had reached when the lock was taken.
     blocked = re.search(
         r'scheduling\.py", line \d+ in (overdue|tick|next_tick)\n'
-        r'  File "[^"]*daemon\.py", line \d+ in (tick|_next_tick_in)\n',
+        r'  File "[^"]*daemon\.py", line \d+ in (tick|_next_tick_in|quarantine_overdue)\n',
         err,
     )
     assert blocked is not None, err[-6000:]
