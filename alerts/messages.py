@@ -239,7 +239,9 @@ def root_message(view: IncidentView, now: datetime) -> Message:
         }[view.kind]
         blocks.append(_section(explain))
         if view.detail:
-            blocks.append(_section(f"```{escape(cut(view.detail, SECTION_LIMIT - 10))}```"))
+            # A backtick in the database's words would close the block early.
+            detail = cut(view.detail.replace("`", "'"), SECTION_LIMIT - 10)
+            blocks.append(_section(f"```{escape(detail)}```"))
         blocks.append(_context(f"Owner: {_owner(view.owner)}" if view.owner else ""))
     if view.acknowledged:
         blocks.append(_context(escape_keeping_mentions(view.acknowledged)))

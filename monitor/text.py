@@ -68,3 +68,18 @@ def _plain(text: str) -> bool:
         and " ".join(text.split()) == text
         and not any(_hidden(ch) for ch in text)
     )
+
+
+_CUT_LABEL = re.compile(r"… \[cut: [^\]]*\]$")
+
+
+def cut_value_text(text: str, limit: int) -> str:
+    """`text` (a shown value) in at most `limit` characters, keeping the label a value the
+    database cut ends with (`… [cut: 9,000 bytes in all, md5 …]`): cut shorter, it would
+    read as the whole value."""
+    if len(text) <= limit:
+        return text
+    label = _CUT_LABEL.search(text)
+    if label is None or len(label.group(0)) >= limit:
+        return cut(text, limit)
+    return text[: limit - len(label.group(0))] + label.group(0)

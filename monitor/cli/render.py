@@ -349,7 +349,15 @@ def history_text(title: str, runs: Sequence[Run], incidents: Sequence[Incident])
 
 
 def _md_cell(value: Any, of_a_row: bool = False) -> str:
-    return _cell(value, of_a_row=of_a_row).replace("|", "\\|")
+    """A cell of a Markdown table. A row's value goes in a code span, whose content a
+    renderer shows as it is: no emphasis, link or HTML of the data's (an <img> in a PR
+    comment would be fetched), fenced by more backticks than it holds."""
+    text = _cell(value, of_a_row=of_a_row)
+    if of_a_row:
+        fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+        pad = " " if text.startswith("`") or text.endswith("`") else ""
+        text = f"{fence}{pad}{text}{pad}{fence}"
+    return text.replace("|", "\\|")  # GitHub's tables split at a bare |, even in code
 
 
 def _md_code(text: str, limit: int = 500) -> str:
@@ -391,12 +399,16 @@ def results_markdown(results: Sequence[RunResult], problems: Sequence[Problem]) 
                 f"of {counted(r.count or 0, 'offending row')}</summary>",
                 "",
             ]
-            lines.append("| " + " | ".join(_md_cell(c) for c in r.columns) + " |")
-            lines.append("|" + "---|" * len(r.columns))
-            lines += [
-                "| " + " | ".join(_md_cell(row.get(c), True) for c in r.columns) + " |"
-                for row in shown
-            ]
+            if r.columns:
+                lines.append("| " + " | ".join(_md_cell(c) for c in r.columns) + " |")
+                lines.append("|" + "---|" * len(r.columns))
+                lines += [
+                    "| " + " | ".join(_md_cell(row.get(c), True) for c in r.columns) + " |"
+                    for row in shown
+                ]
+            else:
+                lines.append("The query returns no columns: each row is empty.")
+            lines += [f"_{note}_" for note in bounds_notes(r)]
             lines += ["", "</details>"]
     if problems:
         lines += ["", "Problems:", ""] + [f"- `{p}`" for p in problems]

@@ -16,7 +16,7 @@ from monitor.store import acks
 from monitor.store.acks import MODE_WORDS
 from monitor.store.incidents import while_open
 from monitor.store.records import Incident
-from monitor.text import cut, shown_value
+from monitor.text import cut_value_text, shown_value
 from monitor.web.chart import Sparkline
 from monitor.web.reads import (
     SlackPost,
@@ -69,7 +69,7 @@ KIND_WORD = {
 
 def cell(value: Any) -> str:
     """A row value as the Slack table shows it (text.shown_value), longer."""
-    return cut(shown_value(value), CELL_LIMIT)
+    return cut_value_text(shown_value(value), CELL_LIMIT)
 
 
 def invariant_href(name: str) -> str:

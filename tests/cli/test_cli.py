@@ -250,7 +250,30 @@ def test_check_markdown_is_ready_for_a_pull_request_comment(shop: tuple[str, Pat
     assert "<details><summary><code>unpaid_orders</code>: first 3 of 10 offending rows" in (
         done.stdout
     )
-    assert "| 3 | 4.50 |" in lines
+    assert "| `3` | `4.50` |" in lines  # values in code spans: shown as they are
+
+
+def test_markdown_shows_hostile_values_as_they_are_and_says_what_was_cut() -> None:
+    """A truth review: markdown of the data (an <img> a PR comment would fetch, *bold*, a
+    | splitting the cell) was rendered, a result with no columns made a broken table, and
+    the notes on cut or withheld values were left out."""
+    from monitor.cli.render import results_markdown
+    from monitor.execution.results import RunResult
+
+    hostile = RunResult.counted(
+        "hostile",
+        2,
+        ["v"],
+        [{"v": "<img src=//x.io/t.png>"}, {"v": "*bold* a|b `x`"}],
+        rows_withheld=1,
+    )
+    empty = RunResult.counted("columnless", 1, [], [{}])
+    lines = results_markdown([hostile, empty], []).splitlines()
+    assert "| `<img src=//x.io/t.png>` |" in lines
+    assert "| `` *bold* a\\|b `x` `` |" in lines
+    assert "_1 row of the sample left out to keep the run within limits.sample_bytes_" in lines
+    assert "The query returns no columns: each row is empty." in lines
+    assert "| |" not in lines
 
 
 def test_explain_reports_cost_and_the_cost_gate_trips_on_an_expensive_query(
