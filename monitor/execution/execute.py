@@ -131,15 +131,34 @@ class _Timetz(_TextWhenOutOfRange, TimetzLoader):
     pass
 
 
-class _Interval(Loader):
-    """An interval as PostgreSQL writes it ('1 mon', '30 days', '1 year 2 days 03:04:05'):
-    Python's timedelta has no months, so '1 mon' and '30 days' read as one value (and one
-    key), and '1 year' as 365 days, which PostgreSQL never says."""
+class _AsWritten(Loader):
+    """A value as PostgreSQL writes it, where Python's type would say something else. An
+    interval ('1 mon', '30 days', '1 year'): timedelta has no months, so '1 mon' and
+    '30 days' read as one value (and one key), and '1 year' as 365 days, which PostgreSQL
+    never says. A range ('[1,5)', '["2026-01-01","2026-02-01")', 'empty'): psycopg's
+    Range prints itself otherwise ('[1, 5)')."""
 
     format = pq.Format.TEXT
 
     def load(self, data: Any) -> Any:
         return bytes(data).decode()
+
+
+# The built-in range and multirange types; an extension's own ranges come as text already.
+_RANGES = (
+    "int4range",
+    "int8range",
+    "numrange",
+    "daterange",
+    "tsrange",
+    "tstzrange",
+    "int4multirange",
+    "int8multirange",
+    "nummultirange",
+    "datemultirange",
+    "tsmultirange",
+    "tstzmultirange",
+)
 
 
 class _Json(Loader):
@@ -159,7 +178,9 @@ def register_loaders(conn: psycopg.Connection[Any]) -> None:
     conn.adapters.register_loader("timestamptz", _Timestamptz)
     conn.adapters.register_loader("time", _Time)
     conn.adapters.register_loader("timetz", _Timetz)
-    conn.adapters.register_loader("interval", _Interval)
+    conn.adapters.register_loader("interval", _AsWritten)
+    for name in _RANGES:  # multiranges are PostgreSQL 14's: unused before, and harmless
+        conn.adapters.register_loader(name, _AsWritten)
     conn.adapters.register_loader("json", _Json)
     conn.adapters.register_loader("jsonb", _Json)
 

@@ -302,3 +302,21 @@ def test_a_cut_value_s_start_is_at_most_the_cell_s_bytes_in_any_script(
         start, label = value.split("… [cut: ")
         assert label.startswith("8,000 bytes in all" if width == 1 else "6,000 bytes in all")
         assert len(start.encode()) <= 4096 and len(start.encode()) > 4096 - width
+
+
+def test_ranges_are_written_as_postgresql_writes_them(conn: psycopg.Connection[Any]) -> None:
+    """A review found int4range(1, 5) reported as '[1, 5)', psycopg's spelling."""
+    done = run(
+        conn,
+        "SELECT int4range(1, 5) AS r, 'empty'::numrange AS e,"
+        " tstzrange('2026-01-01 00:00+00', NULL) AS open_ended,"
+        " ARRAY[int8range(1, 2)] AS several",
+    )
+    assert done.rows == [
+        {
+            "r": "[1,5)",
+            "e": "empty",
+            "open_ended": '["2026-01-01 00:00:00+00",)',
+            "several": ["[1,2)"],
+        }
+    ]
