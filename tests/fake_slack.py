@@ -173,6 +173,18 @@ class FakeSlack:
 
     # --- the API -------------------------------------------------------------------------
 
+    def revoke(self, *scopes: str) -> None:
+        """The token loses `scopes` (the app reinstalled without them)."""
+        with self.lock:
+            assert self.scopes is not None, "a token whose scopes are not said has none to lose"
+            self.scopes -= set(scopes)
+
+    def grant(self, *scopes: str) -> None:
+        """The token gains `scopes` (the app reinstalled with them)."""
+        with self.lock:
+            assert self.scopes is not None, "a token whose scopes are not said gains none"
+            self.scopes |= set(scopes)
+
     def fail_next(self, method: str, fault: str) -> None:
         """The next call of `method` meets `fault`, whatever the seed says: for a test about
         one particular outcome."""

@@ -260,14 +260,20 @@ def test_a_daemon_as_the_least_privilege_role_runs_and_notes_nothing(
 # --- invmon check and invmon test ----------------------------------------------------------
 
 
+def bad_files(tmp_path: Path, *names: str) -> Path:
+    """An invariants folder holding BAD under each of `names`."""
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    for name in names:
+        (folder / f"{name}.sql").write_text(BAD)
+    return folder
+
+
 def test_check_refuses_a_superuser_unless_told_and_runs_the_role_untold(
     least_privilege: tuple[str, str, str], tmp_path: Path
 ) -> None:
     admin, role_dsn, _ = least_privilege
-    folder = tmp_path / "invariants"
-    folder.mkdir()
-    (folder / "bad.sql").write_text(BAD)
-    (folder / "also_bad.sql").write_text(BAD)
+    folder = bad_files(tmp_path, "bad", "also_bad")
     refused = cli("check", "--dsn", admin, "--invariants", str(folder))
     told = cli("check", "--dsn", admin, "--invariants", str(folder), "--allow-privileged-role")
     as_role = cli("check", "--dsn", role_dsn, "--invariants", str(folder))
@@ -286,9 +292,7 @@ def test_explain_analyze_refuses_a_superuser_unless_told_and_a_plan_alone_is_not
 ) -> None:
     """ANALYZE runs the query, so it is refused as `check` is; a plan runs none of it."""
     admin, role_dsn, _ = least_privilege
-    folder = tmp_path / "invariants"
-    folder.mkdir()
-    (folder / "bad.sql").write_text(BAD)
+    folder = bad_files(tmp_path, "bad")
     analyze = ("explain", "--analyze", "--invariants", str(folder))
     refused = cli(*analyze, "--dsn", admin)
     told = cli(*analyze, "--dsn", admin, "--allow-privileged-role")
