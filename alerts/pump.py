@@ -118,7 +118,7 @@ class DeliveryPump:
     def deliver(self, force: bool = False) -> int:
         """Plan what is pending, then perform the deliveries that are due."""
         handled = 0
-        with self.health.guard("planning and delivering alerts", "the alerts turn"):
+        with self.health.guard("planning and delivering alerts"):
             self.dispatch(force)
             handled = self.alerter.deliver()
             self.metrics.observe_deliveries(

@@ -62,7 +62,7 @@ class Evaluator:
             if reason is not None:
                 self.quarantine(inv, reason)
         events: list[StoredEvent] = []
-        with self.health.guard(f"recording a run of {inv.name}", "recording runs"):
+        with self.health.guard(f"recording a run of {inv.name}"):
             try:
                 events = self.store.record_run(
                     inv.name,
@@ -113,7 +113,7 @@ class Evaluator:
 
     def lift_changed_quarantines(self, current: Mapping[str, Invariant]) -> None:
         """A quarantine whose file has changed since is lifted (after each reload)."""
-        with self.health.guard("reading the quarantined invariants"):
+        with self.health.guard("reading the quarantined invariants", reads_only=True):
             for name, q in self.store.quarantined().items():
                 inv = current.get(name)
                 if inv is not None and version_of(inv) != q.version:

@@ -86,7 +86,7 @@ class Scheduler:
                 with self._lock:
                     self.queue.settle(item)  # quarantined: this slot is not run anywhere
                 continue
-            with self.health.guard("claiming a slot", "claiming slots"):
+            with self.health.guard("claiming a slot"):
                 outcome = self.claims.claim(item, now)
                 with self._lock:
                     if outcome != "busy":
@@ -116,7 +116,7 @@ class Scheduler:
             holding = list(self._holding.values())
             loaded = set(self.invariants) - set(self._in_flight) - set(self._holding)
         loaded -= self.held_out()
-        with self.health.guard("renewing this daemon's claims", "the heartbeat"):
+        with self.health.guard("renewing this daemon's claims"):
             self.claims.heartbeat(now, holding, socket.gethostname(), os.getpid())
             members = self.claims.members(now, 3 * self.beat_every) | {self.me}
             joined, left = sorted(members - self.members), sorted(self.members - members)
@@ -221,7 +221,7 @@ class Scheduler:
     def held_out(self) -> set[str]:
         """The invariants no daemon may run now: quarantined at the version loaded here."""
         found: dict[str, Quarantine] = {}
-        with self.health.guard("reading the quarantined invariants"):
+        with self.health.guard("reading the quarantined invariants", reads_only=True):
             found = self.store.quarantined()
         self.metrics.quarantined.set(len(found))
         loaded = self.invariants
