@@ -81,6 +81,7 @@ class Supervisor:
         notifier: Notifier,
         exit_process: Callable[[int], object] = os._exit,
         monotonic: Callable[[], float] = time.monotonic,
+        cpu: Callable[[], float] = time.process_time,
         exit_after: float = EXIT_AFTER,
         report_within: float = REPORT_WITHIN,
     ) -> None:
@@ -90,13 +91,16 @@ class Supervisor:
         self.notifier = notifier
         self._exit = exit_process
         self._monotonic = monotonic
+        self._cpu = cpu  # the process's CPU time: it does not move while the process is stopped
         # Set once by `stop_by`, read by the thread: a float is assigned atomically.
         self._stop_deadline: float | None = None
         self._waiting_for: Callable[[], str] = lambda: "the stop"
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_ping = float("-inf")
-        self._last_turn: float | None = None  # the thread's own; no other reads it
+        # The thread's own; no other reads them: the last look's clock and CPU time.
+        self._last_turn: float | None = None
+        self._last_cpu = 0.0
 
     def start(self) -> None:
         self.notifier.notify("READY=1", "STATUS=running")
@@ -113,14 +117,16 @@ class Supervisor:
 
     def turn(self) -> None:
         """One look: ping when healthy; end the process when wedged or overdue."""
-        now = self._monotonic()
+        now, cpu = self._monotonic(), self._cpu()
         gap = 0.0 if self._last_turn is None else now - self._last_turn
-        self._last_turn = now
-        if gap > PAUSED_AFTER:
-            # The process was stopped, and every part's clock ran on while none could move:
-            # each gets its bound afresh. This turn judges nothing and pings nothing, so a
-            # process starved of turns this way (each a gap) still goes unpinged, and the
-            # service manager's watchdog still ends it.
+        spent = cpu - self._last_cpu
+        self._last_turn, self._last_cpu = now, cpu
+        if gap > PAUSED_AFTER and spent < gap / 2:
+            # The process did not run (it used almost no CPU in the gap): every part's clock
+            # ran on while none could move, so each gets its bound afresh. A gap the process
+            # spent busy is no pause: a thread holding the interpreter (a regex, a C call)
+            # starved this look, and the stall is judged as ever. This turn judges and pings
+            # nothing.
             self.liveness.shift(gap)
             if self._stop_deadline is not None:
                 self._stop_deadline += gap

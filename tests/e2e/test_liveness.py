@@ -214,13 +214,13 @@ def test_a_process_stopped_and_continued_is_not_taken_for_a_wedge(
     """SIGSTOP for 100 s, then SIGCONT: an attacker's review saw the first look after it
     end the process as wedged, since every part's clock ran on while none could move.
     Each part now gets its bound afresh, and one that then does not move is still ended."""
-    clock = Clock()
+    clock, cpu = Clock(), Clock()
     alive = Liveness(clock)
     alive.expect("the tick", 15)
     exits: list[int] = []
-    guard = Supervisor(alive, Notifier({}), exits.append, clock)
+    guard = Supervisor(alive, Notifier({}), exits.append, clock, cpu)
     guard.turn()
-    clock.now += 100  # stopped: no look, no beat
+    clock.now += 100  # stopped: no look, no beat, and no CPU used
     guard.turn()
     assert exits == []
     assert "the process did not run for 100s" in caplog.messages[-1]
@@ -800,3 +800,21 @@ def test_a_stop_that_cannot_finish_in_time_exits_non_zero_naming_what_it_waited_
 
 def in_xpath(dsn: str) -> int:
     return active_runs(dsn, "unstoppable")
+
+
+def test_a_look_starved_by_a_busy_thread_is_no_pause() -> None:
+    """A thread holding the interpreter (a long regex) starves the supervisor's looks for
+    longer than the pause threshold: a review saw each such gap taken for a stopped process,
+    the stalled part's bound restarted each time, and no exit. A gap spent using the CPU
+    is judged as ever."""
+    clock, cpu = Clock(), Clock()
+    alive = Liveness(clock)
+    alive.expect("the tick", 15)
+    exits: list[int] = []
+    guard = Supervisor(alive, Notifier({}), exits.append, clock, cpu, exit_after=3)
+    guard.turn()
+    for _ in range(3):  # three starved gaps of 12 s, each spent on the CPU
+        clock.now += 12
+        cpu.now += 12
+        guard.turn()
+    assert exits == [EXIT_WEDGED]  # 36 s > twice 15 s + 3 s: a wedge, not a pause
