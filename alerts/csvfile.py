@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,11 +16,17 @@ from monitor.text import counted
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
+# A number as a numeric column's text holds it (-12.50, +3, -1e5): a spreadsheet reads it
+# as the number it is, and runs nothing; left as it is.
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
 def _value(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return f"'{value}" if value.startswith(_FORMULA) else value
+        formula = value.startswith(_FORMULA) and not _NUMBER.fullmatch(value)
+        return f"'{value}" if formula else value
     return json.dumps(value, ensure_ascii=False)
 
 

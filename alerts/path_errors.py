@@ -26,22 +26,13 @@ CHANNEL_ERRORS = frozenset({"channel_not_found", "not_in_channel", "is_archived"
 # How slack.py says which scopes a missing_scope call needed: `missing_scope (needed: a,b)`.
 NEEDED = "needed: "
 # Scopes that only a part of an alert needs: the CSV (files:write; files:read to tell
-# whether one in doubt was shared), finding a post in doubt before it is posted again
-# (*:history), the user groups of ack_allowlist. A call refused for lack of them fails that
-# delivery alone: retried by the path's checks, it would only fail again, and held, the
-# rest of its thread would wait for it for ever. Any other scope (chat:write for every
-# post; channels:read or groups:read to find a channel given by name) is the path's.
-PART_SCOPES = frozenset(
-    {
-        "files:write",
-        "files:read",
-        "channels:history",
-        "groups:history",
-        "mpim:history",
-        "im:history",
-        "usergroups:read",
-    }
-)
+# whether one in doubt was shared) and the user groups of ack_allowlist. A call refused for
+# lack of them fails that delivery alone: retried by the path's checks, it would only fail
+# again, and held, the rest of its thread would wait for it for ever. Any other scope is
+# the path's: chat:write for every post; channels:read or groups:read to find a channel
+# given by name; *:history to find a post in doubt, which may be a thread's root, whose
+# failure fails its whole thread (so it waits for the scope rather than failing for good).
+PART_SCOPES = frozenset({"files:write", "files:read", "usergroups:read"})
 # How slack.py says a channel cannot take messages when it looks the channel up itself.
 _CHANNEL_GONE = re.compile(r"channel '[^']*' (not found or not visible|is archived)$")
 _REFUSED = "Slack refused the call: "

@@ -76,7 +76,9 @@ def to_json(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False)
 
 
-_ISO_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?([+-]\d\d:\d\d|Z)?$")
+_ISO_TIMESTAMP = re.compile(
+    r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?([+-]\d\d:\d\d|Z)?\Z"
+)  # \Z: no newline after
 
 
 def _cell(value: Any, width: int = _CELL_WIDTH, of_a_row: bool = False) -> str:
