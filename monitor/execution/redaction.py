@@ -354,16 +354,23 @@ class Masker:
         """(the start with what may be personal masked, whether the md5 must go too). The
         tail's mask is of the whole value (its size and md5): two values with the same start
         stay apart."""
-        masked = self.text(prefix)
         detectors = self._r.detectors
-        tail = _email_tail(masked) if "email" in detectors else 0
-        window = masked[-_SHORT_TAIL:]
+        # A card's or an IBAN's start is judged on the start as it came: masked first, an
+        # IBAN's digits can pass for a card, and its letters would be left shown (FR[…]).
+        window = prefix[-_SHORT_TAIL:]
+        begun = 0
         for detector, start in (("card", _CARD_START), ("iban", _IBAN_START)):
             found = start.search(window) if detector in detectors else None
             if found:
-                tail = max(tail, len(found.group(0)))
-        bare = masked != prefix or tail == len(masked)
-        if not tail and not bare:
+                begun = max(begun, len(found.group(0)))
+        head = prefix[: len(prefix) - begun]
+        masked = self.text(head)
+        tail = _email_tail(masked) if "email" in detectors else 0
+        # The md5 goes when anything before the tail was masked, or nothing is left shown.
+        bare = masked != head or tail == len(masked)
+        if begun:  # the start of a card or an IBAN is masked, with any email's tail
+            masked, tail = masked[: len(masked) - tail], 0
+        elif not tail and not bare:
             return masked, bare
         # With the md5 gone, the mask of the whole value (its size and md5) keeps two long
         # values apart that differ only past the cut: they stay two offending keys.

@@ -25,7 +25,7 @@ import pytest
 from builders import build_daemon, config_file, daemon_config, quick_slack
 from fake_slack import FakeSlack
 from helpers import CHECK, FakeClock, cli, sql
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scenario import settle
 
@@ -244,6 +244,9 @@ def pieces(value: str, n: int = 6) -> set[str]:
     suppress_health_check=[HealthCheck.too_slow],
     deadline=None,
 )
+# Found by this test: an IBAN cut in its digits, which the card detector took for a card,
+# leaving FR shown before its mask.
+@example(before="lorem", value="FR41 0011 1101 0224 53", after="lorem lorem", glue=", ", cut=0.625)
 @given(
     before=FILLER,
     value=st.one_of(EMAIL, CARD, IBAN),
