@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 
+from monitor.execution.check import role_refusal
 from monitor.execution.execute import (
     CLIENT_ENCODING,
     LiveFence,
@@ -26,7 +27,6 @@ from monitor.execution.execute import (
 from monitor.execution.redaction import Redaction
 from monitor.execution.runner import describe_error
 from monitor.fence.allowances import TRUST_NOTHING, Allowances
-from monitor.fence.role_check import read_role, verdict
 from monitor.invariants.loader import Invariant
 from monitor.sources.binding import NOTHING_BOUND, Bound, bind, standalone
 from monitor.sources.listing import Lister, ListingError, list_source, listed_and_bound
@@ -120,7 +120,11 @@ def explain_all(
     live_fence = LiveFence(allow)
     with psycopg.connect(dsn, autocommit=False, client_encoding=CLIENT_ENCODING) as conn:
         conn.read_only = True
-        refusal = _role_refusal(conn, role) if role is not None and not role.allowed else None
+        refusal = (
+            role_refusal(conn, role.target, role.how_to_allow, "not explained")
+            if role is not None and not role.allowed
+            else None
+        )
         for inv in invariants:
             limit = inv.header.max_cost if inv.header.max_cost is not None else default_max_cost
             if refusal is not None:
@@ -169,19 +173,6 @@ class RoleRule:
     target: str
     allowed: bool
     how_to_allow: str
-
-
-def _role_refusal(conn: psycopg.Connection[Any], role: RoleRule) -> str | None:
-    """Why the target is not explained, for its role's sake; None when it may be."""
-    try:
-        with conn.transaction(force_rollback=True):
-            facts = read_role(conn)
-    except psycopg.Error as exc:
-        return (
-            f"target {role.target}: not explained, since what its role can do is unknown: "
-            f"{describe_error(exc)}"
-        )
-    return verdict(role.target, facts, False, role.how_to_allow).refusal()
 
 
 def _listed(inv: Invariant, lister: Lister | None) -> tuple[Bound, dict[str, int | None]]:

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
-from psycopg_pool import PoolTimeout
 
 from monitor.config import Config, Target
 from monitor.execution.redaction import NO_REDACTION
 from monitor.execution.results import RunResult
 from monitor.execution.runner import Runner, describe_error
-from monitor.fence.role_check import REFUSED, verdict
+from monitor.fence.role_check import REFUSED, read_role, verdict
 from monitor.invariants.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.invariants.selection import select
 from monitor.problems import Problem
@@ -76,19 +76,32 @@ def privileged_allowance(target: Target, flag: bool) -> tuple[bool, str]:
     return flag or target.allow_privileged_role, how
 
 
-def role_refusal(runner: Runner, target: Target, allow_privileged_role: bool = False) -> str | None:
-    """Why this target's invariants are not run, for its role's sake (role_check.py); None
-    when they may, or when the database does not answer (each run then says so). Allowed,
-    the role is not even read: `check` shows no allowance, and is benchmarked."""
-    allowed, how = privileged_allowance(target, allow_privileged_role)
-    if allowed or runner.probe() is not None:
-        return None
+def role_refusal(
+    conn: psycopg.Connection[Any], target: str, how_to_allow: str, not_done: str = "not run"
+) -> str | None:
+    """Why `target`'s invariants are not run (or explained: `not_done`) for its role's sake
+    (role_check.py), read on `conn`; None when they may."""
     try:
-        facts = runner.role_facts()
-    except (psycopg.Error, PoolTimeout) as exc:
-        reason = describe_error(exc) if isinstance(exc, psycopg.Error) else str(exc)
-        return f"target {target.name}: not run, since what its role can do is unknown: {reason}"
-    return verdict(target.name, facts, False, how).refusal()
+        with conn.transaction(force_rollback=True):
+            facts = read_role(conn)
+    except psycopg.Error as exc:
+        return (
+            f"target {target}: {not_done}, since what its role can do is unknown: "
+            f"{describe_error(exc)}"
+        )
+    return verdict(target, facts, False, how_to_allow).refusal()
+
+
+def role_screen(
+    target: Target, allow_privileged_role: bool
+) -> Callable[[psycopg.Connection[Any]], str | None] | None:
+    """What Runner.run_all asks before `target`'s runs: role_refusal, unless the target's
+    config or the flag allows a privileged role, when the role is not even read (`check`
+    then shows no allowance, and is benchmarked)."""
+    allowed, how = privileged_allowance(target, allow_privileged_role)
+    if allowed:
+        return None
+    return lambda conn: role_refusal(conn, target.name, how)
 
 
 def run_check(
@@ -151,10 +164,7 @@ def run_loaded(
             redaction=redaction,
             target=name,
         ) as runner:
-            refusal = role_refusal(runner, target, allow_privileged_role)
-            if refusal is not None:
-                return [RunResult.failed(i.name, refusal, target=name) for i in invariants]
-            return runner.run_all(invariants)
+            return runner.run_all(invariants, role_screen(target, allow_privileged_role))
 
     by_name: dict[str, RunResult] = {}
     with ThreadPoolExecutor(max(len(groups), 1), thread_name_prefix="invmon-target") as pool:

@@ -160,6 +160,14 @@ class Runner:
         self._holding: dict[str, datetime] = {}
         self._active_lock = threading.Lock()  # guards _active and _holding
         connect_timeout = max(1, int(self.database.connect_timeout.total_seconds()))
+        # How every connection to the database is opened, the pool's and `_connect`'s.
+        # No server-side prepared statements: DISCARD ALL would drop them under psycopg.
+        self._connect_kwargs: dict[str, Any] = {
+            "connect_timeout": connect_timeout,
+            "application_name": "invmon",
+            "prepare_threshold": None,
+            "client_encoding": CLIENT_ENCODING,
+        }
         self._pool = ConnectionPool(
             dsn,
             min_size=0,
@@ -169,13 +177,7 @@ class Runner:
             reconnect_timeout=reconnect_attempt(self.database.connect_timeout),
             configure=_configure,
             reset=_reset,
-            # No server-side prepared statements: DISCARD ALL would drop them under psycopg.
-            kwargs={
-                "connect_timeout": connect_timeout,
-                "application_name": "invmon",
-                "prepare_threshold": None,
-                "client_encoding": CLIENT_ENCODING,
-            },
+            kwargs=self._connect_kwargs,
             name="invmon",
         )
 
@@ -215,54 +217,95 @@ class Runner:
             conn.cancel_safe(timeout=5)
         return len(active)
 
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A connection of its own, opened and set up as the pool's are (read-only, named
+        invmon, the same loaders); the caller closes it."""
+        conn = psycopg.connect(self.dsn, **self._connect_kwargs)
+        try:
+            _configure(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
     def probe(self) -> str | None:
         """None when the database accepts a connection, else the reason it does not."""
-        timeout = max(1, int(self.database.connect_timeout.total_seconds()))
         try:
-            with psycopg.connect(self.dsn, connect_timeout=timeout, autocommit=True) as conn:
-                conn.execute("SELECT 1")
+            with self._connect():
+                pass
         except psycopg.Error as exc:
             return describe_error(exc)
         return None
 
-    def run_all(self, invariants: Sequence[Invariant]) -> list[RunResult]:
-        """Evaluate every invariant once, at most `concurrency` at a time, in input order."""
+    def run_all(
+        self,
+        invariants: Sequence[Invariant],
+        screen: Callable[[psycopg.Connection[Any]], str | None] | None = None,
+    ) -> list[RunResult]:
+        """Evaluate every invariant once, at most `concurrency` at a time, in input order.
+        `screen` is asked first, on the round's first connection: a reason it gives fails
+        every run with it (check's reading of the role)."""
         if not invariants:
             return []
-        unreachable = self.probe()
-        if unreachable is not None:
-            now = self.clock()
-            return [
-                RunResult.failed(
-                    i.name, f"cannot connect: {unreachable}", started_at=now, target=self.target
-                )
-                for i in invariants
-            ]
-        # The connections the runs will use are opened (by the pool's own workers) while
-        # the first one learns the catalog: a run then starts on an open connection.
-        self._pool.resize(min(len(invariants), self.concurrency), self.concurrency)
         try:
-            self.learn(invariants)
+            # Opened directly (not from the pool) so a refused port is said at once, not
+            # after the pool's whole connect timeout; then kept for the screen and the
+            # catalog's questions, which a throwaway probe would have left to another.
+            first = self._connect()
+        except psycopg.Error as exc:
+            return self._all_failed(invariants, f"cannot connect: {describe_error(exc)}")
+        wanted = min(len(invariants), self.concurrency)
+        try:
+            with contextlib.closing(first):
+                refusal = screen(first) if screen is not None else None
+                if refusal is not None:
+                    return self._all_failed(invariants, refusal)
+                # `first` counts as one of the `concurrency` connections while it is open:
+                # the pool's workers open the others while it learns the catalog, and the
+                # last once it is closed, so a run starts on an open connection.
+                self._pool.resize(wanted - 1, self.concurrency)
+                self.learn(invariants, first)
+            self._pool.resize(wanted, self.concurrency)
             with ThreadPoolExecutor(self.concurrency, thread_name_prefix="invmon-run") as pool:
                 return list(pool.map(self.run_one, invariants))
         finally:
             self._pool.resize(0, self.concurrency)
 
-    def learn(self, invariants: Sequence[Invariant]) -> None:
+    def _all_failed(self, invariants: Sequence[Invariant], reason: str) -> list[RunResult]:
+        now = self.clock()
+        return [
+            RunResult.failed(i.name, reason, started_at=now, target=self.target) for i in invariants
+        ]
+
+    def learn(
+        self, invariants: Sequence[Invariant], conn: psycopg.Connection[Any] | None = None
+    ) -> None:
         """Ask the catalog about the names all of `invariants` use, together (LiveFence.learn),
-        bounded by the shortest of their timeouts. Only a head start: when it fails, each
-        run asks for itself and meets the same failure there, where it is reported."""
+        bounded by the shortest of their timeouts, on `conn` (one of the pool's when None).
+        Only a head start: when it fails, each run asks for itself and meets the same
+        failure there, where it is reported."""
         if not invariants:
             return
         texts = [unlisted(i.header.source, i.sql)[0] for i in invariants]
         timeout = min(i.timeout for i in invariants)
         settings = read_only_settings(timeout, self.database.lock_timeout, "invmon:fence")
         try:
-            with self._pool.connection() as conn, self._in_flight(conn), conn.transaction():
-                conn.execute(settings.as_bytes(conn))
-                self.fence.learn(conn, texts)
+            with self._connection(conn) as on, self._in_flight(on), on.transaction():
+                on.execute(settings.as_bytes(on))
+                self.fence.learn(on, texts)
         except (psycopg.Error, PoolTimeout):
             return  # the runs ask, and say what went wrong
+
+    @contextlib.contextmanager
+    def _connection(
+        self, conn: psycopg.Connection[Any] | None
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """`conn` itself, or one of the pool's for the block's time."""
+        if conn is not None:
+            yield conn
+            return
+        with self._pool.connection() as pooled:
+            yield pooled
 
     def _list_sources(self, invariant: Invariant) -> tuple[Bound, float | None]:
         """Its sources listed and bound (before a connection is taken: a listing may take

@@ -8,11 +8,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from builders import build_daemon, config_file, daemon_config
-from helpers import FakeClock, cli, invariant, items_table
+from helpers import FakeClock, cli, invariant, items_table, wait_for
 from psycopg import sql as pgsql
 from test_readonly_role import _as, _create_role, _drop_roles, monitors_of
 
@@ -336,3 +337,44 @@ def test_invmon_test_runs_as_the_admin_of_its_scratch_database(
     (folder / "none.test.yaml").write_text("cases:\n  - name: holds\n    expect:\n      count: 0\n")
     done = cli("test", "--invariants", str(folder), "--dsn", admin_dsn)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _sessions(admin: psycopg.Connection[Any], dbname: str) -> int:
+    """Client sessions the server has ended on `dbname` (pg_stat_database, PostgreSQL 14+),
+    once none of invmon's is left: a backend flushes its session count before it leaves
+    pg_stat_activity."""
+
+    def one(query: str) -> int:
+        row = admin.execute(query, (dbname,)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    wait_for(
+        lambda: (
+            one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                " AND application_name LIKE 'invmon%%'"
+            )
+            == 0
+        ),
+        30,
+        "invmon's sessions to end",
+    )
+    return one("SELECT sessions FROM pg_stat_database WHERE datname = %s")
+
+
+def test_check_reads_the_role_and_the_catalog_on_the_connection_that_proves_it_can_connect(
+    least_privilege: tuple[str, str, str], tmp_path: Path
+) -> None:
+    """One connection of its own, then the pool's: three invariants at concurrency 2 are
+    three sessions, never one more for a probe or for the role's reading."""
+    admin, role_dsn, _ = least_privilege
+    folder = bad_files(tmp_path, "bad", "also_bad", "third_bad")
+    (tmp_path / "invmon.yaml").write_text("concurrency: 2\n")
+    dbname = psycopg.conninfo.conninfo_to_dict(admin)["dbname"]
+    with psycopg.connect(admin, autocommit=True) as watcher:
+        before = _sessions(watcher, str(dbname))
+        done = cli("check", "--dsn", role_dsn, "--invariants", str(folder), cwd=tmp_path)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "0 held, 3 violated, 0 could not be evaluated" in done.stdout
+        assert _sessions(watcher, str(dbname)) - before == 3
