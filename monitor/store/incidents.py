@@ -130,6 +130,18 @@ class OpenIncident:
     opened_at: datetime
     keys: frozenset[str] = frozenset()  # offending keys currently known to be open
     count: int | None = None  # offending rows at its last run; more than `keys` past tracking
+    # Whether its last run brought back every offending row's key; None: not recorded (an
+    # incident opened before schema step 18).
+    complete: bool | None = None
+
+    def knew_every_row(self) -> bool:
+        """Whether its open keys are exactly the rows that offended at its last run: only
+        then is a key not among them new, and are the keys that go all the rows that went.
+        A run that saw only some keys cannot say which of the rest went, so they stay open
+        and may include rows long gone; no count can tell that apart."""
+        if self.complete is not None:
+            return self.complete
+        return self.count is None or self.count <= len(self.keys)
 
 
 @dataclass(frozen=True)
@@ -220,11 +232,10 @@ def decide(
     gone = frozenset(known - seen.keys.keys()) if seen.keys_complete else frozenset()
     # Past daemon.track_keys the keys compared are the first ones only, so the numbers of
     # rows that came and went are lower bounds (`complete`: False), and messages say so.
-    before = state.violation.count
     # And "new" only when every row that offended before was known: otherwise a key not
     # known may have offended all along (untracked), and none can be called new. It is
     # tracked from now on all the same (keys_appeared below), so it can be seen to go.
-    knew_all = before is None or before <= len(known)
+    knew_all = state.violation.knew_every_row()
     if appeared and knew_all:
         events.append(
             EventDraft(
@@ -245,7 +256,7 @@ def decide(
                 {
                     "count": seen.count,
                     "keys": sorted(gone, key=key_order),
-                    "complete": before is None or before <= len(known),
+                    "complete": knew_all,
                 },
             )
         )

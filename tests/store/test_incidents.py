@@ -1,12 +1,14 @@
-"""The incident state machine on its own: no database, no clock."""
+"""The incident state machine on its own (no database, no clock), and the keys it is given
+back run after run by the state store."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from alerts.deliveries import DELIVERY_STATES, delivery_state
+from monitor.execution.results import RunResult
 from monitor.store.incidents import (
     EVENT_KINDS,
     InvariantState,
@@ -16,6 +18,7 @@ from monitor.store.incidents import (
     event_kind,
     toggle,
 )
+from monitor.store.state import StateStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -152,3 +155,37 @@ def test_an_event_kind_or_delivery_state_this_version_does_not_know_is_an_error(
         event_kind("reopened")
     with pytest.raises(ValueError, match="unknown delivery state 'sent' in the state store"):
         delivery_state("sent")
+
+
+def _keys_run(keys: list[int], count: int) -> RunResult:
+    """A violated run that brought back the keys of its first `keys` rows, of `count`."""
+    rows = [{"id": k} for k in keys]
+    return RunResult.counted(
+        "jobs",
+        count,
+        ["id"],
+        rows,
+        keys={f"[{k}]": row for k, row in zip(keys, rows, strict=True)},
+        keys_complete=len(keys) == count,
+    )
+
+
+def test_a_row_untracked_through_an_incomplete_run_is_never_called_new(
+    store: StateStore,
+) -> None:
+    """Two keys tracked. Rows 1 and 2 offend; then 1 and 2 go as 3, 4 and 5 arrive (3 and 4
+    are tracked, and new); then 5 and 6 offend. Row 5 offended at the run before, beyond
+    the tracked keys: it is not new, though the open keys (1 to 4, since the incomplete run
+    could not say 1 and 2 went) outnumber the rows that run counted."""
+    opened = datetime(2026, 1, 1, tzinfo=UTC)
+    runs = [_keys_run([1, 2], 2), _keys_run([3, 4], 3), _keys_run([5, 6], 2)]
+    events = [
+        [(e.kind, e.payload["keys"], e.payload["complete"]) for e in found]
+        for n, run in enumerate(runs)
+        if (found := store.record_run("jobs", run, opened + timedelta(minutes=n)))
+    ]
+    assert events == [
+        [("opened", ["[1]", "[2]"], True)],
+        [("keys_appeared", ["[3]", "[4]"], False)],
+        [("keys_gone", ["[1]", "[2]", "[3]", "[4]"], False)],
+    ]

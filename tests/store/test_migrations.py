@@ -11,6 +11,7 @@ from alerts.ledger import Ledger
 from monitor.store.migrations import migrations, statements
 from monitor.store.state import StateStore
 from monitor.store.storage import PostgresStorage, SqliteStorage, migrate
+from monitor.store.writes import open_incident
 
 SCHEMA = Path(monitor.store.__file__).parent / "schema"
 SQLITE = ("INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER", "REAL")
@@ -59,3 +60,36 @@ def test_the_sent_count_starts_from_the_deliveries_a_store_already_holds(
             )
     migrate(storage, storage.migrations)
     assert Ledger(storage).counts() == {"SENT": 3, "FAILED": 1, "PENDING": 1}
+
+
+def test_an_incident_opened_before_step_18_is_judged_by_its_counts(
+    bare_storage: SqliteStorage | PostgresStorage,
+) -> None:
+    """Migration 0018: an incident opened before it has no record of whether its last run
+    was complete (NULL). Its keys are then every row when its count says so, as before."""
+    storage = bare_storage
+    migrate(storage, storage.migrations[:17])
+    stamp = "2026-11-01T00:00:00.000000Z"
+    with storage.transaction() as tx:
+        for invariant, count in (("all_known", 2), ("past_tracking", 5)):
+            [(incident_id,)] = tx.rows(
+                "INSERT INTO incidents (invariant, kind, opened_at, first_count, last_count,"
+                " last_seen_at, target) VALUES (?, 'violation', ?, ?, ?, ?, 'default')"
+                " RETURNING id",
+                (invariant, stamp, count, count, stamp),
+            )
+            for key in ("[1]", "[2]"):  # two keys tracked of `count` rows
+                tx.run(
+                    "INSERT INTO incident_keys (incident_id, offending_key, first_seen_at,"
+                    " last_seen_at) VALUES (?, ?, ?, ?)",
+                    (incident_id, key, stamp, stamp),
+                )
+    migrate(storage, storage.migrations)
+    with storage.transaction() as tx:
+        found = {
+            name: open_incident(tx, name, "violation") for name in ("all_known", "past_tracking")
+        }
+    assert {name: (i.complete, i.knew_every_row()) for name, i in found.items() if i} == {
+        "all_known": (None, True),
+        "past_tracking": (None, False),
+    }
