@@ -12,6 +12,7 @@ from monitor.clock import Clock, utc_now
 from monitor.config import Config
 from monitor.daemon.daemon import Daemon
 from monitor.daemon.databases import Databases
+from monitor.daemon.liveness import Liveness
 from monitor.daemon.process import SignalLoop
 from monitor.invariants.definitions import Definitions
 from monitor.store.state import StateStore
@@ -40,7 +41,12 @@ def assemble(
     redaction = config.redact.redaction(
         None if config.redact.key else stored_key(store, "redaction_key")
     )
-    databases = Databases.build(config, store, health, redaction, dsn or None, clock)
+    # The supervisor records the process's pauses here, and a run's time on the database is
+    # judged past them: the liveness is the runners' as much as the daemon's.
+    liveness = Liveness()
+    databases = Databases.build(
+        config, store, health, redaction, dsn or None, clock, liveness.resumed
+    )
     definitions = Definitions()
     alerter = Alerter(
         store,
@@ -50,4 +56,6 @@ def assemble(
         transport,
         several_targets=len(databases.by_name) > 1,
     )
-    return Daemon(config, store, databases, alerter, definitions, clock, health, signals, reread)
+    return Daemon(
+        config, store, databases, alerter, definitions, clock, health, signals, reread, liveness
+    )

@@ -81,10 +81,12 @@ class Daemon:
         store_health: StoreHealth,
         signals: SignalLoop | None = None,
         reread: Callable[[], Config] | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         """Wire the parts; nothing runs until `start` (or `run_due`, `run_once`).
         `signals`: the loop the process installed before anything slow, if it did;
-        `reread`: the config read again, for SIGHUP (none: SIGHUP reloads the folder only)."""
+        `reread`: the config read again, for SIGHUP (none: SIGHUP reloads the folder only);
+        `liveness`: the one `databases`' runners judge their time past pauses by."""
         self.definitions = definitions
         self.config = config
         self.store = store
@@ -121,7 +123,7 @@ class Daemon:
             services,
         )
         self.signals = signals or SignalLoop()
-        self.liveness = Liveness()
+        self.liveness = liveness or Liveness()
         self.supervisor = Supervisor(self.liveness, Notifier())
         self.jobs = Jobs()  # APScheduler and two loops: the threads that turn it
         self._tick_woken = threading.Event()  # the tick loop turns at once when set

@@ -9,7 +9,7 @@ can change the database is not run unless its config allows it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -20,7 +20,7 @@ from monitor.clock import Clock, utc_now
 from monitor.config import Config, Target
 from monitor.daemon.replica_gate import ConditionRecorder, ReplicaGate
 from monitor.execution.redaction import Redaction
-from monitor.execution.runner import Runner, describe_error
+from monitor.execution.runner import Runner, describe_error, never_paused
 from monitor.fence.role_check import RoleVerdict, verdict
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.invariants.loader import Invariant
@@ -95,8 +95,11 @@ class Databases:
         redaction: Redaction,
         default_dsn: str | None = None,
         clock: Clock = utc_now,
+        resumed: Callable[[float], float] = never_paused,
     ) -> Databases:
-        """One Database per target with a DSN (`default_dsn` overrides the default's)."""
+        """One Database per target with a DSN (`default_dsn` overrides the default's).
+        `resumed`: the daemon's record of the process's pauses (Liveness.resumed), which a
+        run's time on the database is judged past."""
         built = {}
         for name, target in config.resolved_targets().items():
             dsn = default_dsn if name == DEFAULT_TARGET and default_dsn else target.dsn
@@ -112,6 +115,7 @@ class Databases:
                 redaction=redaction,
                 target=name,
                 clock=clock,
+                resumed=resumed,
             )
             runner.open()
             context = IncidentContext(

@@ -37,15 +37,26 @@ class Stall:
         return f"{self.part} has not moved for {seconds} (its bound is {bound})"
 
 
+# The supervisor looks every second (supervision.TURN); a last look older than this may
+# mean the process was just stopped, with its pause not recorded yet (Liveness.resumed).
+LOOK_OVERDUE = 3.0
+
+
 class Liveness:
-    """Thread-safe: `_lock` guards the two tables below and is never held across a call."""
+    """Thread-safe: `_lock` guards the two tables and the record of looks and pauses below,
+    and is never held across a call; `_looked` (on the same lock) wakes whoever waits for
+    the supervisor's next look."""
 
     def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._monotonic = monotonic
         self._lock = threading.Lock()
+        self._looked = threading.Condition(self._lock)
         self._periodic: dict[str, tuple[float, float]] = {}  # part -> (last beat, bound)
         self._active: dict[int, tuple[str, float, float]] = {}  # token -> (part, start, bound)
         self._tokens = itertools.count()
+        self._looks = 0  # the supervisor's looks so far; none: nobody watches for pauses
+        self._last_look: float | None = None
+        self._pause_end: float | None = None  # when the process's latest pause ended
 
     def expect(self, part: str, bound: float) -> None:
         """From now on `part` beats at least every `bound` seconds (counted from now)."""
@@ -79,10 +90,37 @@ class Liveness:
 
     def shift(self, seconds: float) -> None:
         """Every part's clock moved on `seconds` while no part could move (the process was
-        stopped or its host suspended): each starts that much later."""
+        stopped or its host suspended): each starts that much later, and the pause, which
+        ends now, is recorded (`resumed`)."""
+        now = self._monotonic()
         with self._lock:
             self._periodic = {p: (last + seconds, b) for p, (last, b) in self._periodic.items()}
             self._active = {t: (p, s + seconds, b) for t, (p, s, b) in self._active.items()}
+            self._pause_end = now
+
+    def looked(self) -> None:
+        """The supervisor looked (each turn, after `shift` when it found a pause)."""
+        now = self._monotonic()
+        with self._looked:
+            self._looks += 1
+            self._last_look = now
+            self._looked.notify_all()
+
+    def resumed(self, began: float, wait: float = 2 * LOOK_OVERDUE) -> float:
+        """When something under way since `began` (a query on its connection) started to
+        count: after the process's latest pause, if one ended since. The database went on
+        while the process was stopped and then read its answer late, so the pause is no
+        time the database took. Right after a pause the supervisor may not have looked yet:
+        when its last look is older than LOOK_OVERDUE this waits for its next one, at most
+        `wait` seconds (a process whose supervisor looks every second waits once, on
+        resuming). With no supervisor looking, `began` itself."""
+        now = self._monotonic()
+        with self._looked:
+            if self._last_look is not None and now - self._last_look > LOOK_OVERDUE:
+                looks = self._looks
+                self._looked.wait_for(lambda: self._looks != looks, wait)
+            end = self._pause_end
+        return began if end is None or end <= began else end
 
     def stalls(self) -> list[Stall]:
         """Every part that is stalled now, the longest overdue first."""

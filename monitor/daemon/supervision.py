@@ -116,7 +116,14 @@ class Supervisor:
         self._wake.set()
 
     def turn(self) -> None:
-        """One look: ping when healthy; end the process when wedged or overdue."""
+        """One look: ping when healthy; end the process when wedged or overdue. Whoever
+        waits for a look (Liveness.resumed) is told once it is over."""
+        try:
+            self._look()
+        finally:
+            self.liveness.looked()
+
+    def _look(self) -> None:
         now, cpu = self._monotonic(), self._cpu()
         gap = 0.0 if self._last_turn is None else now - self._last_turn
         spent = cpu - self._last_cpu

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -51,6 +51,11 @@ from monitor.text import counted
 # A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
 # about the invariant, so the run is tried again a bounded number of times.
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+
+
+def never_paused(began: float) -> float:
+    """Runner's `resumed` where nothing records pauses (`check`): the hold counts whole."""
+    return began
 
 
 def describe_error(exc: BaseException) -> str:
@@ -141,9 +146,15 @@ class Runner:
         target: str = DEFAULT_TARGET,
         lister: Lister = list_source,
         clock: Clock = utc_now,
+        resumed: Callable[[float], float] = never_paused,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.dsn = dsn
         self.clock = clock  # stamps a run's start: the daemon's clock, faked in tests
+        # When a hold begun at a `monotonic` instant started to count: after the process's
+        # latest pause since (the daemon's Liveness.resumed), else that instant.
+        self._resumed = resumed
+        self._monotonic = monotonic
         self.lister = lister  # how an invariant's `source:` relations are listed
         self.concurrency = concurrency
         self.database = database or DatabaseConfig()
@@ -155,9 +166,10 @@ class Runner:
         self.target = target
         self.fence = LiveFence(allow)
         self._active: set[psycopg.Connection[Any]] = set()
-        # Each invariant whose attempt holds a connection now, and since when (self.clock):
-        # how long the database has been at it, which is what an overrun is judged by.
-        self._holding: dict[str, datetime] = {}
+        # Each invariant whose attempt holds a connection now, and since when (self.clock,
+        # and self._monotonic): how long the database has been at it, which is what an
+        # overrun is judged by.
+        self._holding: dict[str, tuple[datetime, float]] = {}
         self._active_lock = threading.Lock()  # guards _active and _holding
         connect_timeout = max(1, int(self.database.connect_timeout.total_seconds()))
         # How every connection to the database is opened, the pool's and `_connect`'s.
@@ -393,11 +405,11 @@ class Runner:
     ) -> Iterator[None]:
         """`conn` is cancelled by cancel_all while inside; with `name`, that invariant's
         attempt holds it (holding_since), and `held` gets how long, in ms."""
-        began = time.monotonic()
+        began = self._monotonic()
         with self._active_lock:
             self._active.add(conn)
             if name is not None:
-                self._holding[name] = self.clock()
+                self._holding[name] = (self.clock(), began)
         try:
             yield
         finally:
@@ -406,14 +418,19 @@ class Runner:
                 if name is not None:
                     self._holding.pop(name, None)
             if held is not None:
-                held.append((time.monotonic() - began) * 1000)
+                ended = self._monotonic()
+                held.append((ended - self._resumed(began)) * 1000)
 
     def holding_since(self, name: str) -> datetime | None:
-        """When `name`'s attempt in flight took its connection (the clock's time); None
-        when it holds none: not started, waiting for the replica gate or a connection, or
-        done."""
+        """When `name`'s attempt in flight took its connection (the clock's time), or when
+        the process last resumed from a pause since, whichever is later; None when it holds
+        none: not started, waiting for the replica gate or a connection, or done."""
         with self._active_lock:
-            return self._holding.get(name)
+            hold = self._holding.get(name)
+        if hold is None:
+            return None
+        since, began = hold
+        return since + timedelta(seconds=self._resumed(began) - began)
 
     def _evaluate(
         self, invariant: Invariant, bound: Bound = NOTHING_BOUND, held: list[float] | None = None

@@ -12,12 +12,16 @@ from pathlib import Path
 import psycopg
 import pytest
 from builders import build_daemon, config_file, daemon_config
-from helpers import FakeClock, cli, invariant, wait_for
+from helpers import FakeClock, active_runs, cli, invariant, wait_for
 
 from monitor.authoring.pgtemp import scratch_database
 from monitor.config import DaemonConfig, FenceConfig, StateConfig
 from monitor.daemon.daemon import Daemon
+from monitor.daemon.liveness import Liveness
+from monitor.daemon.supervision import Notifier, Supervisor
 from monitor.execution.quarantine import overrun, still_running, version_of
+from monitor.execution.runner import Runner
+from monitor.fence.allowances import Allowances
 from monitor.store.state import StateStore
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -226,3 +230,98 @@ def _waiting_on_a_lock(dsn: str) -> bool | None:
             "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'runs'::regclass"
         ).fetchone()
     return True if waiting and waiting[0] else None
+
+
+BOUNDED = "%invmon_n%"  # the bounded form of a query (query.py), not its plan or row description
+
+
+class Monotonic:
+    """A monotonic clock (or the process's CPU clock) the test moves."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("looked", ["before the run ends", "after the run ends"])
+def test_a_query_answered_while_the_process_was_stopped_is_no_overrun(
+    database: str, looked: str
+) -> None:
+    """The process is stopped (SIGSTOP, a host suspended) while a query is on the database,
+    for ten minutes of every clock but its CPU's. The database answers at once; the run
+    reads the answer on resuming. That is no overrun of the query: its time on the database
+    counts from the resume, once the supervisor has looked (a run that ends first waits for
+    that look). Counted whole, it quarantined the invariant as one the database could not
+    stop, and the tick's look at runs in flight did the same."""
+    mono, cpu, clock = Monotonic(1000.0), Monotonic(5.0), FakeClock(START)
+    alive = Liveness(mono)
+    exits: list[int] = []
+    guard = Supervisor(alive, Notifier({}), exits.append, mono, cpu)
+    guard.turn()  # the supervisor watches
+    # pg_sleep is VOLATILE, which the fence refuses: a STABLE wrapper, trusted by name.
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION nap() RETURNS int LANGUAGE sql STABLE"
+            " AS $$SELECT 1 FROM pg_sleep(0.5)$$"
+        )
+    slow = invariant("slow", "SELECT nap() AS x", timeout=5)
+    runner = Runner(
+        database,
+        1,
+        allow=Allowances(functions=frozenset({"nap"})),
+        clock=clock,
+        resumed=alive.resumed,
+        monotonic=mono,
+    )
+    with runner, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(runner.run_one, slow)
+        wait_for(lambda: active_runs(database, "slow", BOUNDED), 30, "the query under way")
+        since = runner.holding_since("slow")
+        assert since is not None
+        mono.now += 600  # stopped: every clock ran on but the CPU's
+        clock.advance(600)
+        if looked == "after the run ends":
+            answered = lambda: not active_runs(database, "slow", BOUNDED)  # noqa: E731
+            wait_for(answered, 30, "the database's answer")
+        guard.turn()  # its first look after: a pause of 600 s
+        resumed_at = runner.holding_since("slow")
+        result = running.result(timeout=30)
+    assert exits == []
+    assert (result.status, result.count, result.held_ms) == ("violated", 1, 0.0)
+    if resumed_at is not None:  # still on its connection when the supervisor looked
+        assert resumed_at == since + timedelta(seconds=600)
+        assert still_running(clock() - resumed_at, slow, timedelta(seconds=1)) is None
+
+
+def test_the_daemons_runners_count_a_hold_from_the_daemons_last_pause(
+    database: str, tmp_path: Path
+) -> None:
+    """The wiring: the liveness the daemon's supervisor records pauses in is the one its
+    runners judge their holds by."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION nap() RETURNS int LANGUAGE sql STABLE AS $$SELECT 1 FROM pg_sleep(1)$$"
+        )
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "slow.sql").write_text("-- description: naps\nSELECT nap() AS x\n")
+    config = daemon_config(folder, fence=FenceConfig(allow_functions=["nap"]))
+    store = StateStore.open(tmp_path / "state.db")
+    daemon = build_daemon(config, database, store, clock=FakeClock(START))
+    try:
+        daemon.reload()
+        runner = daemon.databases["default"].runner
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(runner.run_one, daemon.invariants["slow"])
+            wait_for(lambda: active_runs(database, "slow", BOUNDED), 30, "the query under way")
+            since = runner.holding_since("slow")
+            daemon.liveness.shift(0)  # a pause that ends now, after the hold began
+            daemon.liveness.looked()
+            resumed = runner.holding_since("slow")
+            assert running.result(timeout=30).status == "violated"
+        assert since is not None and resumed is not None and resumed > since
+    finally:
+        daemon.databases.close()
+        store.close()
