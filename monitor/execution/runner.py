@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from monitor.clock import Clock, utc_now
@@ -170,7 +171,9 @@ class Runner:
         # and self._monotonic): how long the database has been at it, which is what an
         # overrun is judged by.
         self._holding: dict[str, tuple[datetime, float]] = {}
-        self._active_lock = threading.Lock()  # guards _active and _holding
+        # run_all's first connection while no run has it (_borrowed); None outside a round.
+        self._spare: psycopg.Connection[Any] | None = None
+        self._active_lock = threading.Lock()  # guards _active, _holding and _spare
         connect_timeout = max(1, int(self.database.connect_timeout.total_seconds()))
         # How every connection to the database is opened, the pool's and `_connect`'s.
         # No server-side prepared statements: DISCARD ALL would drop them under psycopg.
@@ -272,16 +275,55 @@ class Runner:
                 refusal = screen(first) if screen is not None else None
                 if refusal is not None:
                     return self._all_failed(invariants, refusal)
-                # `first` counts as one of the `concurrency` connections while it is open:
-                # the pool's workers open the others while it learns the catalog, and the
-                # last once it is closed, so a run starts on an open connection.
-                self._pool.resize(wanted - 1, self.concurrency)
+                # `first` is one of the `concurrency` connections: the pool's workers open
+                # the others while it learns the catalog, and then it runs invariants too,
+                # one at a time (_borrowed), so that every run starts on an open connection
+                # and a round at concurrency 1 opens no other. The pool may not grow past
+                # the rest while `first` lives (a run may find it lent, or being reset).
+                self._pool.resize(wanted - 1, max(self.concurrency - 1, 1))
                 self.learn(invariants, first)
-            self._pool.resize(wanted, self.concurrency)
+                return self._run_lending(first, invariants)
+        finally:
+            self._pool.resize(0, self.concurrency)
+
+    def _run_lending(
+        self, first: psycopg.Connection[Any], invariants: Sequence[Invariant]
+    ) -> list[RunResult]:
+        """`invariants` run `concurrency` at a time, in input order, `first` lent to one
+        run at a time (_borrowed)."""
+        with self._active_lock:
+            self._spare = first
+        try:
             with ThreadPoolExecutor(self.concurrency, thread_name_prefix="invmon-run") as pool:
                 return list(pool.map(self.run_one, invariants))
         finally:
-            self._pool.resize(0, self.concurrency)
+            with self._active_lock:
+                self._spare = None
+
+    @contextlib.contextmanager
+    def _borrowed(self) -> Iterator[psycopg.Connection[Any]]:
+        """The round's first connection when it is free (run_all), else one of the pool's.
+        It is given back as the pool takes one back: its transaction ended and its session
+        reset; one that broke is closed and not lent again."""
+        with self._active_lock:
+            spare, self._spare = self._spare, None
+        if spare is None:
+            with self._pool.connection() as pooled:
+                yield pooled
+            return
+        try:
+            yield spare
+        finally:
+            try:
+                if spare.info.transaction_status != pq.TransactionStatus.IDLE:
+                    spare.rollback()
+                _reset(spare)
+            except psycopg.Error:
+                spare.close()  # run_all's closing() is then a no-op
+                self._pool.resize(self._pool.min_size, self.concurrency)  # its place
+            else:
+                with self._active_lock:
+                    self._spare = spare
 
     def _all_failed(self, invariants: Sequence[Invariant], reason: str) -> list[RunResult]:
         now = self.clock()
@@ -435,7 +477,7 @@ class Runner:
     def _evaluate(
         self, invariant: Invariant, bound: Bound = NOTHING_BOUND, held: list[float] | None = None
     ) -> Evaluation:
-        with self._pool.connection() as conn, self._in_flight(conn, invariant.name, held):
+        with self._borrowed() as conn, self._in_flight(conn, invariant.name, held):
             return execute(
                 conn,
                 invariant,

@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from helpers import invariant, sql
+from helpers import active_runs, invariant, sql, wait_for
 from psycopg.conninfo import conninfo_to_dict
 
 from monitor.config import DatabaseConfig
@@ -256,13 +257,43 @@ def test_runs_share_a_bounded_pool(database: str) -> None:
     query = (
         "SELECT (SELECT count(*) FROM pg_stat_activity"
         " WHERE application_name LIKE 'invmon:%' AND state = 'active'"
-        " AND datname = current_database()) AS running"
+        " AND datname = current_database()) AS running,"
+        " (SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'invmon%'"
+        " AND datname = current_database()) AS connections"
         " FROM slow()"
     )
     with Runner(database, concurrency=2, allow=_trusting("slow")) as runner:
         results = runner.run_all([invariant(f"inv{i}", query) for i in range(6)])
     assert [r.invariant for r in results] == [f"inv{i}" for i in range(6)]
     assert max(r.rows[0]["running"] for r in results) == 2
+    # The round's first connection runs invariants too: never a third beside the pool's.
+    assert max(r.rows[0]["connections"] for r in results) == 2
+
+
+def test_a_round_whose_first_connection_breaks_goes_on_with_the_pools(database: str) -> None:
+    """The first connection (run_all's, which runs invariants too) is cut while it runs
+    one: that run is an error with the reason, and the rest run on the pool's."""
+    sql(
+        database,
+        "CREATE FUNCTION slow() RETURNS int LANGUAGE sql STABLE AS $$SELECT 1 FROM pg_sleep(5)$$",
+    )
+    cut = invariant("cut", "SELECT slow() AS x")
+    rest = [invariant(f"then{i}", "SELECT 1 AS x") for i in range(3)]
+    runner = Runner(database, concurrency=1, allow=_trusting("slow"))
+    with runner, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(runner.run_all, [cut, *rest])
+        wait_for(lambda: active_runs(database, "cut", "%invmon_n%"), 30, "the slow run")
+        sql(
+            database,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'invmon:cut' AND datname = current_database()",
+        )
+        results = running.result(timeout=60)
+    assert [(r.invariant, r.status, r.count) for r in results] == [
+        ("cut", "error", None),
+        *[(f"then{i}", "violated", 1) for i in range(3)],
+    ]
+    assert "terminat" in (results[0].error or ""), results[0].error
 
 
 def test_rows_with_infinite_or_far_future_dates_are_still_counted(runner: Runner) -> None:
