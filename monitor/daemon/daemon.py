@@ -225,17 +225,15 @@ class Daemon:
         """A run whose query has been on the database well past its timeout quarantines
         its invariant now, not when (if ever) it returns: a daemon restarted meanwhile must
         not run it again. (The tick's first step.)"""
-        overdue = self.scheduler.overdue(
-            self.clock(), self.config.daemon.overrun_margin, self._holding_since
-        )
+        overdue = self.scheduler.overdue(self.config.daemon.overrun_margin, self._held_for)
         for inv, reason in overdue:
             self.evaluator.quarantine(inv, reason)
 
-    def _holding_since(self, inv: Invariant) -> datetime | None:
-        """When `inv`'s query in flight took its connection (Scheduler.overdue)."""
+    def _held_for(self, inv: Invariant) -> timedelta | None:
+        """How long `inv`'s query in flight has held its connection (Scheduler.overdue)."""
         if inv.target not in self.databases:
             return None
-        return self.databases[inv.target].runner.holding_since(inv.name)
+        return self.databases[inv.target].runner.held_for(inv.name)
 
     def _next_tick_in(self) -> float:
         """Seconds until the timetable's next start (the tick loop's wait, jobs.py)."""

@@ -232,16 +232,13 @@ class Scheduler:
         }
 
     def overdue(
-        self,
-        now: datetime,
-        margin: timedelta,
-        holding_since: Callable[[Invariant], datetime | None],
+        self, margin: timedelta, held_for: Callable[[Invariant], timedelta | None]
     ) -> list[tuple[Invariant, str]]:
         """The runs in flight whose query has held its connection well past their timeout,
         each once, with why: their invariants are quarantined now, not when (if ever) the
-        runs return. `holding_since`: when a run's query took its connection (Runner), None
-        while it has none (waiting for the replica gate or a connection, which are bounded
-        apart and say nothing about the query). Called without `_lock` held."""
+        runs return. `held_for`: how long a run's query has held its connection (Runner),
+        None while it has none (waiting for the replica gate or a connection, which are
+        bounded apart and say nothing about the query). Called without `_lock` held."""
         with self._lock:
             running = [
                 self.invariants[n]
@@ -250,10 +247,10 @@ class Scheduler:
             ]
         found = []
         for inv in running:
-            since = holding_since(inv)
-            if since is None:
+            took = held_for(inv)
+            if took is None:
                 continue
-            reason = still_running(now - since, inv, margin)
+            reason = still_running(took, inv, margin)
             if reason is not None:
                 with self._lock:
                     self._overdue.add(inv.name)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
@@ -167,10 +167,10 @@ class Runner:
         self.target = target
         self.fence = LiveFence(allow)
         self._active: set[psycopg.Connection[Any]] = set()
-        # Each invariant whose attempt holds a connection now, and since when (self.clock,
-        # and self._monotonic): how long the database has been at it, which is what an
-        # overrun is judged by.
-        self._holding: dict[str, tuple[datetime, float]] = {}
+        # Each invariant whose attempt holds a connection now, and since when (on
+        # self._monotonic, which a suspended host does not move): how long the database has
+        # been at it, which is what an overrun is judged by.
+        self._holding: dict[str, float] = {}
         # run_all's first connection while no run has it (_borrowed); None outside a round.
         self._spare: psycopg.Connection[Any] | None = None
         self._active_lock = threading.Lock()  # guards _active, _holding and _spare
@@ -246,8 +246,10 @@ class Runner:
     def probe(self) -> str | None:
         """None when the database accepts a connection, else the reason it does not."""
         try:
-            with self._connect():
-                pass
+            # A statement, not the login alone: behind a pooler (PgBouncer) a login is
+            # accepted while the server behind it is down.
+            with self._connect() as conn:
+                conn.execute("SELECT 1")
         except psycopg.Error as exc:
             return describe_error(exc)
         return None
@@ -419,7 +421,9 @@ class Runner:
                     duration_ms=(time.monotonic() - clock) * 1000,
                     attempts=attempts,
                     keys=evaluation.keys if self.track_keys else {},
-                    keys_complete=evaluation.keys_complete,
+                    # Dropped (track_keys 0), the keys are complete only when none offend.
+                    keys_complete=evaluation.keys_complete
+                    and (bool(self.track_keys) or not evaluation.count),
                     cut_values=evaluation.cut_values,
                     cell_bytes=evaluation.cell_bytes,
                     rows_withheld=evaluation.rows_withheld,
@@ -451,7 +455,7 @@ class Runner:
         with self._active_lock:
             self._active.add(conn)
             if name is not None:
-                self._holding[name] = (self.clock(), began)
+                self._holding[name] = began
         try:
             yield
         finally:
@@ -461,18 +465,20 @@ class Runner:
                     self._holding.pop(name, None)
             if held is not None:
                 ended = self._monotonic()
-                held.append((ended - self._resumed(began)) * 1000)
+                # At least 0: the supervisor stamps a pause's end at its first look after,
+                # which can come after this thread resumed.
+                held.append(max(0.0, ended - self._resumed(began)) * 1000)
 
-    def holding_since(self, name: str) -> datetime | None:
-        """When `name`'s attempt in flight took its connection (the clock's time), or when
-        the process last resumed from a pause since, whichever is later; None when it holds
-        none: not started, waiting for the replica gate or a connection, or done."""
+    def held_for(self, name: str) -> timedelta | None:
+        """How long `name`'s attempt in flight has held its connection, counted from the
+        process's latest pause since, if any; None when it holds none: not started, waiting
+        for the replica gate or a connection, or done."""
         with self._active_lock:
-            hold = self._holding.get(name)
-        if hold is None:
+            began = self._holding.get(name)
+        if began is None:
             return None
-        since, began = hold
-        return since + timedelta(seconds=self._resumed(began) - began)
+        start = self._resumed(began)
+        return timedelta(seconds=max(0.0, self._monotonic() - start))
 
     def _evaluate(
         self, invariant: Invariant, bound: Bound = NOTHING_BOUND, held: list[float] | None = None

@@ -139,9 +139,10 @@ class OpenIncident:
         then is a key not among them new, and are the keys that go all the rows that went.
         A run that saw only some keys cannot say which of the rest went, so they stay open
         and may include rows long gone; no count can tell that apart."""
-        if self.complete is not None:
-            return self.complete
-        return self.count is None or self.count <= len(self.keys)
+        counts_agree = self.count is None or self.count <= len(self.keys)
+        # Both must say so when both are known: a daemon of an earlier release sharing the
+        # store (a rolling upgrade) moves the count on and leaves the flag as it was.
+        return counts_agree if self.complete is None else self.complete and counts_agree
 
 
 @dataclass(frozen=True)

@@ -453,3 +453,13 @@ def test_json_values_are_shown_as_the_database_holds_them(runner: Runner) -> Non
             "listed": ['{"a":1e400}'],
         }
     ]
+
+
+def test_keys_not_tracked_are_no_complete_set_of_keys(database: str) -> None:
+    """track_keys 0 (the daemon's daemon.track_keys, or `check`): no keys come back, so the
+    run cannot say which rows offend, and says so, unless none does."""
+    with Runner(database, track_keys=0) as runner:
+        some = runner.run_one(invariant("some", "SELECT g AS id FROM generate_series(1, 3) g"))
+        none = runner.run_one(invariant("none", "SELECT 1 AS id WHERE false"))
+    assert (some.count, some.keys, some.keys_complete) == (3, {}, False)
+    assert (none.count, none.keys, none.keys_complete) == (0, {}, True)

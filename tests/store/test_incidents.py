@@ -189,3 +189,27 @@ def test_a_row_untracked_through_an_incomplete_run_is_never_called_new(
         [("keys_appeared", ["[3]", "[4]"], False)],
         [("keys_gone", ["[1]", "[2]", "[3]", "[4]"], False)],
     ]
+
+
+def test_a_run_an_earlier_release_stored_leaves_the_keys_judged_by_the_counts(
+    store: StateStore,
+) -> None:
+    """A rolling upgrade: a daemon of the previous release, sharing the migrated store,
+    moves the incident's count on and leaves its record of a complete run as it was. Rows
+    3 and 4 offended, untracked, at that daemon's run: they are not new."""
+    opened = datetime(2026, 1, 1, tzinfo=UTC)
+    store.record_run("jobs", _keys_run([1, 2], 2), opened)
+    with store.storage.transaction() as tx:  # what the earlier release writes for its run
+        tx.run("UPDATE incidents SET last_count = 5 WHERE invariant = 'jobs'")
+    events = store.record_run("jobs", _keys_run([3, 4], 5), opened + timedelta(minutes=2))
+    assert [(e.kind, e.payload["keys"]) for e in events] == []
+
+
+def test_keys_not_tracked_say_nothing_of_which_rows_are_new_or_gone(store: StateStore) -> None:
+    """daemon.track_keys 0: a run brings back no keys, and is no complete run. When keys are
+    tracked again, rows that offended all along are not announced as new."""
+    opened = datetime(2026, 1, 1, tzinfo=UTC)
+    untracked = RunResult.counted("jobs", 3, ["id"], [], keys={}, keys_complete=False)
+    assert store.record_run("jobs", untracked, opened)[0].kind == "opened"
+    events = store.record_run("jobs", _keys_run([1, 2, 3], 3), opened + timedelta(minutes=1))
+    assert [(e.kind, e.payload["keys"]) for e in events] == []
