@@ -450,7 +450,7 @@ class Runner:
         held: list[float] | None = None,
     ) -> Iterator[None]:
         """`conn` is cancelled by cancel_all while inside; with `name`, that invariant's
-        attempt holds it (holding_since), and `held` gets how long, in ms."""
+        attempt holds it (held_for), and `held` gets how long, in ms."""
         began = self._monotonic()
         with self._active_lock:
             self._active.add(conn)
