@@ -123,6 +123,14 @@ class Jobs:
         self._scheduler: BackgroundScheduler | None = None
         self._loops: list[Loop] = []
 
+    def next_turns(self) -> dict[str, datetime | None]:
+        """When each of the scheduler's jobs turns next, by job; None for one paused (all of
+        them after `pause`). Empty before `start`."""
+        scheduler = self._scheduler
+        if scheduler is None:
+            return {}
+        return {job.id: job.next_run_time for job in scheduler.get_jobs()}
+
     @property
     def running(self) -> bool:
         return (
@@ -151,8 +159,10 @@ class Jobs:
             turn: Callable[[], object], trigger: object, job: str, executor: str, at_once: bool
         ) -> None:
             """`at_once`: the first turn now, at start-up, not one period later."""
-            first = now if at_once else None
-            scheduler.add_job(turn, trigger, id=job, next_run_time=first, executor=executor)
+            # Otherwise the trigger says when: APScheduler 3 reads next_run_time=None as a
+            # paused job, and that left the reminders and the daily summary never run.
+            first = {"next_run_time": now} if at_once else {}
+            scheduler.add_job(turn, trigger, id=job, executor=executor, **first)
 
         beat_every = IntervalTrigger(seconds=turns.beat_every.total_seconds())
         add(turns.beat, beat_every, "beat", "fleet", at_once=True)

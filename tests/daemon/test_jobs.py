@@ -7,11 +7,11 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from helpers import wait_for
 
-from monitor.daemon.jobs import Loop
+from monitor.daemon.jobs import Jobs, Loop, Turns
 
 HOUR = timedelta(hours=1)
 
@@ -72,7 +72,7 @@ def test_a_halt_lets_the_turn_under_way_end_and_starts_no_other() -> None:
 
 LEFT_JOB = """
 import sys, threading, time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from monitor.cli.running import end_process
 from monitor.daemon.jobs import Jobs, Turns
 
@@ -108,3 +108,46 @@ def test_a_job_the_stop_left_running_does_not_hold_the_process_s_exit() -> None:
     took = time.monotonic() - started
     assert (done.returncode, done.stdout.strip()) == (0, "left"), done.stderr
     assert took < 100  # the job sleeps 120 s; before, the exit waited for it
+
+
+def test_every_job_is_scheduled_the_reminders_and_the_summary_included() -> None:
+    """APScheduler 3 reads next_run_time=None as a paused job: the reminders and the daily
+    summary, the jobs not run at start-up, were added paused and never ran."""
+    nothing = lambda: None  # noqa: E731
+    turns = Turns(
+        tick=nothing,
+        tick_in=lambda: 3600.0,
+        tick_woken=threading.Event(),
+        beat=nothing,
+        beat_every=timedelta(hours=1),
+        deliver=nothing,
+        deliver_in=lambda: 3600.0,
+        deliver_woken=threading.Event(),
+        delivery_path=nothing,
+        remind=nothing,
+        prune=nothing,
+        prune_claims=nothing,
+        summarise=nothing,
+        daily_summary="09:00",
+    )
+    jobs = Jobs()
+    started = datetime.now(UTC)
+    jobs.start(turns)
+    try:
+        turns_at = jobs.next_turns()
+    finally:
+        jobs.pause()
+        assert jobs.stop(10)
+    assert sorted(turns_at) == [
+        "beat",
+        "delivery_path",
+        "prune",
+        "prune_claims",
+        "remind",
+        "summary",
+    ]
+    remind, summary = turns_at["remind"], turns_at["summary"]
+    assert remind is not None and started < remind <= started + timedelta(minutes=1, seconds=1)
+    assert summary is not None and (summary.hour, summary.minute) == (9, 0)
+    assert started < summary <= started + timedelta(days=1)
+    assert all(at is not None for at in turns_at.values())
