@@ -64,7 +64,11 @@ class InvariantChecks:
         each round of them gets `within` divided by the rounds (at least FINAL_POLL). A
         poll of `assert_hold_eventually` so ends near its deadline, not an invariant's
         whole `timeout:` past it. The Cut says which timeouts were cut."""
-        config = self.project.config.model_copy(update={"dsn": self.dsn})
+        # Every invariant runs on the test database, whichever target it names: a target's
+        # own dsn is the deployment's database (a replica of production), never the test's.
+        read = self.project.config
+        targets = {n: t.model_copy(update={"dsn": self.dsn}) for n, t in read.targets.items()}
+        config = read.model_copy(update={"dsn": self.dsn, "targets": targets})
         chosen = self._chosen(select)
         cut = Cut(frozenset(), False, 0.0)
         if within is not None and chosen:

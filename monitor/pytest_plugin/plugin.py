@@ -172,7 +172,7 @@ def _option(config: pytest.Config, flag: str, ini: str) -> Path | None:
     rootdir); None when neither says."""
     given = config.getoption(flag)
     if given:
-        return Path(given)
+        return Path(config.invocation_params.dir) / str(given)
     from_ini = config.getini(ini)
     return Path(config.rootpath) / str(from_ini) if from_ini else None
 

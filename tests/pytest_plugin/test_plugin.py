@@ -488,3 +488,58 @@ def test_eventually_shares_the_time_left_among_the_rounds_a_poll_needs(
         "8 invariants could not be evaluated, all for one reason:\n"
         "    still running at the deadline (its query was given 1.5 s of the time left)"
     ) in out
+
+
+def test_every_target_s_invariants_run_on_the_test_database(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """An application's invmon.yaml names its deployment's databases under `targets:`. In a
+    test they ran there: a violation in the test database passed, and the rows reported
+    were the deployment's. Every invariant now runs on the test database."""
+    nowhere = "postgresql://postgres@127.0.0.1:9/deployment"
+    (project / "invmon.yaml").write_text(
+        f"invariants: invariants\ntargets:\n  default:\n    dsn: {nowhere}\n"
+        f"  payments:\n    dsn: {nowhere}\n"
+    )
+    (project / "invariants" / "payments").mkdir()
+    (project / "invariants" / "duplicate_settled_refunds.sql").rename(
+        project / "invariants" / "payments" / "duplicate_settled_refunds.sql"
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.invariants
+        def test_refunds(write):
+            write.good_rows()
+            write.second_settlement()
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "payments/duplicate_settled_refunds: 1 offending row" in out, out
+    assert "3 held, 1 violated, 0 could not be evaluated" in out, out
+
+
+def test_a_folder_on_the_command_line_is_read_from_the_working_directory(
+    pytester: pytest.Pytester, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest started in tests/ with `--invmon-invariants checks`: with no invmon.yaml the
+    folder was read from the rootdir, with one from the working directory, so the same
+    command asserted other files. It is the working directory's, as for any path typed."""
+    (project / "invariants").rename(project / "checks")  # the rootdir's: all four
+    (project / "tests" / "checks").mkdir(parents=True)  # the working directory's: one
+    shutil.copy(
+        project / "checks" / "duplicate_settled_refunds.sql",
+        project / "tests" / "checks" / "duplicate_settled_refunds.sql",
+    )
+    pytester.makeini("[pytest]\n")
+    (project / "tests" / "test_refunds.py").write_text(
+        "import pytest\n\n\n@pytest.mark.invariants\ndef test_refunds(write):\n"
+        "    write.good_rows()\n    write.second_settlement()\n"
+    )
+    monkeypatch.chdir(project / "tests")
+    result = pytester.runpytest_subprocess("--invmon-invariants", "checks", "test_refunds.py")
+    result.assert_outcomes(failed=1)
+    assert "0 held, 1 violated, 0 could not be evaluated" in result.stdout.str()
