@@ -192,6 +192,10 @@ class Runner:
             reconnect_timeout=reconnect_attempt(self.database.connect_timeout),
             configure=_configure,
             reset=_reset,
+            # Each connection is checked as it is handed out (one empty statement): one the
+            # server ended while idle in the pool (a restart, a failover, an idle timeout)
+            # is replaced, where it failed the next run and the replica gate's read.
+            check=ConnectionPool.check_connection,
             kwargs=self._connect_kwargs,
             name="invmon",
         )

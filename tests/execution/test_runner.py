@@ -463,3 +463,32 @@ def test_keys_not_tracked_are_no_complete_set_of_keys(database: str) -> None:
         none = runner.run_one(invariant("none", "SELECT 1 AS id WHERE false"))
     assert (some.count, some.keys, some.keys_complete) == (3, {}, False)
     assert (none.count, none.keys, none.keys_complete) == (0, {}, True)
+
+
+def test_a_pooled_connection_the_server_ended_is_replaced_not_a_failed_run(database: str) -> None:
+    """A replica restarted, or a failover: the server ends the pool's idle connections. The
+    next run failed ("terminating connection due to administrator command"), every
+    invariant of the target with it, for a whole round."""
+    with Runner(database, concurrency=1) as runner:
+        first = runner.run_one(invariant("once", "SELECT 1 AS x"))
+        sql(
+            database,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'invmon' AND datname = current_database()",
+        )
+        wait_for(lambda: not _invmon_sessions(database), 30, "the pool's connection to end")
+        again = runner.run_one(invariant("again", "SELECT 1 AS x"))
+    assert [(r.status, r.count, r.error) for r in (first, again)] == [
+        ("violated", 1, None),
+        ("violated", 1, None),
+    ]
+
+
+def _invmon_sessions(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'invmon%'"
+            " AND datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
