@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
@@ -85,12 +86,12 @@ def _cell(value: Any, width: int = _CELL_WIDTH, of_a_row: bool = False) -> str:
     """A table's cell: a row's value as text.shown_value writes it (never mistaken for
     another value), or one of invmon's own (a name, a status, a time) on one line; either
     way no escape sequence reaches the terminal."""
-    # Timestamps are shown to the second; the JSON output keeps them whole.
+    if of_a_row:
+        return _row_cell(shown_value(value), max(width, _ROW_CELL_WIDTH))
+    # invmon's own times are shown to the second; the JSON output keeps them whole.
     stamp = _ISO_TIMESTAMP.match(value) if isinstance(value, str) else None
     if stamp:
         text = f"{stamp.group(1)} {stamp.group(2)}{stamp.group(4) or ''}"
-    elif of_a_row:
-        text = shown_value(value)
     else:
         plain = "∅" if value is None else value if isinstance(value, str) else json.dumps(value)
         text = printable(" ".join(str(plain).split()))
@@ -98,6 +99,17 @@ def _cell(value: Any, width: int = _CELL_WIDTH, of_a_row: bool = False) -> str:
 
 
 _NAME_WIDTH = 100  # names are what a reader copies into the next command: cut only when absurd
+# A row's value is shown as the database held it (a timestamp to the microsecond, a text
+# that looks like one as its text); one longer than this is cut, and then ends with a digest
+# of the whole, so that two values that differ past the cut never show alike.
+_ROW_CELL_WIDTH = 40
+
+
+def _row_cell(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    digest = hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()[:8]
+    return f"{text[: width - 10]}…#{digest}"
 
 
 def text_table(

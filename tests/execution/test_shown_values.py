@@ -1,14 +1,17 @@
-"""text.shown_value: one line per value that no other value of its column shows as, with
-nothing hidden or reversed. A truth review found NULL and the string '∅' alike, '' and ' '
-and 'a  b' collapsed, and a right-to-left override reversing what followed it. Pure."""
+"""text.shown_value, and the command line's tables of rows: one line per value that no
+other value of its column shows as, with nothing hidden or reversed. A truth review found
+NULL and the string '∅' alike, '' and ' ' and 'a  b' collapsed, and a right-to-left override
+reversing what followed it. Pure."""
 
 from __future__ import annotations
 
 import unicodedata
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from monitor.cli.render import _cell, results_table
+from monitor.execution.results import RunResult
 from monitor.text import NULL_MARK, cut_value_text, shown_value
 
 
@@ -47,3 +50,34 @@ def test_a_cut_value_keeps_its_label_when_a_table_cuts_it_shorter() -> None:
     assert len(shown) == 200 and shown.endswith(label) and shown.startswith("x" * 100)
     assert cut_value_text("y" * 300, 200) == "y" * 199 + "…"
     assert cut_value_text("short" + label, 200) == "short" + label
+
+
+def test_the_command_line_s_table_shows_a_row_s_values_as_the_database_held_them() -> None:
+    """The table of `invmon check` and of a pytest failure cut timestamps to the second
+    (10:00:00.75 and 10:00:00.999 alike), rewrote a text that looks like a timestamp into
+    one, and cut every value at 28 characters, so two that differ past them showed alike."""
+    long_a, long_b = "x" * 60 + "1", "x" * 60 + "2"
+    rows: list[dict[str, object]] = [
+        {"at": "2026-01-01T10:00:00.750000+00:00", "note": "2026-01-01T10:00:00.123456+00:00"},
+        {"at": "2026-01-01T10:00:00.999000+00:00", "note": long_a},
+        {"at": None, "note": long_b},
+    ]
+    result = RunResult.counted("races", 3, ["at", "note"], rows)
+    lines = results_table([result]).splitlines()
+    table = lines[lines.index("races: 3 offending rows") + 1 :][:5]
+    cells = [line.split() for line in table[2:]]
+    assert [c[0] for c in cells] == [
+        "2026-01-01T10:00:00.750000+00:00",
+        "2026-01-01T10:00:00.999000+00:00",
+        "∅",
+    ]
+    assert cells[0][1] == "2026-01-01T10:00:00.123456+00:00"
+    assert len({c[1] for c in cells}) == 3
+    assert all(len(c[1]) <= 40 for c in cells)
+
+
+@given(st.text(min_size=41, max_size=80), st.text(min_size=41, max_size=80))
+@example("x" * 60 + "1", "x" * 60 + "2")  # alike past any cut: random texts rarely are
+def test_two_values_cut_in_a_table_never_show_alike(a: str, b: str) -> None:
+    if a != b:
+        assert _cell(a, of_a_row=True) != _cell(b, of_a_row=True)
