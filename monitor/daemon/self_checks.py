@@ -17,7 +17,7 @@ from monitor.clock import stamp
 from monitor.daemon.slots import latest_slot, period
 from monitor.durations import Schedule, format_duration
 from monitor.execution.results import RunResult
-from monitor.invariants.loader import RESERVED_PREFIX
+from monitor.invariants.loader import OWN_CHECKS_SEVERITY, RESERVED_PREFIX
 from monitor.store.context import IncidentContext
 from monitor.store.storage import Tx
 
@@ -86,7 +86,7 @@ DESCRIPTIONS = {
     STUCK: "No run stays in flight past its timeout.",
 }
 CONTEXT = {
-    name: IncidentContext(severity="critical", description=text)
+    name: IncidentContext(severity=OWN_CHECKS_SEVERITY, description=text)
     for name, text in DESCRIPTIONS.items()
 }
 

@@ -190,6 +190,7 @@ def discover(directory: Path) -> tuple[list[Path], list[Problem]]:
 
 
 RESERVED_PREFIX = "invmon-self/"  # invmon's own checks (self_checks.py)
+OWN_CHECKS_SEVERITY = "critical"  # theirs, wherever they are shown: invmon cannot watch
 
 
 def name_for(path: Path, directory: Path) -> str:

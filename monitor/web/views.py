@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from monitor.clock import shown
-from monitor.invariants.loader import RESERVED_PREFIX
+from monitor.invariants.loader import OWN_CHECKS_SEVERITY, RESERVED_PREFIX
 from monitor.store.mutes import Mute
 from monitor.store.records import Incident
 from monitor.text import cut
@@ -95,7 +95,13 @@ def rows_of(infos: Mapping[str, InvariantInfo], overview: Overview, now: datetim
                 else run.target
                 if run
                 else "default",
-                severity=info.severity if info else context.severity if context else "warning",
+                severity=info.severity
+                if info
+                else context.severity
+                if context
+                else OWN_CHECKS_SEVERITY
+                if name.startswith(RESERVED_PREFIX)
+                else "warning",
                 owner=(info.owner if info else context.owner if context else None) or "",
                 tags=info.tags if info else (),
                 last_run=when(run.finished_at if run else None),

@@ -737,3 +737,12 @@ def test_integer_keys_sort_as_integers(values: list[int]) -> None:
 
     keys = [json.dumps([v]) for v in values]
     assert sorted(keys, key=key_order) == [json.dumps([v]) for v in sorted(values)]
+
+
+def test_invmon_s_own_checks_are_listed_as_critical_as_their_alerts_say() -> None:
+    """Slack said "🔴 CRITICAL · invmon-self/runs_stuck" while the page listed every
+    invmon-self row as a warning, so filtering the page on critical hid them."""
+    at = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    held = RunPoint(1, "invmon-self/runs_stuck", at, at, "ok", 0, 1.0, None, None, "default")
+    [row] = rows_of({}, Overview({"invmon-self/runs_stuck": held}, {}, []), at)
+    assert (row.name, row.severity) == ("invmon-self/runs_stuck", "critical")
