@@ -191,6 +191,17 @@ def _database_field(view: IncidentView) -> list[dict[str, str]]:
     return [{"type": "mrkdwn", "text": f"*Database*\n{escape(view.target)}"}]
 
 
+# What a root says once its incident closed (the open text, kept, would still say it is so).
+_CLOSED_EXPLAIN = {
+    "cannot_evaluate": "The invariant is evaluated again: its runs say whether it holds.",
+    "replica_stale": "The replica caught up, and invariants are evaluated again.",
+    "invalid_file": "The invariant file validates again, and its current version runs.",
+    "target_unreachable": "invmon connects to this database again, and its invariants are "
+    "evaluated again.",
+    "quarantined": "The quarantine is lifted: the invariant is scheduled again.",
+}
+
+
 def root_message(view: IncidentView, now: datetime) -> Message:
     title = status_title(view, now)
     blocks: list[dict[str, Any]] = [_header(title)]
@@ -237,11 +248,17 @@ def root_message(view: IncidentView, now: datetime) -> Message:
             "is not scheduled again, on any daemon, until its file changes or "
             "`invmon unquarantine` lifts it. Nothing is known to hold meanwhile.",
         }[view.kind]
-        blocks.append(_section(explain))
+        if retired(view):
+            explain = ""  # the block above says why it closed and what that means
+        elif view.resolved_at is not None:
+            explain = _CLOSED_EXPLAIN[view.kind]  # the open text would say it is still so
+        if explain:
+            blocks.append(_section(explain))
         if view.detail:
             # A backtick in the database's words would close the block early.
-            detail = cut(view.detail.replace("`", "'"), SECTION_LIMIT - 10)
-            blocks.append(_section(f"```{escape(detail)}```"))
+            detail = cut(view.detail.replace("`", "'"), SECTION_LIMIT - 20)
+            said = "*It said:* " if view.resolved_at is not None else ""
+            blocks.append(_section(f"{said}```{escape(detail)}```"))
         blocks.append(_context(f"Owner: {_owner(view.owner)}" if view.owner else ""))
     if view.acknowledged:
         blocks.append(_context(escape_keeping_mentions(view.acknowledged)))

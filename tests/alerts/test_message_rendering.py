@@ -169,3 +169,33 @@ def test_a_message_names_its_database_once_there_are_named_targets() -> None:
         assert "database default" not in shown("default", kind)
         assert "*Database*" not in shown("default", kind)
     assert "*Database*\\nbilling" in shown("billing", "violation")
+
+
+def test_a_closed_root_no_longer_says_the_trouble_is_still_there() -> None:
+    """An operator's review: "✅ FILE FIXED" over "The invariant file no longer validates …
+    the new one will not run until it is fixed". Every kind's closed root says what is true
+    now, and what the trouble said is kept as such."""
+    opened = NOW - timedelta(minutes=4)
+    fixed = root_message(
+        IncidentView(
+            3,
+            "refunds",
+            "invalid_file",
+            opened_at=opened,
+            resolved_at=NOW,
+            detail="function pg_sleep() is VOLATILE",
+        ),
+        NOW,
+    )
+    texts = [b["text"]["text"] for b in fixed.blocks if b["type"] == "section"]
+    assert texts == [
+        "The invariant file validates again, and its current version runs.",
+        "*It said:* ```function pg_sleep() is VOLATILE```",
+    ]
+    for kind in ("cannot_evaluate", "replica_stale", "target_unreachable", "quarantined"):
+        view = IncidentView(4, "refunds", kind, opened_at=opened, resolved_at=NOW)
+        said = " ".join(
+            b["text"]["text"] for b in root_message(view, NOW).blocks if b["type"] == "section"
+        )
+        assert "again" in said or "lifted" in said, (kind, said)
+        assert "not being evaluated" not in said and "is not scheduled" not in said, kind
