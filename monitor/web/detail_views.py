@@ -289,12 +289,15 @@ def invariant_page(
 
 
 def _unknown_row(name: str, records: InvariantRecords, now: datetime) -> Row:
-    """A name known only from its incidents (e.g. a file removed before it ran)."""
+    """A name known only from the store: a file removed (retired, when its newest incident
+    closed so), or one removed before it ran."""
     last = records.runs[0] if records.runs else None
+    newest = records.incidents[0] if records.incidents else None
+    retired = newest is not None and newest.state == "retired"
     return Row(
         name,
         invariant_href(name),
-        status_of(last.status if last else "pending"),
+        status_of("retired" if retired else last.status if last else "pending"),
         "",
         last.target if last else "default",
         "warning",

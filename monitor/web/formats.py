@@ -41,6 +41,8 @@ STATUS_WORD = {
     "stale": "Stale",
     "pending": "Not run yet",
     "ok": "Holds",
+    # Its file was removed while an incident was open: nothing says whether it holds now.
+    "retired": "Retired: no longer evaluated",
 }
 
 
@@ -51,6 +53,7 @@ STATUS_ICON = {
     "stale": "‖",
     "pending": "…",
     "ok": "✔",
+    "retired": "⊘",
 }
 
 
@@ -103,7 +106,7 @@ def age(since: datetime, now: datetime) -> str:
 
 @dataclass(frozen=True)
 class Status:
-    key: str  # violated | error | stale | pending | ok
+    key: str  # violated | error | invalid | stale | pending | ok | retired
     word: str
     icon: str
 

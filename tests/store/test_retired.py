@@ -35,8 +35,9 @@ from monitor.store.migrations import migrations
 from monitor.store.records import Incident, as_document
 from monitor.store.state import StateStore
 from monitor.store.storage import PostgresStorage, SqliteStorage, Storage, migrate
-from monitor.web.detail_views import event_line
+from monitor.web.detail_views import event_line, invariant_page
 from monitor.web.formats import summary_of
+from monitor.web.reads import read_invariant, read_overview
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 OPENED = NOW - timedelta(seconds=35)
@@ -503,4 +504,21 @@ def test_a_file_removed_while_no_daemon_ran_is_retired_when_one_starts(world: Wo
     lasted = int((incident.resolved_at - incident.opened_at).total_seconds())
     assert root.blocks[0]["text"]["text"] == (
         f"🗄️ RETIRED · bad_items (after {lasted}s): closed while 2 rows still offended"
+    )
+
+
+def test_a_retired_invariant_s_page_says_retired_not_violated(store: StateStore) -> None:
+    """An operator's review: after its file was removed, /invariants/NAME headlined
+    "✖ Violated · 1 offending row" from its last run; the front page had dropped it."""
+    rows = [{"order_id": 10}]
+    violated = RunResult.counted("shop/paid_twice", 1, ["order_id"], rows, keys={"[10]": rows[0]})
+    store.record_run("shop/paid_twice", violated, OPENED)
+    store.retire("shop/paid_twice", NOW)
+    records = read_invariant(store, "shop/paid_twice")
+    page = invariant_page("shop/paid_twice", None, records, read_overview(store, [], NOW), NOW, 30)
+    assert page is not None
+    assert (page.row.status.key, page.row.status.word, page.row.count) == (
+        "retired",
+        "Retired: no longer evaluated",
+        1,
     )
