@@ -107,6 +107,13 @@ def history(
     click.echo(history_text(title, runs, incidents))
 
 
+UPDATED_BY_THE_DAEMON = (
+    "Recorded in the state store. The running daemon updates the alert within seconds, "
+    "where it delivers alerts: in Slack, or on its standard output (its journal or "
+    "container log) if it has no slack.token."
+)
+
+
 def _act(config_path: Path | None, incident: int, action: Action) -> None:
     """Record an ack/unack/snooze from the command line; the daemon updates Slack."""
     from alerts.alerter import record_action
@@ -118,15 +125,10 @@ def _act(config_path: Path | None, incident: int, action: Action) -> None:
     finally:
         store.close()
     click.echo(outcome.message)
-    if outcome.changed and config.slack.token:
-        click.echo("The alert in Slack is updated by the running daemon within seconds.")
-    elif outcome.changed:
-        # No Slack: the daemon's console transport prints the alert's update on its stdout.
-        click.echo(
-            "No Slack is configured (slack.token is not set), so the running daemon prints "
-            "the updated alert on its standard output (its journal or container log) within "
-            "seconds."
-        )
+    if outcome.changed:
+        # Said of the daemon, which this shell cannot see: its token is often in its own
+        # environment only (a systemd EnvironmentFile), and it may not be running at all.
+        click.echo(UPDATED_BY_THE_DAEMON)
     sys.exit(0 if outcome.changed else 1)
 
 
