@@ -147,7 +147,14 @@ def bounds_notes(result: RunResult) -> list[str]:
     return notes
 
 
-def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
+# Where the command line's database comes from, for a hint: a caller with other ways in
+# (the pytest plugin) says its own.
+DSN_SOURCES = "--dsn, INVMON_DSN, or `dsn:` / `targets:` in invmon.yaml"
+
+
+def results_table(
+    results: Sequence[RunResult], sample_rows: int = 3, dsn_sources: str = DSN_SOURCES
+) -> str:
     several = names_targets(r.target for r in results)
     summary = text_table(
         ["invariant", *(["target"] if several else []), "status", "count", "duration"],
@@ -162,7 +169,7 @@ def results_table(results: Sequence[RunResult], sample_rows: int = 3) -> str:
             for r in results
         ],
     )
-    details = _shared_errors(results)
+    details = _shared_errors(results, dsn_sources)
     repeated = _repeated(results)
     shared = {r.invariant for r in results if _error_key(r) in repeated}
     for r in results:
@@ -198,7 +205,7 @@ def _repeated(results: Sequence[RunResult]) -> set[tuple[str, str]]:
     return {k for k, n in counts.items() if n > 1}
 
 
-def _shared_errors(results: Sequence[RunResult]) -> list[str]:
+def _shared_errors(results: Sequence[RunResult], dsn_sources: str) -> list[str]:
     out = []
     for target, error in sorted(_repeated(results)):
         names = [printable(r.invariant) for r in results if _error_key(r) == (target, error)]
@@ -206,7 +213,7 @@ def _shared_errors(results: Sequence[RunResult]) -> list[str]:
         if error.startswith(CONNECT_ERROR):
             head = (
                 f"{where}: {CONNECT_ERROR}, so {len(names)} invariants could not be evaluated "
-                "(check the DSN: --dsn, INVMON_DSN, or `dsn:` / `targets:` in invmon.yaml)"
+                f"(check the DSN: {dsn_sources})"
             )
         else:
             head = f"{len(names)} invariants could not be evaluated, all for one reason"

@@ -27,6 +27,9 @@ from monitor.cli.render import results_table
 from monitor.execution.results import RunResult
 from monitor.text import counted, printable, shorten
 
+# The test database's ways in, for the hint on a database that does not answer.
+DSN_SOURCES = "--invmon-dsn, INVMON_DSN, the `invmon_dsn` fixture, or `dsn:` in invmon.yaml"
+
 SAMPLE_ROWS = 5  # rows of each violated invariant shown in a failure
 
 
@@ -74,7 +77,7 @@ def failure_text(results: Sequence[RunResult], case: Case, why: str | None = Non
     lines = [f"{headline} after {case.heading()}"]
     if why:
         lines.append(why)
-    lines += ["", results_table(results, sample_rows=SAMPLE_ROWS), ""]
+    lines += ["", results_table(results, SAMPLE_ROWS, DSN_SOURCES), ""]
     if case.has_seed:
         lines.append(f"seed: {shorten(case.seed, 60)}")
     lines.append(f"rerun this case alone: {case.rerun()}")

@@ -179,3 +179,15 @@ def test_a_query_the_deadline_cut_is_told_from_one_that_cannot_run() -> None:
     assert cut_short([RunResult.failed("b", 'relation "x" does not exist')], b_cut) is None
     assert cut_short([*cut, RunResult.failed("c", "syntax error")], b_cut) is None
     assert cut_short(HOLDS, Cut(frozenset({"a", "b"}), True, 1.5)) is None
+
+
+def test_a_database_that_does_not_answer_is_hinted_with_the_session_s_ways_in() -> None:
+    """The hint named `--dsn` and invmon.yaml, the command line's: a test's database comes
+    from --invmon-dsn, INVMON_DSN, the `invmon_dsn` fixture or the config's dsn."""
+    down = [RunResult.failed(n, "cannot connect: connection refused") for n in ("a", "b")]
+    text = failure_text(down, Case("tests/test_soak.py::test_refunds"))
+    assert (
+        "the database: cannot connect, so 2 invariants could not be evaluated (check the DSN: "
+        "--invmon-dsn, INVMON_DSN, the `invmon_dsn` fixture, or `dsn:` in invmon.yaml):"
+    ) in text
+    assert "--dsn," not in text.replace("--invmon-dsn,", "")
