@@ -70,10 +70,17 @@ def describe_error(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def explained(exc: psycopg.Error, invariant: Invariant, target: str = DEFAULT_TARGET) -> str:
+def explained(
+    exc: psycopg.Error,
+    invariant: Invariant,
+    target: str = DEFAULT_TARGET,
+    lock_timeout: timedelta | None = None,
+) -> str:
     """The database's message, and where the fix is: for a limit invmon set, which setting
     it was and its value; for a missing relation, the target it was looked for on."""
     message = describe_error(exc)
+    if exc.sqlstate == pg_errors.LockNotAvailable.sqlstate and lock_timeout is not None:
+        return f"{message}: {lock_timeout_hint(lock_timeout, target)}"
     if exc.sqlstate == pg_errors.ConfigurationLimitExceeded.sqlstate and (
         "temp_file_limit" in message
     ):
@@ -106,6 +113,23 @@ def timeout_hint(invariant: Invariant, target: str) -> str:
         f"the query ran past its timeout, {value} (defaults.timeout in the config: its header "
         f"has no `timeout:`); raise it with `timeout:` in the header or defaults.timeout, "
         f"{ceiling}"
+    )
+
+
+def lock_timeout_hint(lock_timeout: timedelta, target: str) -> str:
+    """Why a run waited on a lock past its bound, and which setting the bound is."""
+    setting = (
+        "database.lock_timeout"
+        if target == DEFAULT_TARGET
+        else (f"targets.{target}.lock_timeout, else database.lock_timeout")
+    )
+    seconds = lock_timeout.total_seconds()
+    # format_duration keeps whole seconds, and a lock timeout is often under one.
+    shown = f"{round(seconds, 3):g}s" if seconds < 60 else format_duration(lock_timeout)
+    return (
+        f"another session held a lock the query needs for longer than the lock timeout, "
+        f"{shown} ({setting}): a migration, or a transaction left open on the table (in a "
+        "test, often the test's own, not yet committed)"
     )
 
 
@@ -414,7 +438,9 @@ class Runner:
                 error = f"no database connection within the connect timeout: {reason}"
             except psycopg.Error as exc:
                 # The database's message can quote a value of a row ("invalid input: …").
-                error = self._masker(invariant).text(explained(exc, invariant, self.target))
+                error = self._masker(invariant).text(
+                    explained(exc, invariant, self.target, self.database.lock_timeout)
+                )
             else:
                 return RunResult.counted(
                     invariant.name,
