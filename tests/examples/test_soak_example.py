@@ -78,7 +78,7 @@ def test_the_quick_soak_catches_check_then_create_and_each_failure_replays_by_it
     rows_now = block.search(again.stdout)
     assert rows_then is not None and rows_now is not None
     # The same disputes, counts and amounts (timestamps differ between the two runs).
-    stamp = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\+00:00")
+    stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
     assert stamp.sub("T", rows_now.group(0)) == stamp.sub("T", rows_then.group(0))
 
 
