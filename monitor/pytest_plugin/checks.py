@@ -69,7 +69,7 @@ class InvariantChecks:
         read = self.project.config
         targets = {n: t.model_copy(update={"dsn": self.dsn}) for n, t in read.targets.items()}
         config = read.model_copy(update={"dsn": self.dsn, "targets": targets})
-        chosen = self._chosen(select)
+        chosen = self.chosen(select)
         cut = Cut(frozenset(), False, 0.0)
         if within is not None and chosen:
             rounds = math.ceil(len(chosen) / config.concurrency)
@@ -116,9 +116,7 @@ class InvariantChecks:
             raise ValueError("poll must be positive")
         state = Settling.start(self.monotonic(), timeout, quiet)
         while True:
-            # A copy: a list the application keeps appending to is the same object at every
-            # poll, and would never compare as changed.
-            activity = copy.deepcopy(watch()) if watch is not None else None
+            activity = _copied(watch()) if watch is not None else None
             results, cuts = self._evaluate(select, state.deadline - self.monotonic())
             state, outcome = state.step(self.monotonic(), results, activity)
             if outcome == "holds":
@@ -139,7 +137,9 @@ class InvariantChecks:
             # Never past the deadline: the last poll is at it, so its result is the last word.
             self.sleep(max(0.0, min(poll, state.deadline - self.monotonic())))
 
-    def _chosen(self, chosen: Selection) -> list[Invariant]:
+    def chosen(self, chosen: Selection) -> list[Invariant]:
+        """The invariants `chosen` selects (all for None); ValueError naming a selector that
+        matches none, in the words of a test's `select=`."""
         invariants = self.project.loaded.invariants
         if chosen is None:
             return list(invariants)
@@ -147,7 +147,22 @@ class InvariantChecks:
         try:
             return select(invariants, selectors, self.project.directory)
         except NothingSelected as exc:
-            raise ValueError(str(exc)) from None
+            # The loader says it of the command line's flag; here it was `select=`.
+            raise ValueError(str(exc).replace("--select ", "select=", 1)) from None
+
+
+def _copied(activity: object) -> object:
+    """`watch()`'s value as it is now (a list the application keeps appending to is the
+    same object at every poll, and would never compare as changed); a value that cannot be
+    copied (a queue, a lock) is refused saying what to watch instead."""
+    try:
+        return copy.deepcopy(activity)
+    except (TypeError, copy.Error, RecursionError) as exc:
+        raise ValueError(
+            f"watch= returned a {type(activity).__name__}, which cannot be copied to compare "
+            f"between polls ({exc}); return a plain value that changes while work lands, "
+            "such as a queue's qsize() or a row count"
+        ) from None
 
 
 def _raise_unless_held(results: Sequence[RunResult], case: Case, why: str | None = None) -> None:

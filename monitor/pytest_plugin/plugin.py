@@ -138,10 +138,16 @@ def _invmon_marked(request: pytest.FixtureRequest) -> None:
     from monitor.pytest_plugin.verdicts import marker_options
 
     try:
-        request.node.stash[_OPTIONS] = marker_options(marker.args, marker.kwargs)
+        options = marker_options(marker.args, marker.kwargs)
     except ValueError as exc:
         pytest.fail(f"invmon: {exc}", pytrace=False)
-    request.node.stash[_CHECKS] = request.getfixturevalue("invariants")
+    checks: InvariantChecks = request.getfixturevalue("invariants")
+    try:
+        checks.chosen(options.select)  # a selector that matches nothing: said before the body
+    except ValueError as exc:
+        pytest.fail(f"invmon: the marker's {exc}", pytrace=False)
+    request.node.stash[_OPTIONS] = options
+    request.node.stash[_CHECKS] = checks
 
 
 @pytest.hookimpl(wrapper=True)

@@ -543,3 +543,46 @@ def test_a_folder_on_the_command_line_is_read_from_the_working_directory(
     result = pytester.runpytest_subprocess("--invmon-invariants", "checks", "test_refunds.py")
     result.assert_outcomes(failed=1)
     assert "0 held, 1 violated, 0 could not be evaluated" in result.stdout.str()
+
+
+def test_a_marker_selector_that_matches_nothing_is_said_before_the_body_runs(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """A typo in select= was reported after the whole body had run, as a ValueError from
+    the plugin's own code naming `--select`, which nobody had typed."""
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.invariants(select="duplicate_settled_refund")
+        def test_refunds(write):
+            raise RuntimeError("the body ran")
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    assert "invmon: the marker's select='duplicate_settled_refund' matches no invariant" in out
+    assert "the body ran" not in out and "--select" not in out
+
+
+def test_a_watch_that_cannot_be_copied_is_refused_saying_what_to_watch(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """A queue handed to watch= ended in a deepcopy traceback ("cannot pickle
+    '_thread.lock' object")."""
+    pytester.makepyfile(
+        """
+        import queue
+
+        def test_refunds(write, invariants):
+            work = queue.Queue()
+            invariants.assert_hold_eventually(timeout=2, watch=lambda: work)
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    assert (
+        "watch= returned a Queue, which cannot be copied to compare between polls"
+        in result.stdout.str()
+    )
