@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from monitor.config import Config, Target
-from monitor.execution.redaction import NO_REDACTION
+from monitor.execution.redaction import NO_REDACTION, Redaction
 from monitor.execution.results import RunResult
 from monitor.execution.runner import Runner, describe_error
 from monitor.fence.role_check import REFUSED, read_role, verdict
@@ -141,14 +141,19 @@ def run_loaded(
     directory: Path,
     show_values: bool = False,
     allow_privileged_role: bool = False,
+    redaction: Redaction | None = None,
 ) -> CheckOutcome:
     """`loaded`'s invariants evaluated once (see run_check); its problems become `error`
-    results named after their files (`directory` names them)."""
+    results named after their files (`directory` names them). Rows are masked with
+    `redaction`, else the config's under a key of this call's own."""
     known = config.resolved_targets()
     groups: dict[str, list[Invariant]] = {}
     for inv in loaded.invariants:
         groups.setdefault(inv.target, []).append(inv)
-    redaction = NO_REDACTION if show_values else config.redact.redaction()
+    if show_values:
+        redaction = NO_REDACTION
+    elif redaction is None:
+        redaction = config.redact.redaction()
 
     def run_target(name: str) -> list[RunResult]:
         target, invariants = known[name], groups[name]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from monitor.config import Config
 from monitor.execution.check import run_loaded
+from monitor.execution.redaction import Redaction
 from monitor.execution.results import RunResult
 from monitor.invariants.loader import Invariant, LoadResult
 from monitor.invariants.selection import NothingSelected, select
@@ -34,11 +35,14 @@ class InvariantsNotEvaluated(Exception):
 
 @dataclass
 class Project:
-    """What the plugin read once per session: the config and the selected files, loaded."""
+    """What the plugin read once per session: the config and the selected files, loaded,
+    and how rows are masked: one key for the session, so that a value masked in one test's
+    failure reads the same in the next."""
 
     config: Config
     directory: Path
     loaded: LoadResult
+    redaction: Redaction
 
 
 @dataclass
@@ -87,7 +91,13 @@ class InvariantChecks:
         loaded = LoadResult(chosen, [])
         # The test's database is its own (often its owner's role): the READ ONLY transaction
         # and the fence stand, the deployment's role check does not.
-        found = run_loaded(config, loaded, self.project.directory, allow_privileged_role=True)
+        found = run_loaded(
+            config,
+            loaded,
+            self.project.directory,
+            allow_privileged_role=True,
+            redaction=self.project.redaction,
+        )
         self.history.append(found.results)
         return found.results, cut
 

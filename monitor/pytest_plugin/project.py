@@ -54,4 +54,4 @@ def read_project(
             f"invmon: {counted(len(errors), 'problem')} in the invariant files; none is asserted "
             f"until they are fixed (`invmon lint` says the same):\n{listed}"
         )
-    return Project(config, directory, loaded)
+    return Project(config, directory, loaded, config.redact.redaction())

@@ -184,6 +184,32 @@ def test_rows_in_a_failure_are_masked_as_configured(
     assert "secret.person" not in out
 
 
+def test_a_value_masked_in_one_failure_reads_the_same_in_the_next(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """Each check masked under a key of its own, so the same customer's email read
+    differently in every failure of a session and could not be matched across them."""
+    (project / "invariants" / "emails.sql").write_text(
+        "-- description: Accounts with no credit.\n-- key: [account_id]\n"
+        "SELECT account_id, email FROM accounts WHERE credit_balance_eur = 0\n"
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("seed", [1, 2])
+        def test_it(write, invariants, seed):
+            email = "secret" + ".person@example.com"
+            write(f"INSERT INTO accounts (account_id, email) VALUES ({seed}, '{email}')")
+            invariants.assert_hold(select="emails")
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=2)
+    masked = re.findall(r"\[masked:[^\]]*\]", result.stdout.str())
+    assert len(masked) >= 2 and len(set(masked)) == 1, masked
+
+
 def test_eventually_passes_once_writes_that_land_late_have_settled(
     pytester: pytest.Pytester, project: Path
 ) -> None:
