@@ -14,7 +14,7 @@ asks for invariants, so a suite that never does pays nothing for the plugin bein
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -203,11 +203,29 @@ def _case(request: pytest.FixtureRequest) -> Case:
     return Case(node.nodeid, rerun_id=rerun_id, rerun_options=options)
 
 
+def _overrides(args: Sequence[str]) -> Iterator[str]:
+    """The ini values the session overrode on its command line (`-o key=value`, in any of
+    its spellings), as `-o key=value` each: an ini key such as invmon_invariants changes
+    which files are asserted, so the rerun must say it too."""
+    taken = iter(args)
+    for arg in taken:
+        if arg in ("-o", "--override-ini"):
+            value = next(taken, None)
+        elif arg.startswith("--override-ini="):
+            value = arg.removeprefix("--override-ini=")
+        elif arg.startswith("-o") and len(arg) > 2:
+            value = arg[2:]
+        else:
+            continue
+        if value is not None:
+            yield from ("-o", value)
+
+
 def _rerun_options(config: pytest.Config) -> tuple[str, ...]:
-    """The session's --invmon-* options, so the rerun finds the same files (ini keys are in
-    the ini file, which the rerun reads again). A DSN can hold a password: it is named, not
-    printed."""
-    words: list[str] = []
+    """The session's --invmon-* options and ini overrides, so the rerun finds the same files
+    (ini keys in the ini file the rerun reads again). A DSN can hold a password: it is
+    named, not printed."""
+    words: list[str] = list(_overrides(config.invocation_params.args))
     for flag in ("--invmon-invariants", "--invmon-config"):
         if given := config.getoption(flag):
             words += [flag, str(given)]

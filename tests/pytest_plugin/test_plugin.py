@@ -160,6 +160,40 @@ def test_the_rerun_command_runs_with_the_folder_given_on_the_command_line(
     assert "duplicate_settled_refunds: 1 offending row" in again.stdout.str()
 
 
+def test_the_rerun_command_carries_an_ini_value_overridden_on_the_command_line(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """`-o invmon_invariants=checks` was left out of the rerun line, which then asserted
+    the ini file's folder and passed."""
+    (project / "invariants").rename(project / "checks")
+    (project / "invariants").mkdir()  # the ini file's folder, now holding nothing that fails
+    shutil.copy(
+        project / "checks" / "expired_lease_jobs.sql",
+        project / "invariants" / "expired_lease_jobs.sql",
+    )
+    pytester.makepyfile(
+        test_soak="""
+        import pytest
+
+        @pytest.mark.parametrize("seed", [7])
+        @pytest.mark.invariants
+        def test_refunds(write, seed):
+            write.good_rows()
+            write.second_settlement()
+        """
+    )
+    first = pytester.runpytest_subprocess("-o", "invmon_invariants=checks")
+    first.assert_outcomes(failed=1)
+    report = first.stdout.str().split("short test summary info")[0]
+    [line] = [x for x in report.splitlines() if "rerun this case alone: " in x]
+    command = line.split("rerun this case alone: ", 1)[1]
+    assert command == (
+        "python -m pytest -o invmon_invariants=checks 'test_soak.py::test_refunds[7]'"
+    )
+    again = pytester.runpytest_subprocess(*shlex.split(command)[3:])
+    again.assert_outcomes(failed=1)
+
+
 def test_rows_in_a_failure_are_masked_as_configured(
     pytester: pytest.Pytester, project: Path
 ) -> None:
