@@ -102,13 +102,15 @@ def format_duration(delta: timedelta) -> str:
 
 
 def human_duration(delta: timedelta) -> str:
-    """For people, in Slack and on the page: the two largest units, seconds dropped past a
-    minute (3h 12m). Config values are shown exactly, by format_duration."""
+    """For people, in Slack and on the page: the two largest units (3h 12m, 3m 59s), seconds
+    dropped past an hour. Config values are shown exactly, by format_duration."""
     seconds = int(delta.total_seconds())
     if seconds < 60:
         return f"{seconds}s"
     parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+    # Under an hour the seconds stay: "3m" for 3m59s read as a quarter less than it was.
+    units = (("d", 86400), ("h", 3600), ("m", 60), *((("s", 1),) if seconds < 3600 else ()))
+    for unit, size in units:
         if seconds >= size:
             parts.append(f"{seconds // size}{unit}")
             seconds %= size

@@ -103,7 +103,7 @@ def test_a_later_opening_within_the_group_interval_joins_and_the_title_says_so(
     incidents = world.store.open_incidents()
     spread = max(i.opened_at for i in incidents) - min(i.opened_at for i in incidents)
     assert timedelta(minutes=2) <= spread < timedelta(minutes=3)
-    assert_one_digest_of_seven(fake, digest, "🚨 7 incidents opened within 2m")
+    assert_one_digest_of_seven(fake, digest, "🚨 7 incidents opened within 2m 30s")
     assert digest.updates == 1
 
 

@@ -14,7 +14,7 @@ from monitor.daemon.fleet import preferred
 from monitor.daemon.metrics import Metrics
 from monitor.daemon.scheduling import Scheduler
 from monitor.daemon.services import Services
-from monitor.durations import parse_schedule
+from monitor.durations import human_duration, parse_schedule
 from monitor.execution.results import RunResult
 from monitor.invariants.definitions import Definitions
 from monitor.invariants.loader import Invariant
@@ -146,3 +146,12 @@ def test_the_next_tick_is_the_next_start_or_a_slot_waiting_for_another_daemon(
     [claim] = loop.tick(START + loop.settings.handoff)
     assert (claim.invariant, claim.slot) == (name, START)
     assert loop.next_tick() == START + timedelta(minutes=1)
+
+
+def test_a_duration_for_people_keeps_its_seconds_under_an_hour() -> None:
+    """An operator's review: an incident that lasted 239 s said "Resolved after 3m"."""
+    shown = [
+        human_duration(timedelta(seconds=s))
+        for s in (4, 60, 239, 1200, 3599, 3600, 3 * 3600 + 12 * 60 + 5, 86400 + 300)
+    ]
+    assert shown == ["4s", "1m", "3m 59s", "20m", "59m 59s", "1h", "3h 12m", "1d 5m"]
