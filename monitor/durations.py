@@ -101,6 +101,16 @@ def format_duration(delta: timedelta) -> str:
     return "".join(out) or "0s"
 
 
+def precise_duration(delta: timedelta) -> str:
+    """An elapsed time or a bound under a minute to the tenth of a second (under a second, to
+    the millisecond): a run 0.4s past its 1s timeout, a lock timeout of 0.25s. From a
+    minute up, as format_duration."""
+    seconds = delta.total_seconds()
+    if seconds >= 60:
+        return format_duration(delta)
+    return f"{round(seconds, 1 if seconds >= 1 else 3):g}s"
+
+
 def human_duration(delta: timedelta) -> str:
     """For people, in Slack and on the page: the two largest units (3h 12m, 3m 59s), seconds
     dropped past an hour. Config values are shown exactly, by format_duration."""

@@ -85,7 +85,8 @@ class DaemonConfig(Model):
     jitter: timedelta = timedelta(seconds=10)  # capped at a tenth of an interval; 0s: off
     # How long a stop waits for runs in flight; the whole stop takes at most this plus 10s.
     shutdown_grace: timedelta = timedelta(seconds=30)
-    # A query that holds its connection this long past its timeout is quarantined.
+    # A query that holds its connection this long past its timeout is quarantined, and its
+    # connection closed.
     overrun_margin: timedelta = timedelta(seconds=10)
     track_keys: int = Field(default=1000, ge=0, le=100_000)  # offending keys kept per run
     # Several daemons on one PostgreSQL store (claims.py, fleet.py): a claimed slot whose

@@ -19,8 +19,9 @@ from psycopg_pool import PoolTimeout
 from monitor.clock import Clock, utc_now
 from monitor.config import Config, Target
 from monitor.daemon.replica_gate import ConditionRecorder, ReplicaGate
+from monitor.execution.deadlines import never_paused
 from monitor.execution.redaction import Redaction
-from monitor.execution.runner import Runner, describe_error, never_paused
+from monitor.execution.runner import Runner, describe_error
 from monitor.fence.role_check import RoleVerdict, verdict
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.invariants.loader import Invariant
@@ -116,6 +117,7 @@ class Databases:
                 target=name,
                 clock=clock,
                 resumed=resumed,
+                overrun_margin=config.daemon.overrun_margin,
             )
             runner.open()
             context = IncidentContext(

@@ -168,6 +168,7 @@ def run_loaded(
             limits=config.limits.rows(),
             redaction=redaction,
             target=name,
+            overrun_margin=config.daemon.overrun_margin,
         ) as runner:
             return runner.run_all(invariants, role_screen(target, allow_privileged_role))
 

@@ -16,7 +16,7 @@ import json
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from monitor.durations import format_duration
+from monitor.durations import precise_duration as _shown
 
 if TYPE_CHECKING:
     from monitor.invariants.loader import Invariant
@@ -30,12 +30,6 @@ def version_of(inv: Invariant) -> str:
         sort_keys=True,
     )
     return hashlib.sha256(what.encode()).hexdigest()[:16]
-
-
-def _shown(delta: timedelta) -> str:
-    seconds = delta.total_seconds()
-    # Tenths under a minute: an overrun of a 1 s timeout is told in seconds and tenths.
-    return f"{round(seconds, 1):g}s" if seconds < 60 else format_duration(delta)
 
 
 def overrun(took: timedelta, inv: Invariant, margin: timedelta) -> str | None:

@@ -25,7 +25,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from monitor.clock import Clock, utc_now
 from monitor.config import DatabaseConfig
-from monitor.durations import format_duration, reconnect_attempt
+from monitor.durations import format_duration, precise_duration, reconnect_attempt
+from monitor.execution.deadlines import Cut, Deadlines, never_paused
 from monitor.execution.execute import (
     CLIENT_ENCODING,
     LiveFence,
@@ -52,11 +53,6 @@ from monitor.text import counted
 # A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
 # about the invariant, so the run is tried again a bounded number of times.
 _RETRYABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
-
-
-def never_paused(began: float) -> float:
-    """Runner's `resumed` where nothing records pauses (`check`): the hold counts whole."""
-    return began
 
 
 def describe_error(exc: BaseException) -> str:
@@ -123,9 +119,8 @@ def lock_timeout_hint(lock_timeout: timedelta, target: str) -> str:
         if target == DEFAULT_TARGET
         else (f"targets.{target}.lock_timeout, else database.lock_timeout")
     )
-    seconds = lock_timeout.total_seconds()
     # format_duration keeps whole seconds, and a lock timeout is often under one.
-    shown = f"{round(seconds, 3):g}s" if seconds < 60 else format_duration(lock_timeout)
+    shown = precise_duration(lock_timeout)
     return (
         f"another session held a lock the query needs for longer than the lock timeout, "
         f"{shown} ({setting}): a migration, or a transaction left open on the table (in a "
@@ -173,6 +168,7 @@ class Runner:
         clock: Clock = utc_now,
         resumed: Callable[[float], float] = never_paused,
         monotonic: Callable[[], float] = time.monotonic,
+        overrun_margin: timedelta = timedelta(seconds=10),
     ) -> None:
         self.dsn = dsn
         self.clock = clock  # stamps a run's start: the daemon's clock, faked in tests
@@ -190,6 +186,12 @@ class Runner:
         self.redaction = redaction
         self.target = target
         self.fence = LiveFence(allow)
+        # How far past its timeout a query may go before it is overdue: its connection is
+        # then closed (Deadlines) and, in the daemon, its invariant quarantined.
+        self.overrun_margin = overrun_margin
+        # Every wait on this database is bounded on the client too (deadlines.py): the
+        # server's own timeouts cannot fire in a server process that is stopped or hung.
+        self.deadlines = Deadlines(target, monotonic, resumed)
         self._active: set[psycopg.Connection[Any]] = set()
         # Each invariant whose attempt holds a connection now, and since when (on
         # self._monotonic, which a suspended host does not move): how long the database has
@@ -215,11 +217,11 @@ class Runner:
             timeout=self.database.connect_timeout.total_seconds(),
             reconnect_timeout=reconnect_attempt(self.database.connect_timeout),
             configure=_configure,
-            reset=_reset,
+            reset=self._reset,
             # Each connection is checked as it is handed out (one empty statement): one the
             # server ended while idle in the pool (a restart, a failover, an idle timeout)
             # is replaced, where it failed the next run and the replica gate's read.
-            check=ConnectionPool.check_connection,
+            check=self._check,
             kwargs=self._connect_kwargs,
             name="invmon",
         )
@@ -241,15 +243,62 @@ class Runner:
 
     def close(self) -> None:
         self._pool.close(timeout=5)
+        self.deadlines.close()
+
+    def _own(
+        self, conn: psycopg.Connection[Any], what: str
+    ) -> contextlib.AbstractContextManager[None]:
+        """A bound on one of invmon's own questions on `conn` (the replica status, the role,
+        a pooled connection's check and reset), which the server answers in milliseconds:
+        as long as a connection may take to open, and the overrun margin."""
+        bound = self.database.connect_timeout + self.overrun_margin
+        past = (
+            f"the bound of invmon's own questions, {precise_duration(bound)} "
+            "(database.connect_timeout and daemon.overrun_margin)"
+        )
+        return self.deadlines.bounded(conn, bound, what, past)
+
+    def _past_timeout(
+        self, conn: psycopg.Connection[Any], timeout: timedelta, what: str
+    ) -> contextlib.AbstractContextManager[None]:
+        """A bound on a statement the server stops at `timeout` (statement_timeout): the
+        overrun margin later, it is overdue, and its connection is closed."""
+        past = (
+            f"its timeout, {precise_duration(timeout)}, and daemon.overrun_margin, "
+            f"{precise_duration(self.overrun_margin)}"
+        )
+        return self.deadlines.bounded(conn, timeout + self.overrun_margin, what, past)
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        # Half the wait for a connection: the pool's wait for one includes this check, so a
+        # new connection can still be had within it when this one's server process hangs.
+        half = self.database.connect_timeout / 2
+        past = (
+            f"half the wait for a connection, {precise_duration(half)} (database.connect_timeout)"
+        )
+        with self.deadlines.bounded(conn, half, "a pooled connection's check", past):
+            ConnectionPool.check_connection(conn)
+
+    def _reset(self, conn: psycopg.Connection[Any]) -> None:
+        with self._own(conn, "a connection's reset"):
+            _reset(conn)
 
     def replica_status(self) -> ReplicaStatus:
         """Recovery state and lag of the monitored server, read like a run: read-only."""
-        with self._pool.connection() as conn, conn.transaction():
+        with (
+            self._pool.connection() as conn,
+            self._own(conn, "the read of the replica status"),
+            conn.transaction(),
+        ):
             return read_replica_status(conn)
 
     def role_facts(self) -> RoleFacts:
         """What the role it connects as can do (role_check.py), read like a run: read-only."""
-        with self._pool.connection() as conn, conn.transaction():
+        with (
+            self._pool.connection() as conn,
+            self._own(conn, "the read of the role"),
+            conn.transaction(),
+        ):
             return read_role(conn)
 
     def cancel_all(self) -> int:
@@ -276,7 +325,7 @@ class Runner:
         try:
             # A statement, not the login alone: behind a pooler (PgBouncer) a login is
             # accepted while the server behind it is down.
-            with self._connect() as conn:
+            with self._connect() as conn, self._own(conn, "SELECT 1 on a new connection"):
                 conn.execute("SELECT 1")
         except psycopg.Error as exc:
             return describe_error(exc)
@@ -302,7 +351,13 @@ class Runner:
         wanted = min(len(invariants), self.concurrency)
         try:
             with contextlib.closing(first):
-                refusal = screen(first) if screen is not None else None
+                refusal = None
+                if screen is not None:
+                    try:
+                        with self._own(first, "the read of the role"):
+                            refusal = screen(first)
+                    except Cut as exc:
+                        refusal = str(exc)
                 if refusal is not None:
                     return self._all_failed(invariants, refusal)
                 # `first` is one of the `concurrency` connections: the pool's workers open
@@ -345,9 +400,10 @@ class Runner:
             yield spare
         finally:
             try:
-                if spare.info.transaction_status != pq.TransactionStatus.IDLE:
-                    spare.rollback()
-                _reset(spare)
+                with self._own(spare, "a connection's reset"):
+                    if spare.info.transaction_status != pq.TransactionStatus.IDLE:
+                        spare.rollback()
+                    _reset(spare)
             except psycopg.Error:
                 spare.close()  # run_all's closing() is then a no-op
                 self._pool.resize(self._pool.min_size, self.concurrency)  # its place
@@ -374,7 +430,12 @@ class Runner:
         timeout = min(i.timeout for i in invariants)
         settings = read_only_settings(timeout, self.database.lock_timeout, "invmon:fence")
         try:
-            with self._connection(conn) as on, self._in_flight(on), on.transaction():
+            with (
+                self._connection(conn) as on,
+                self._in_flight(on),
+                self._past_timeout(on, timeout, "the catalog's questions"),
+                on.transaction(),
+            ):
                 on.execute(settings.as_bytes(on))
                 self.fence.learn(on, texts)
         except (psycopg.Error, PoolTimeout):
@@ -513,7 +574,11 @@ class Runner:
     def _evaluate(
         self, invariant: Invariant, bound: Bound = NOTHING_BOUND, held: list[float] | None = None
     ) -> Evaluation:
-        with self._borrowed() as conn, self._in_flight(conn, invariant.name, held):
+        with (
+            self._borrowed() as conn,
+            self._in_flight(conn, invariant.name, held),
+            self._past_timeout(conn, invariant.timeout, "the query"),
+        ):
             return execute(
                 conn,
                 invariant,
@@ -541,10 +606,13 @@ class Runner:
             self.learn(invariants)
             # Bounded as learn is: the catalog's answers can wait on a lock (pg_get_viewdef
             # on a view a migration holds), and vet runs where a reload or a start waits.
-            settings = read_only_settings(
-                min(i.timeout for i in invariants), self.database.lock_timeout, "invmon:fence"
-            )
-            with self._pool.connection() as conn, conn.transaction():
+            shortest = min(i.timeout for i in invariants)
+            settings = read_only_settings(shortest, self.database.lock_timeout, "invmon:fence")
+            with (
+                self._pool.connection() as conn,
+                self._past_timeout(conn, shortest, "the fence's questions"),
+                conn.transaction(),
+            ):
                 conn.execute(settings.as_bytes(conn))
                 for inv in invariants:
                     # With sources, the text judged is the one sent: their CTEs before it.

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from builders import build_daemon, config_file, daemon_config
-from helpers import FakeClock, active_runs, cli, invariant, wait_for
+from helpers import FakeClock, active_runs, cli, invariant, require_libxml, wait_for
 
 from monitor.authoring.pgtemp import scratch_database
 from monitor.config import DaemonConfig, FenceConfig, StateConfig
@@ -79,7 +79,8 @@ def make(
 
 
 @pytest.fixture
-def folder(tmp_path: Path) -> Path:
+def folder(tmp_path: Path, database: str) -> Path:
+    require_libxml(database)
     made = tmp_path / "invariants"
     made.mkdir()
     (made / "unstoppable.sql").write_text(UNSTOPPABLE)

@@ -1,0 +1,200 @@
+"""Client-side deadlines: a bound on the waits the server cannot end.
+
+statement_timeout and lock_timeout fire inside the server process. One that is stopped
+(SIGSTOP, a paused VM), wedged in code that never looks for a cancel, or cut off by a network
+that drops packets without closing the connection never ends the wait, and libpq waits on
+its socket for as long as the kernel keeps it open: a blocked read has no bound of its own.
+The thread so blocked holds one of its target's workers, or, reading the replica status,
+every run of its target, and the daemon looks alive meanwhile.
+
+`Deadlines.bounded` arms a bound around one wait on a connection. Once it has passed, the
+watcher shuts the connection's socket: the blocked read returns at once, the connection is
+broken (the pool discards it, the next wait gets a new one) and the waiter gets `Cut`, which
+says what went unanswered, for how long, and which bound it passed, where psycopg would say
+"server closed the connection unexpectedly", which is not what happened.
+
+Time is `monotonic`'s, counted from the process's latest pause (`resumed`, the daemon's
+Liveness.resumed): a process stopped with a wait armed has not been waiting on the database.
+The watcher also takes a look of its own more than a second later than it meant for such a
+pause, since the supervisor records one only at its next look.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from monitor.durations import precise_duration
+
+log = logging.getLogger("invmon.deadlines")
+
+# The watcher looks at least this often while a wait is armed, so a clock moved by hand in a
+# test is seen within it; and a look later than meant by more than this is a pause.
+_LOOK = 1.0
+
+
+class Cut(psycopg.OperationalError):
+    """A wait that invmon ended by closing its connection (Deadlines). Its text says what
+    was waited for, how long, and past which bound."""
+
+
+@dataclass(eq=False)  # each wait is itself, however alike two are
+class _Wait:
+    what: str  # "the query", "the replica status": the subject of Cut's sentence
+    bound: float  # seconds
+    past: str  # the bound in words: "its timeout, 30s, and daemon.overrun_margin, 10s"
+    began: float  # on the monotonic clock, moved on by the pauses the watcher saw
+    fd: int  # the connection's socket, open while the wait is armed
+    cut_after: float | None = None  # seconds waited when the watcher cut it
+
+
+def never_paused(began: float) -> float:
+    """`resumed` where nothing records pauses (`check`): a wait counts whole."""
+    return began
+
+
+class Deadlines:
+    """Bounds on waits on connections, and one watcher thread that enforces them."""
+
+    def __init__(
+        self,
+        name: str,
+        monotonic: Callable[[], float] = time.monotonic,
+        resumed: Callable[[float], float] = never_paused,
+    ) -> None:
+        self._name = name  # the watcher thread's, for a thread dump
+        self._monotonic = monotonic
+        self._resumed = resumed
+        self._lock = threading.Lock()  # guards _waits, _thread and _closed
+        self._changed = threading.Condition(self._lock)  # a wait armed, or close()
+        self._waits: set[_Wait] = set()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._look_by: float | None = None  # when the watcher meant to look next
+
+    @contextlib.contextmanager
+    def bounded(
+        self, conn: psycopg.Connection[Any], bound: timedelta, what: str, past: str
+    ) -> Iterator[None]:
+        """Wait on `conn` inside the block for `bound` at most: past it, the connection is
+        closed under the wait and the block raises Cut. `what` is what is waited for, `past`
+        the bound in words, for Cut's text."""
+        try:
+            fd = conn.pgconn.socket
+        except psycopg.Error:  # closed or lost: the block meets that itself
+            yield
+            return
+        wait = _Wait(what, bound.total_seconds(), past, self._monotonic(), fd)
+        start = None
+        with self._lock:
+            self._waits.add(wait)
+            # The watcher is woken to look now: a look much later is a pause (_due).
+            self._look_by = min(self._look_by or wait.began, wait.began)
+            if self._thread is None and not self._closed:
+                start = self._thread = threading.Thread(
+                    target=self._watch, name=f"invmon-deadlines-{self._name}", daemon=True
+                )
+            self._changed.notify()
+        if start is not None:
+            start.start()
+        try:
+            yield
+        except psycopg.Error as exc:
+            if wait.cut_after is None:
+                raise
+            raise Cut(
+                f"invmon closed the connection: {what} had no answer after "
+                f"{precise_duration(timedelta(seconds=wait.cut_after))}, past {past}; the "
+                "server did not end it (a server process stopped, or busy in code that does "
+                "not look for a cancel, or a network that drops packets without closing the "
+                "connection)"
+            ) from exc
+        finally:
+            # Disarmed before the caller can close `conn`: the watcher never touches a
+            # socket number that may since belong to another connection.
+            with self._lock:
+                self._waits.discard(wait)
+
+    @property
+    def waiting(self) -> int:
+        """How many waits are armed now."""
+        with self._lock:
+            return len(self._waits)
+
+    def close(self) -> None:
+        """End the watcher (the waits still armed are no longer bounded); 2 s at most."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+            self._changed.notify()
+        if thread is not None:
+            thread.join(timeout=2)
+            if thread.is_alive():
+                log.warning("the deadline watcher %s did not end within 2s", thread.name)
+
+    def _watch(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                due, wait = self._due()
+                if not due:
+                    self._changed.wait(wait)
+                    continue
+            for fd, armed in due:
+                _shut(fd)
+                log.warning(
+                    "closed a connection to the database: %s had no answer after %s, past %s",
+                    armed.what,
+                    precise_duration(timedelta(seconds=armed.cut_after or 0)),
+                    armed.past,
+                )
+
+    def _due(self) -> tuple[list[tuple[int, _Wait]], float | None]:
+        """The waits past their bound, each marked cut with its socket duplicated, and how
+        long to wait for the next otherwise (None: until one is armed). Under _lock."""
+        now = self._monotonic()
+        if self._look_by is not None and now - self._look_by > _LOOK:
+            # Woken this late, the process did not run meanwhile (SIGSTOP, a paused VM):
+            # no wait armed was on the database for that time. Judged on the same reading
+            # as the bounds below, so a pause that ends in between cannot be missed.
+            for armed in self._waits:
+                armed.began += now - self._look_by
+        due, nearest = [], None
+        for armed in self._waits:
+            if armed.cut_after is not None:
+                continue
+            since = self._resumed(armed.began)
+            left = since + armed.bound - now
+            if left > 0:
+                nearest = left if nearest is None else min(nearest, left)
+                continue
+            try:
+                # A duplicate keeps the socket itself open after `bounded` disarms and the
+                # owner closes its connection; dup is a system call that does not block.
+                fd = os.dup(armed.fd)
+            except OSError:
+                continue
+            armed.cut_after = now - since
+            due.append((fd, armed))
+        if self._waits:
+            nearest = min(nearest or _LOOK, _LOOK)
+        self._look_by = None if nearest is None else now + nearest
+        return due, nearest
+
+
+def _shut(fd: int) -> None:
+    """Shut the socket both ways, which wakes a read blocked on it, and close `fd` (a
+    duplicate: the connection's own descriptor is its owner's to close)."""
+    with socket.socket(fileno=fd) as sock, contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
