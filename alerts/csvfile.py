@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 from collections.abc import Sequence
@@ -21,13 +19,24 @@ _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
-def _value(value: Any) -> str:
+def _value(value: Any) -> str | None:
     if value is None:
-        return ""
+        return None
     if isinstance(value, str):
         formula = value.startswith(_FORMULA) and not _NUMBER.fullmatch(value)
         return f"'{value}" if formula else value
     return json.dumps(value, ensure_ascii=False)
+
+
+def _field(text: str | None) -> str:
+    """One field as PostgreSQL's COPY writes CSV: NULL an empty field, an empty text `""`
+    (csv.writer wrote both as an empty field, so a NULL read as a text left empty); a text
+    holding a comma, a quote or a line break quoted, its quotes doubled."""
+    if text is None:
+        return ""
+    if text == "" or any(ch in text for ch in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 def columns_of(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -46,10 +55,8 @@ def offending_csv(
     columns = columns_of(rows)
     out = bytearray()
 
-    def line(values: Sequence[str]) -> bytes:
-        buffer = io.StringIO()
-        csv.writer(buffer, lineterminator="\n").writerow(values)
-        return buffer.getvalue().encode("utf-8")
+    def line(values: Sequence[str | None]) -> bytes:
+        return (",".join(_field(v) for v in values) + "\n").encode("utf-8")
 
     out += line([_value(c) for c in columns])  # a column's name is text too
     written = 0

@@ -109,6 +109,22 @@ def test_the_csv_holds_a_wide_row_whole() -> None:
     assert csv_title("wide", 3, 3) == "wide: 3 offending rows"
 
 
+def test_the_csv_tells_null_from_an_empty_text_as_postgresql_does() -> None:
+    """Both were an empty field: a NULL read back as a text left empty. As PostgreSQL's
+    COPY writes CSV, NULL is an empty field and an empty text `""`."""
+    rows = [
+        {"a": None, "b": "", "c": "x,y"},
+        {"a": 'say "hi"', "b": "two\nlines", "c": " padded "},
+    ]
+    data, _ = offending_csv(rows, max_rows=10, max_bytes=1 << 20)
+    assert data == b'a,b,c\n,"","x,y"\n"say ""hi""","two\nlines", padded \n'
+    assert list(csv.reader(io.StringIO(data.decode()))) == [
+        ["a", "b", "c"],
+        ["", "", "x,y"],
+        ['say "hi"', "two\nlines", " padded "],
+    ]
+
+
 def test_a_text_value_a_spreadsheet_would_run_is_written_as_text() -> None:
     """=HYPERLINK(…) in a row went into the CSV as is: opened in a spreadsheet, it ran."""
     rows = [{"=cmd": '=HYPERLINK("http://x")', "n": -5, "t": "-12.50", "d": "-1 days"}]
