@@ -243,10 +243,11 @@ def root_message(view: IncidentView, now: datetime) -> Message:
             "target_unreachable": "invmon cannot connect to this database, so its invariants "
             "are not being evaluated (one incident for all of them). Nothing is known to be "
             "violated; nothing is known to hold. Other targets are evaluated as usual.",
-            "quarantined": "A run of this invariant went on past its timeout, which the "
-            "database could not stop (an uninterruptible function, or a server overloaded): it "
-            "is not scheduled again, on any daemon, until its file changes or "
-            "`invmon unquarantine` lifts it. Nothing is known to hold meanwhile.",
+            "quarantined": "A run of this invariant went on past its timeout, and the "
+            "database did not stop it (an uninterruptible function, an overloaded or stopped "
+            "server process, or a network that drops packets): it is not scheduled again, on "
+            "any daemon, until its file changes or `invmon unquarantine` lifts it. Nothing is "
+            "known to hold meanwhile.",
         }[view.kind]
         if retired(view):
             explain = ""  # the block above says why it closed and what that means

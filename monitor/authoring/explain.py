@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from monitor.execution.check import role_refusal
+from monitor.execution.deadlines import Cut, Deadlines, own_questions, past_timeout
 from monitor.execution.execute import (
     CLIENT_ENCODING,
     LiveFence,
@@ -105,6 +106,8 @@ def explain_all(
     lister: Lister | None = list_source,
     redaction: Redaction | None = None,
     role: RoleRule | None = None,
+    connect_timeout: timedelta = timedelta(seconds=10),
+    overrun_margin: timedelta = timedelta(seconds=10),
 ) -> list[Explained]:
     """EXPLAIN each invariant, judged by the fence first: ANALYZE runs the query. Sources
     are listed with `lister` and planned with what it found, as a run would send them;
@@ -113,18 +116,37 @@ def explain_all(
 
     Errors are masked as a run's are (redaction.py): under ANALYZE the database's message
     can quote a value of a row (`invalid input syntax for type integer: "…"`). Without
-    `redaction`, the default detectors under a key of this call's own."""
+    `redaction`, the default detectors under a key of this call's own.
+
+    Each wait is bounded on this side too, as a run's is (deadlines.py): an EXPLAIN by its
+    invariant's timeout and `overrun_margin`; one cut leaves the next on a new connection."""
     redaction = redaction or Redaction(secrets.token_bytes(32))
     out = []
     options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
     live_fence = LiveFence(allow)
-    with psycopg.connect(dsn, autocommit=False, client_encoding=CLIENT_ENCODING) as conn:
-        conn.read_only = True
-        refusal = (
-            role_refusal(conn, role.target, role.how_to_allow, "not explained")
-            if role is not None and not role.allowed
-            else None
+    deadlines = Deadlines("explain")
+
+    def connected() -> psycopg.Connection[Any]:
+        conn = psycopg.connect(
+            dsn,
+            autocommit=False,
+            client_encoding=CLIENT_ENCODING,
+            connect_timeout=max(1, int(connect_timeout.total_seconds())),
+            application_name="invmon",
         )
+        conn.read_only = True
+        return conn
+
+    conn = connected()
+    try:
+        refusal = None
+        if role is not None and not role.allowed:
+            own, said = own_questions(connect_timeout, overrun_margin)
+            try:
+                with deadlines.bounded(conn, own, "the read of the role", said):
+                    refusal = role_refusal(conn, role.target, role.how_to_allow, "not explained")
+            except Cut as exc:
+                refusal = str(exc)
         for inv in invariants:
             limit = inv.header.max_cost if inv.header.max_cost is not None else default_max_cost
             if refusal is not None:
@@ -137,14 +159,26 @@ def explain_all(
                 # An object's key is data of the store's: masked like a value of a row.
                 out.append(Explained(inv.name, None, limit, masker.text(str(exc))))
                 continue
+            if conn.broken:
+                conn.close()
+                conn = connected()  # the last one was cut: this one is not its casualty
+            longest, past = past_timeout(inv.timeout, overrun_margin)
             try:
-                with conn.transaction():
+                with deadlines.bounded(conn, longest, "the EXPLAIN", past), conn.transaction():
                     begin_read_only(conn, inv, lock_timeout)
                     text, params, user_line = standalone(bound, inv.sql)
                     live_fence.refuse_unless_allowed(conn, text, inv, user_line)
                     with listing_cursor(conn) if params else conn.cursor() as cur:
                         send_one_statement(cur, f"EXPLAIN ({options})\n{text}", params or None)
                         row = cur.fetchone()
+                    assert row is not None
+                    sizes: dict[str, float] = dict(
+                        conn.execute(
+                            "SELECT relname::text, reltuples::float8 FROM pg_class"
+                            " WHERE relname = ANY(%s) AND relkind IN ('r', 'p', 'm')",
+                            (sorted(scanned_relations(row[0])),),
+                        ).fetchall()
+                    )
             except Refused as exc:
                 refused = f"refused by the read-only fence: {exc}"
                 out.append(Explained(inv.name, None, limit, refused, sources))
@@ -153,16 +187,10 @@ def explain_all(
                 error = masker.text(describe_error(exc))
                 out.append(Explained(inv.name, None, limit, error, sources))
                 continue
-            assert row is not None
-            sizes: dict[str, float] = dict(
-                conn.execute(
-                    "SELECT relname::text, reltuples::float8 FROM pg_class"
-                    " WHERE relname = ANY(%s) AND relkind IN ('r', 'p', 'm')",
-                    (sorted(scanned_relations(row[0])),),
-                ).fetchall()
-            )
-            conn.rollback()
             out.append(Explained(inv.name, summarize(row[0], sizes), limit, None, sources))
+    finally:
+        conn.close()
+        deadlines.close()
     return out
 
 

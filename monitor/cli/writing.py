@@ -119,6 +119,8 @@ def explain(
                 # ANALYZE runs the queries: as `check` would, never as a role that can write
                 # unless allowed. A plan alone runs nothing of theirs.
                 role=RoleRule(name, allowed, how) if analyze else None,
+                connect_timeout=target.database.connect_timeout,
+                overrun_margin=config.daemon.overrun_margin,
             )
         except Exception as exc:  # a refused connection: one sentence, not a traceback
             fail(f"cannot explain on target {name!r}: {redact(str(exc))}")

@@ -15,6 +15,7 @@ from datetime import timedelta
 from monitor.config import DaemonConfig, Target
 from monitor.daemon.databases import Databases
 from monitor.daemon.services import Services
+from monitor.execution.deadlines import CUT
 from monitor.execution.quarantine import overrun, version_of
 from monitor.execution.results import RunResult
 from monitor.invariants.loader import Invariant
@@ -58,7 +59,8 @@ class Evaluator:
         # (a network blip, a locked store) says nothing about what the query can be stopped by.
         if result.held_ms is not None:
             took = timedelta(milliseconds=result.held_ms)
-            reason = overrun(took, inv, self.settings.overrun_margin)
+            closed = (result.error or "").startswith(CUT)
+            reason = overrun(took, inv, self.settings.overrun_margin, closed)
             if reason is not None:
                 self.quarantine(inv, reason)
         events: list[StoredEvent] = []

@@ -43,9 +43,36 @@ log = logging.getLogger("invmon.deadlines")
 _LOOK = 1.0
 
 
+CUT = "invmon closed the connection"  # how Cut's text, and so a cut run's error, begins
+CAUSES = (
+    "a server process stopped, or busy in code that does not look for a cancel, or a network "
+    "that drops packets without closing the connection"
+)
+
+
 class Cut(psycopg.OperationalError):
     """A wait that invmon ended by closing its connection (Deadlines). Its text says what
     was waited for, how long, and past which bound."""
+
+
+def own_questions(connect_timeout: timedelta, margin: timedelta) -> tuple[timedelta, str]:
+    """The bound on one of invmon's own questions (the replica status, the role, a
+    connection's reset), which the server answers in milliseconds: as long as a connection
+    may take to open, and the overrun margin; and the bound in words, for Cut's text."""
+    bound = connect_timeout + margin
+    return bound, (
+        f"the bound of invmon's own questions, {precise_duration(bound)} "
+        "(database.connect_timeout and daemon.overrun_margin)"
+    )
+
+
+def past_timeout(timeout: timedelta, margin: timedelta) -> tuple[timedelta, str]:
+    """The bound on a statement the server stops at `timeout` (statement_timeout): the
+    overrun margin later it is overdue (quarantine.py); and the bound in words."""
+    return timeout + margin, (
+        f"its timeout, {precise_duration(timeout)}, and daemon.overrun_margin, "
+        f"{precise_duration(margin)}"
+    )
 
 
 @dataclass(eq=False)  # each wait is itself, however alike two are
@@ -56,6 +83,13 @@ class _Wait:
     began: float  # on the monotonic clock, moved on by the pauses the watcher saw
     fd: int  # the connection's socket, open while the wait is armed
     cut_after: float | None = None  # seconds waited when the watcher cut it
+
+    def cut(self) -> Cut:
+        waited = precise_duration(timedelta(seconds=self.cut_after or 0))
+        return Cut(
+            f"{CUT}: {self.what} had no answer after {waited}, past {self.past}; the server "
+            f"did not end it ({CAUSES})"
+        )
 
 
 def never_paused(began: float) -> float:
@@ -112,18 +146,17 @@ class Deadlines:
         except psycopg.Error as exc:
             if wait.cut_after is None:
                 raise
-            raise Cut(
-                f"invmon closed the connection: {what} had no answer after "
-                f"{precise_duration(timedelta(seconds=wait.cut_after))}, past {past}; the "
-                "server did not end it (a server process stopped, or busy in code that does "
-                "not look for a cancel, or a network that drops packets without closing the "
-                "connection)"
-            ) from exc
+            raise wait.cut() from exc
         finally:
             # Disarmed before the caller can close `conn`: the watcher never touches a
             # socket number that may since belong to another connection.
             with self._lock:
                 self._waits.discard(wait)
+        if wait.cut_after is not None:
+            # The answer came as the bound passed: the socket is shut, or about to be, so
+            # the connection is done for; said now, not as the driver's words at its next use.
+            conn.close()
+            raise wait.cut()
 
     @property
     def waiting(self) -> int:
@@ -147,35 +180,41 @@ class Deadlines:
             with self._lock:
                 if self._closed:
                     return
-                due, wait = self._due()
+                now = self._monotonic()
+                self._pauses(now)
+                armed = [(w, w.began) for w in self._waits if w.cut_after is None]
+            # Outside the lock: the daemon's Liveness.resumed can wait for the supervisor's
+            # next look, and arming and disarming must not wait with it.
+            since = [(w, self._resumed(began)) for w, began in armed]
+            with self._lock:
+                due, wait = self._due(now, since)
                 if not due:
                     self._changed.wait(wait)
                     continue
-            for fd, armed in due:
+            for fd, cut in due:
                 _shut(fd)
-                log.warning(
-                    "closed a connection to the database: %s had no answer after %s, past %s",
-                    armed.what,
-                    precise_duration(timedelta(seconds=armed.cut_after or 0)),
-                    armed.past,
-                )
+                log.warning("%s", cut.cut())
 
-    def _due(self) -> tuple[list[tuple[int, _Wait]], float | None]:
-        """The waits past their bound, each marked cut with its socket duplicated, and how
-        long to wait for the next otherwise (None: until one is armed). Under _lock."""
-        now = self._monotonic()
+    def _pauses(self, now: float) -> None:
+        """A look this much later than meant: the process did not run meanwhile (SIGSTOP,
+        a paused VM), and no wait armed was on the database for that time; the supervisor
+        records a pause only at its next look. Judged on the reading the bounds are then
+        judged on, so a pause that ends in between cannot be missed. Under _lock."""
         if self._look_by is not None and now - self._look_by > _LOOK:
-            # Woken this late, the process did not run meanwhile (SIGSTOP, a paused VM):
-            # no wait armed was on the database for that time. Judged on the same reading
-            # as the bounds below, so a pause that ends in between cannot be missed.
             for armed in self._waits:
                 armed.began += now - self._look_by
+
+    def _due(
+        self, now: float, since: list[tuple[_Wait, float]]
+    ) -> tuple[list[tuple[int, _Wait]], float | None]:
+        """The waits past their bound at `now`, counted from `since`, each marked cut with
+        its socket duplicated, and how long to wait for the next otherwise (None: until one
+        is armed). Under _lock."""
         due, nearest = [], None
-        for armed in self._waits:
-            if armed.cut_after is not None:
-                continue
-            since = self._resumed(armed.began)
-            left = since + armed.bound - now
+        for armed, start in since:
+            if armed not in self._waits or armed.cut_after is not None:
+                continue  # ended since the list was taken
+            left = start + armed.bound - now
             if left > 0:
                 nearest = left if nearest is None else min(nearest, left)
                 continue
@@ -185,7 +224,7 @@ class Deadlines:
                 fd = os.dup(armed.fd)
             except OSError:
                 continue
-            armed.cut_after = now - since
+            armed.cut_after = now - start
             due.append((fd, armed))
         if self._waits:
             nearest = min(nearest or _LOOK, _LOOK)

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from monitor.durations import precise_duration as _shown
+from monitor.execution.deadlines import CAUSES
 
 if TYPE_CHECKING:
     from monitor.invariants.loader import Invariant
@@ -32,19 +33,20 @@ def version_of(inv: Invariant) -> str:
     return hashlib.sha256(what.encode()).hexdigest()[:16]
 
 
-def overrun(took: timedelta, inv: Invariant, margin: timedelta) -> str | None:
+def overrun(took: timedelta, inv: Invariant, margin: timedelta, closed: bool = False) -> str | None:
     """Why a run whose query held its connection for `took` quarantines `inv`, or None: the
     database went on more than `margin` past the invariant's timeout. Only the database's
     time is judged (RunResult.held_ms): its sources are listed before, within their own
     timeouts, and a wait for the replica gate, a connection or the store is no finding
-    about the query."""
+    about the query. `closed`: invmon ended the wait by closing the connection (Cut)."""
     longest = inv.timeout
     if took <= longest + margin:
         return None
-    return (
+    said = (
         f"a run took {_shown(took)}, {_shown(took - longest)} past its timeout of "
         f"{_shown(longest)} (the margin is {_shown(margin)}): the database did not stop it"
     )
+    return f"{said}, and invmon closed the connection ({CAUSES})" if closed else said
 
 
 def still_running(running_for: timedelta, inv: Invariant, margin: timedelta) -> str | None:

@@ -26,7 +26,13 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from monitor.clock import Clock, utc_now
 from monitor.config import DatabaseConfig
 from monitor.durations import format_duration, precise_duration, reconnect_attempt
-from monitor.execution.deadlines import Cut, Deadlines, never_paused
+from monitor.execution.deadlines import (
+    Cut,
+    Deadlines,
+    never_paused,
+    own_questions,
+    past_timeout,
+)
 from monitor.execution.execute import (
     CLIENT_ENCODING,
     LiveFence,
@@ -248,26 +254,16 @@ class Runner:
     def _own(
         self, conn: psycopg.Connection[Any], what: str
     ) -> contextlib.AbstractContextManager[None]:
-        """A bound on one of invmon's own questions on `conn` (the replica status, the role,
-        a pooled connection's check and reset), which the server answers in milliseconds:
-        as long as a connection may take to open, and the overrun margin."""
-        bound = self.database.connect_timeout + self.overrun_margin
-        past = (
-            f"the bound of invmon's own questions, {precise_duration(bound)} "
-            "(database.connect_timeout and daemon.overrun_margin)"
-        )
+        """A bound on one of invmon's own questions on `conn` (own_questions)."""
+        bound, past = own_questions(self.database.connect_timeout, self.overrun_margin)
         return self.deadlines.bounded(conn, bound, what, past)
 
     def _past_timeout(
         self, conn: psycopg.Connection[Any], timeout: timedelta, what: str
     ) -> contextlib.AbstractContextManager[None]:
-        """A bound on a statement the server stops at `timeout` (statement_timeout): the
-        overrun margin later, it is overdue, and its connection is closed."""
-        past = (
-            f"its timeout, {precise_duration(timeout)}, and daemon.overrun_margin, "
-            f"{precise_duration(self.overrun_margin)}"
-        )
-        return self.deadlines.bounded(conn, timeout + self.overrun_margin, what, past)
+        """A bound on a statement the server stops at `timeout` (past_timeout)."""
+        bound, past = past_timeout(timeout, self.overrun_margin)
+        return self.deadlines.bounded(conn, bound, what, past)
 
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         # Half the wait for a connection: the pool's wait for one includes this check, so a
@@ -276,8 +272,15 @@ class Runner:
         past = (
             f"half the wait for a connection, {precise_duration(half)} (database.connect_timeout)"
         )
-        with self.deadlines.bounded(conn, half, "a pooled connection's check", past):
-            ConnectionPool.check_connection(conn)
+        try:
+            with self.deadlines.bounded(conn, half, "a pooled connection's check", past):
+                ConnectionPool.check_connection(conn)
+        except Cut:
+            # What silenced this one (a NAT or firewall dropping idle connections, a server
+            # stopped) has most likely silenced the others idle beside it: each would cost
+            # the next waits half their time. The pool replaces them all at once.
+            self._pool.drain()
+            raise
 
     def _reset(self, conn: psycopg.Connection[Any]) -> None:
         with self._own(conn, "a connection's reset"):
@@ -392,6 +395,12 @@ class Runner:
         reset; one that broke is closed and not lent again."""
         with self._active_lock:
             spare, self._spare = self._spare, None
+        if spare is not None and spare.broken:
+            # Cut or lost while no run had it (the catalog's questions): its place goes to
+            # the pool, and the run to a connection that works.
+            spare.close()
+            self._pool.resize(self._pool.min_size, self.concurrency)
+            spare = None
         if spare is None:
             with self._pool.connection() as pooled:
                 yield pooled

@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from alerts.csvfile import csv_title, left_out_because, offending_csv
 from alerts.messages import (
@@ -112,7 +113,7 @@ def test_the_csv_holds_a_wide_row_whole() -> None:
 def test_the_csv_tells_null_from_an_empty_text_as_postgresql_does() -> None:
     """Both were an empty field: a NULL read back as a text left empty. As PostgreSQL's
     COPY writes CSV, NULL is an empty field and an empty text `""`."""
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"a": None, "b": "", "c": "x,y"},
         {"a": 'say "hi"', "b": "two\nlines", "c": " padded "},
     ]

@@ -6,6 +6,7 @@ for as long as the kernel keeps it open: before deadlines.py, every test here hu
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -29,8 +30,8 @@ from monitor.store.state import StateStore
 
 NAP = "CREATE FUNCTION nap() RETURNS int LANGUAGE sql STABLE AS $$SELECT 1 FROM pg_sleep(2)$$"
 CAUSES = (
-    "the server did not end it (a server process stopped, or busy in code that does not look "
-    "for a cancel, or a network that drops packets without closing the connection)"
+    "a server process stopped, or busy in code that does not look for a cancel, or a network "
+    "that drops packets without closing the connection"
 )
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -103,7 +104,7 @@ def test_a_query_on_a_stopped_server_process_is_cut_and_the_next_runs(database: 
     assert first.error == (
         f"invmon closed the connection: the query had no answer after "
         f"{waited(first.error)}s, past its timeout, 1s, and daemon.overrun_margin, 0.5s; "
-        f"{CAUSES}"
+        f"the server did not end it ({CAUSES})"
     )
     assert float(waited(first.error)) >= 1.5
     assert first.status == "error"
@@ -143,13 +144,14 @@ def test_a_daemon_run_on_a_stopped_server_process_is_quarantined_and_ends(
             "error",
             f"invmon closed the connection: the query had no answer after "
             f"{waited(result.error or '')}s, past its timeout, 1s, and daemon.overrun_margin, "
-            f"1s; {CAUSES}",
+            f"1s; the server did not end it ({CAUSES})",
         )
         [held] = store.quarantined().values()
         assert held.invariant == "slow"
         assert held.reason.startswith("a run took ")
         assert held.reason.endswith(
-            "past its timeout of 1s (the margin is 1s): the database did not stop it"
+            "past its timeout of 1s (the margin is 1s): the database did not stop it, and "
+            f"invmon closed the connection ({CAUSES})"
         )
         assert [r.status for r in store.runs("slow", limit=10)] == ["error"]
     finally:
@@ -200,7 +202,7 @@ def test_a_cut_says_what_went_unanswered(database: str) -> None:
     text = str(cut)
     assert text == (
         f"invmon closed the connection: the read of the replica status had no answer after "
-        f"{waited(text)}s, past its bound, 0.5s; {CAUSES}"
+        f"{waited(text)}s, past its bound, 0.5s; the server did not end it ({CAUSES})"
     )
     deadlines.close()
     assert [t.name for t in threading.enumerate() if t.name == "invmon-deadlines-test"] == []
@@ -231,3 +233,150 @@ def test_a_pause_of_the_process_is_no_time_waited(database: str) -> None:
             wait_for(lambda: mono.reads > reads, 30, "the watcher's look after the pause")
         assert answer.result(timeout=30) == 42
     deadlines.close()
+
+
+def test_every_idle_connection_silenced_together_is_replaced_at_once(database: str) -> None:
+    """A NAT that drops idle connections silences all of them: one check cut at half the
+    wait for a connection left the next on another dead one, and two used the whole wait
+    (PoolTimeout, "all connections busy"). The first cut now replaces every idle one."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(NAP.replace("pg_sleep(2)", "pg_sleep(0.3)"))
+    naps = [invariant(f"nap{n}", "SELECT nap() AS x WHERE false") for n in range(4)]
+    runner = Runner(
+        database,
+        4,
+        DatabaseConfig(connect_timeout=timedelta(seconds=2)),
+        allow=Allowances(functions=frozenset({"nap"})),
+        overrun_margin=timedelta(seconds=0.5),
+    )
+    with runner:
+        assert [r.status for r in runner.run_all(naps)] == ["ok"] * 4
+        idle = backend_pids(database, "invmon")
+        assert len(idle) == 3  # the round's first connection is closed with it
+        with contextlib.ExitStack() as all_stopped, ThreadPoolExecutor(1) as pool:
+            for pid in idle:
+                all_stopped.enter_context(stopped(pid))
+            status = pool.submit(runner.replica_status).result(timeout=60)
+    assert status == ReplicaStatus(in_recovery=False, lag_seconds=0.0)
+
+
+def test_a_first_connection_cut_while_learning_runs_nothing(database: str) -> None:
+    """The round's first connection was cut while it asked the catalog (a lock held the
+    question, then its server process stopped): it was still lent to the first run, which
+    failed with "the connection is lost" without ever running. That run now goes on a new
+    connection."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (n int); CREATE VIEW v AS SELECT n FROM t")
+    reads = invariant("reads", "SELECT n FROM v WHERE n < 0", timeout=1)
+    runner = Runner(database, 1, overrun_margin=timedelta(seconds=0.5))
+    with (
+        runner,
+        psycopg.connect(database) as locker,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+        running = pool.submit(runner.run_all, [reads])
+        wait_for(lambda: backend_pids(database, "invmon:fence"), 30, "the catalog's question")
+        (pid,) = backend_pids(database, "invmon:fence")
+        with stopped(pid):
+            locker.rollback()  # the run itself will find the table free
+            [result] = running.result(timeout=60)
+    assert (result.status, result.error) == ("ok", None)
+
+
+def test_explain_is_bounded_as_a_run_is(database: str) -> None:
+    """`invmon explain --analyze` waited for good on a server process that stopped; it is
+    cut as a run is, and the next invariant is explained on a new connection."""
+    from monitor.authoring.explain import explain_all
+
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(NAP)
+    slow = invariant("slow", "SELECT nap() AS x", timeout=1)
+    quick = invariant("quick", "SELECT 1 AS x WHERE false")
+    with ThreadPoolExecutor(1) as pool:
+        explaining = pool.submit(
+            explain_all,
+            database,
+            [slow, quick],
+            None,
+            True,
+            Allowances(functions=frozenset({"nap"})),
+            overrun_margin=timedelta(seconds=0.5),
+        )
+        wait_for(lambda: active_runs(database, "slow"), 30, "the EXPLAIN ANALYZE under way")
+        (pid,) = backend_pids(database, "invmon:slow")
+        with stopped(pid):
+            first, second = explaining.result(timeout=60)
+    assert first.error == (
+        f"invmon closed the connection: the EXPLAIN had no answer after "
+        f"{waited(first.error or '')}s, past its timeout, 1s, and daemon.overrun_margin, 0.5s; "
+        f"the server did not end it ({CAUSES})"
+    )
+    assert (second.error, second.summary is not None) == (None, True)
+
+
+def test_arming_never_waits_for_the_record_of_pauses(database: str) -> None:
+    """The daemon's Liveness.resumed can wait for the supervisor's next look (6 s at most
+    after a pause). The watcher asked it holding the lock that arming takes, so every run
+    of the target waited with it."""
+    entered, release = threading.Event(), threading.Event()
+
+    def resumed(began: float) -> float:
+        entered.set()
+        release.wait(60)
+        return began
+
+    deadlines = Deadlines("slow-record", resumed=resumed)
+    try:
+        with (
+            psycopg.connect(database) as one,
+            psycopg.connect(database) as two,
+            ThreadPoolExecutor(1) as pool,
+            deadlines.bounded(one, timedelta(seconds=30), "the query", "its bound, 30s"),
+        ):
+            wait_for(entered.is_set, 30, "the watcher asking when the process resumed")
+
+            def arm() -> int:
+                with deadlines.bounded(two, timedelta(seconds=30), "another", "30s"):
+                    return deadlines.waiting
+
+            armed = pool.submit(arm)
+            try:
+                assert armed.result(timeout=30) == 2
+            finally:
+                release.set()
+    finally:
+        release.set()
+        deadlines.close()
+
+
+def test_an_answer_that_comes_as_the_bound_passes_is_still_cut(
+    database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watcher marked the wait cut, then the answer came before it shut the socket: the
+    block ended as if nothing had happened, and the connection's next use failed with the
+    driver's "server closed the connection unexpectedly". A wait past its bound now ends
+    in Cut either way, its connection closed."""
+    mono = Monotonic(1000.0)
+    deadlines = Deadlines("late", monotonic=mono)
+    conn = psycopg.connect(database, autocommit=True)
+    try:
+
+        def looked_after(reads: int) -> bool:
+            return mono.reads > reads
+
+        with (
+            pytest.raises(Cut) as cut,
+            deadlines.bounded(conn, timedelta(seconds=3), "the query", "its bound, 3s"),
+        ):
+            assert conn.execute("SELECT 42").fetchone() == (42,)
+            for _ in range(4):  # in steps under a second: time going by, not a pause
+                reads = mono.reads
+                mono.now += 0.9
+                wait_for(functools.partial(looked_after, reads), 30, "the watcher's look")
+            wait_for(lambda: any(CAUSES in m for m in caplog.messages), 30, "the watcher's cut")
+        assert str(cut.value).startswith("invmon closed the connection: the query had no answer")
+        assert conn.closed
+    finally:
+        conn.close()
+        deadlines.close()
