@@ -23,6 +23,7 @@ given it:
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -405,8 +406,8 @@ CLIENT_ENCODING = "utf8"
 # server would send, e.g. bool -> 'true' where the server sends 't')?
 _TYPES = (
     "SELECT t.oid::int8, EXISTS (SELECT FROM pg_catalog.pg_cast c WHERE c.castsource = t.oid"
-    " AND c.casttarget = 'pg_catalog.text'::pg_catalog.regtype AND c.castmethod = 'f')"
-    " FROM pg_catalog.pg_type t WHERE t.oid = ANY(%s::oid[])"
+    " AND c.casttarget = 'pg_catalog.text'::pg_catalog.regtype AND c.castmethod = 'f'),"
+    " t.typcategory = 'A' FROM pg_catalog.pg_type t WHERE t.oid = ANY(%s::oid[])"
 )
 
 
@@ -424,13 +425,15 @@ def _columns(
     names = unique_column_names([c.name for c in description])
     oids = [c.type_code for c in description]
 
-    def ask(types: list[Name]) -> dict[Name, bool]:
+    def ask(types: list[Name]) -> dict[Name, tuple[bool, bool]]:
         rows = cur.execute(_TYPES, [[int(t[0]) for t in types]]).fetchall()
-        return {(str(oid),): bool(via) for oid, via in rows}
+        return {(str(oid),): (bool(via), bool(array)) for oid, via, array in rows}
 
-    via_format = memory.recall("text_cast", [(str(oid),) for oid in oids], ask)
+    # (through format(), an array) by type; a type the catalog does not know goes through
+    # format(), the text the server would send.
+    kinds = memory.recall("column_type", [(str(oid),) for oid in oids], ask)
     return [
-        Column(name, oid, via_format.get((str(oid),), True))
+        Column(name, oid, *kinds.get((str(oid),), (True, False)))
         for name, oid in zip(names, oids, strict=True)
     ]
 
@@ -447,8 +450,25 @@ def _loads(conn: psycopg.Connection[Any], columns: list[Column]) -> list[Load]:
         if loader is None:
             loader = conn.adapters.get_loader(_UNKNOWN_TYPE, pq.Format.TEXT)
         assert loader is not None  # psycopg always has a text loader for unknown types
-        loads.append(loader(column.oid, conn).load)
+        load = loader(column.oid, conn).load
+        loads.append(_bounds_kept(load) if column.array else load)
     return loads
+
+
+# The dimensions PostgreSQL writes before an array whose lower bounds are not all 1.
+_BOUNDS = re.compile(rb"(?:\[-?\d+:-?\d+\])+=")
+
+
+def _bounds_kept(load: Load) -> Load:
+    """An array with lower bounds other than 1 as PostgreSQL writes it ('[0:1]={1,2}'):
+    psycopg's list drops the bounds, and [1, 2] said the elements sat at 1 and 2."""
+
+    def loaded(data: bytes) -> Any:
+        if data[:1] == b"[" and _BOUNDS.match(bytes(data)):
+            return bytes(data).decode()
+        return load(data)
+
+    return loaded
 
 
 def _key_positions(columns: list[Column], invariant: Invariant, given: list[str]) -> list[int]:

@@ -54,6 +54,8 @@ class Column:
     # A cast to text that is a function (bool -> 'true', inet -> '1.2.3.4/32', char(n) ->
     # trimmed) is not the text the server would send; such columns go through format().
     via_format: bool = False
+    # An array: its text keeps lower bounds other than 1 ('[0:1]={1,2}'), which a list drops.
+    array: bool = False
 
 
 def describing_query(sql: str) -> str:

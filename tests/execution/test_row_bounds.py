@@ -301,6 +301,28 @@ def test_a_json_string_at_the_top_is_never_shown_as_another_value(
     assert len(set(shown.values())) == len(done.keys) == 7
 
 
+def test_an_array_keeps_lower_bounds_other_than_1(conn: psycopg.Connection[Any]) -> None:
+    """'[0:1]={1,2}' read as [1, 2], which says the elements sit at 1 and 2: an array whose
+    lower bounds are not all 1 is PostgreSQL's text; any other stays a list, and so does a
+    jsonb array, whose text starts with [ too."""
+    done = run(
+        conn,
+        "SELECT '[0:1]={1,2}'::int[] AS a, '{1,2}'::int[] AS b,"
+        " '[2:3][1:1]={{1},{2}}'::int[] AS c, '[-1:0]={x,y}'::text[] AS d,"
+        " '[1,2]'::jsonb AS e, '[1:2]={7,8}'::int[] AS f",
+    )
+    assert done.rows == [
+        {
+            "a": "[0:1]={1,2}",
+            "b": [1, 2],
+            "c": "[2:3][1:1]={{1},{2}}",
+            "d": "[-1:0]={x,y}",
+            "e": [1, 2],
+            "f": [7, 8],
+        }
+    ]
+
+
 def test_values_are_written_as_postgresql_writes_them(conn: psycopg.Connection[Any]) -> None:
     """A truth review found '1 mon' and '30 days' both 2592000.0 (one key for two values),
     '1 year' as 365 days, 0.0000001 as 1E-7, and NaN as nan."""
