@@ -48,14 +48,11 @@ def exact_json(text: str) -> Any:
     when Python's reading of it shows exactly what the text holds, else the text itself.
     json.loads alone turned 1e400 into infinity, 1.10 into 1.1 and {"a":1,"a":2} into
     {"a": 2}: a message would have said something the database did not hold. A JSON null
-    is its text, `null`: read as None it was SQL NULL in every message and the same key.
-    A string at the top is its text too, quotes and all (`"null"`, `"5"`, as psql shows
-    it): read as a Python string, the JSON string "null" showed as the JSON null did, "5"
-    as the number 5, and "[1.10]" as the text kept for the array [1.10]."""
+    is its text, `null`: read as None it was SQL NULL in every message and the same key."""
     if text.strip() == "null":
         return text.strip()
     try:
-        value = json.loads(
+        return json.loads(
             text,
             parse_float=_float_as_written,
             parse_int=_int_as_written,
@@ -64,7 +61,6 @@ def exact_json(text: str) -> Any:
         )
     except (_Inexact, RecursionError, ValueError):
         return text
-    return text.strip() if isinstance(value, str) else value
 
 
 def json_safe(value: Any) -> JsonValue:

@@ -19,7 +19,6 @@ from monitor.execution.execute import LiveFence, Unrunnable, execute, register_l
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
 from monitor.execution.rows import json_safe
 from monitor.execution.runner import Runner
-from monitor.text import shown_value
 
 
 @pytest.fixture
@@ -263,42 +262,6 @@ def test_a_jsonb_null_and_an_sql_null_are_two_values_and_two_keys(
     )
     assert done.rows == [{"jb": "null", "n": 1}, {"jb": None, "n": 2}]
     assert sorted(done.keys) == ['["null"]', "[null]"]
-
-
-def test_a_json_string_at_the_top_is_never_shown_as_another_value(
-    conn: psycopg.Connection[Any],
-) -> None:
-    """The JSON string "null" showed as the JSON null, "5" as the number 5, and "[1.10]" as
-    the array whose text invmon keeps; each is now its text, quotes and all, as psql shows it,
-    and every value of the column is shown and keyed apart."""
-    done = run(
-        conn,
-        "SELECT * FROM (VALUES ('null'::jsonb, 1), ('\"null\"', 2), ('5', 3), ('\"5\"', 4),"
-        " ('[1.10]', 5), ('\"[1.10]\"', 6), ('\"x\"', 7)) v(jb, n)",
-        key=("jb",),
-        track=10,
-    )
-    held = {row["n"]: row["jb"] for row in done.rows}
-    assert held == {
-        1: "null",
-        2: '"null"',
-        3: 5,
-        4: '"5"',
-        5: "[1.10]",
-        6: '"[1.10]"',
-        7: '"x"',
-    }
-    shown = {n: shown_value(value) for n, value in held.items()}
-    assert shown == {
-        1: "null",
-        2: r'"\"null\""',
-        3: "5",
-        4: r'"\"5\""',
-        5: "[1.10]",
-        6: r'"\"[1.10]\""',
-        7: r'"\"x\""',
-    }
-    assert len(set(shown.values())) == len(done.keys) == 7
 
 
 def test_an_array_keeps_lower_bounds_other_than_1(conn: psycopg.Connection[Any]) -> None:
