@@ -61,7 +61,7 @@ class Evaluator:
             took = timedelta(milliseconds=result.held_ms)
             closed = (result.error or "").startswith(CUT)
             reason = overrun(took, inv, self.settings.overrun_margin, closed)
-            if reason is not None:
+            if reason is not None and not (closed and self._silent(inv)):
                 self.quarantine(inv, reason)
         events: list[StoredEvent] = []
         with self.health.guard(f"recording a run of {inv.name}"):
@@ -97,6 +97,26 @@ class Evaluator:
             },
         )
         return Evaluated(result, len(events))
+
+    def _silent(self, inv: Invariant) -> bool:
+        """After invmon closed a run's connection: whether the target does not answer a new
+        one either (a paused server, a network that drops packets). That is no finding
+        about the invariant, and quarantining every run in flight would hold them all out
+        until someone lifted each; the run's error says what happened, and stays one."""
+        if inv.target not in self.databases:
+            return False
+        down = self.databases[inv.target].runner.probe()
+        if down is None:
+            return False
+        log.warning(
+            "not quarantining %s: invmon closed its connection, and target %s does not "
+            "answer a new one either (%s)",
+            inv.name,
+            inv.target,
+            down,
+            extra={"fields": {"invariant": inv.name}},
+        )
+        return True
 
     def quarantine(self, inv: Invariant, reason: str) -> None:
         log.error(

@@ -193,7 +193,8 @@ class Deadlines:
                     continue
             for fd, cut in due:
                 _shut(fd)
-                log.warning("%s", cut.cut())
+                # The waiter says it too, with its own subject (the run, the gate): info here.
+                log.info("%s", cut.cut())
 
     def _pauses(self, now: float) -> None:
         """A look this much later than meant: the process did not run meanwhile (SIGSTOP,

@@ -52,12 +52,14 @@ def overrun(took: timedelta, inv: Invariant, margin: timedelta, closed: bool = F
 def still_running(running_for: timedelta, inv: Invariant, margin: timedelta) -> str | None:
     """The same for a run still in flight, `running_for` since its query took its
     connection: found by the daemon's tick, since a run that never ends would otherwise
-    never say so."""
+    never say so. Judged a margin later than `overrun`: at its timeout and the margin invmon
+    closes the run's connection (deadlines.py) and the run ends, to be judged by `overrun`
+    with what it met; one still in flight a margin after that did not end even so."""
     longest = inv.timeout
-    if running_for <= longest + margin:
+    if running_for <= longest + 2 * margin:
         return None
     return (
         f"a run has been going for {_shown(running_for)}, {_shown(running_for - longest)} "
-        f"past its timeout of {_shown(longest)} (the margin is {_shown(margin)}): the database "
-        "is not stopping it"
+        f"past its timeout of {_shown(longest)} (the margin is {_shown(margin)}), and did not "
+        "end when invmon closed its connection: the database is not stopping it"
     )

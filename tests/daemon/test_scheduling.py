@@ -115,14 +115,16 @@ def test_a_run_far_past_its_timeout_on_the_database_is_reported_overdue_once(
         return on_the_database.get(inv.name)
 
     assert loop.overdue(margin, held_for) == []  # waiting, for minutes: not the database's
-    on_the_database["a"] = timedelta(seconds=39)
+    # At 40 s invmon closes its connection and the run ends, judged then: a run still in
+    # flight a margin after that is overdue.
+    on_the_database["a"] = timedelta(seconds=49)
     assert loop.overdue(margin, held_for) == []
-    on_the_database["a"] = timedelta(seconds=41)
+    on_the_database["a"] = timedelta(seconds=51)
     [(inv, reason)] = loop.overdue(margin, held_for)
     assert (inv.name, reason) == (
         "a",
-        "a run has been going for 41s, 11s past its timeout of 30s (the margin is 10s): "
-        "the database is not stopping it",
+        "a run has been going for 51s, 21s past its timeout of 30s (the margin is 10s), and "
+        "did not end when invmon closed its connection: the database is not stopping it",
     )
     on_the_database["a"] = timedelta(minutes=5)
     assert loop.overdue(margin, held_for) == []  # said once

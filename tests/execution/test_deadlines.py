@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import re
 import signal
@@ -19,7 +20,9 @@ from pathlib import Path
 import psycopg
 import pytest
 from builders import build_daemon, daemon_config
+from freezing_proxy import FreezingProxy
 from helpers import FakeClock, active_runs, invariant, wait_for
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from monitor.config import DaemonConfig, DatabaseConfig, FenceConfig
 from monitor.execution.deadlines import Cut, Deadlines
@@ -157,6 +160,49 @@ def test_a_daemon_run_on_a_stopped_server_process_is_quarantined_and_ends(
     finally:
         daemon.databases.close()
         store.close()
+
+
+def test_a_run_cut_where_the_server_answers_nothing_at_all_is_no_quarantine(
+    database: str, tmp_path: Path
+) -> None:
+    """The whole server stops answering (a paused VM, a network dropping packets) while a
+    run is in flight: invmon closes the run's connection, and a new one gets no answer
+    either. That is no finding about the invariant: quarantined, every run in flight was
+    held out until an operator lifted each. The run is an error that says what happened."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(NAP)
+    parts = conninfo_to_dict(database)
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "slow.sql").write_text(
+        "-- description: naps\n-- timeout: 1s\n-- schedule: every 1m\nSELECT nap() AS x\n"
+    )
+    config = daemon_config(
+        folder,
+        daemon=DaemonConfig(overrun_margin=timedelta(seconds=1)),
+        fence=FenceConfig(allow_functions=["nap"]),
+        database=DatabaseConfig(connect_timeout=timedelta(seconds=1), allow_privileged_role=True),
+    )
+    store = StateStore.open(tmp_path / "state.db")
+    with FreezingProxy(
+        str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432)
+    ) as proxy:
+        proxied = make_conninfo(database, host="127.0.0.1", port=proxy.port)
+        daemon = build_daemon(config, proxied, store, clock=FakeClock(START))
+        try:
+            daemon.reload()
+            with ThreadPoolExecutor(1) as pool:
+                running = pool.submit(daemon.run_due, START + timedelta(minutes=1, seconds=30))
+                wait_for(lambda: active_runs(database, "slow"), 30, "the query under way")
+                proxy.freeze()
+                [result] = running.result(timeout=60)
+        finally:
+            proxy.thaw()
+            daemon.databases.close()
+    assert result.status == "error"
+    assert (result.error or "").startswith("invmon closed the connection: the query had no answer")
+    assert store.quarantined() == {}
+    store.close()
 
 
 def test_a_pooled_connection_whose_server_process_stopped_is_replaced(database: str) -> None:
@@ -357,6 +403,7 @@ def test_an_answer_that_comes_as_the_bound_passes_is_still_cut(
     block ended as if nothing had happened, and the connection's next use failed with the
     driver's "server closed the connection unexpectedly". A wait past its bound now ends
     in Cut either way, its connection closed."""
+    caplog.set_level(logging.INFO, logger="invmon.deadlines")
     mono = Monotonic(1000.0)
     deadlines = Deadlines("late", monotonic=mono)
     conn = psycopg.connect(database, autocommit=True)

@@ -48,9 +48,11 @@ def test_an_overrun_is_past_the_longest_run_plus_the_margin() -> None:
         "a run took 12.5s, 10.5s past its timeout of 2s (the margin is 10s): "
         "the database did not stop it"
     )
+    # In flight, judged a margin later: at the first, invmon closes its connection.
+    assert still_running(timedelta(seconds=22), inv, margin) is None
     assert still_running(timedelta(seconds=40), inv, margin) == (
-        "a run has been going for 40s, 38s past its timeout of 2s (the margin is 10s): "
-        "the database is not stopping it"
+        "a run has been going for 40s, 38s past its timeout of 2s (the margin is 10s), and "
+        "did not end when invmon closed its connection: the database is not stopping it"
     )
 
 
