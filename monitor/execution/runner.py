@@ -120,11 +120,7 @@ def timeout_hint(invariant: Invariant, target: str) -> str:
 
 def lock_timeout_hint(lock_timeout: timedelta, target: str) -> str:
     """Why a run waited on a lock past its bound, and which setting the bound is."""
-    setting = (
-        "database.lock_timeout"
-        if target == DEFAULT_TARGET
-        else (f"targets.{target}.lock_timeout, else database.lock_timeout")
-    )
+    setting = _setting("lock_timeout", target)
     # format_duration keeps whole seconds, and a lock timeout is often under one.
     shown = precise_duration(lock_timeout)
     return (
@@ -132,6 +128,13 @@ def lock_timeout_hint(lock_timeout: timedelta, target: str) -> str:
         f"{shown} ({setting}): a migration, or a transaction left open on the table (in a "
         "test, often the test's own, not yet committed)"
     )
+
+
+def _setting(name: str, target: str) -> str:
+    """Where a target's database setting comes from: its own, else the `database:` one."""
+    if target == DEFAULT_TARGET:
+        return f"database.{name}"
+    return f"targets.{target}.{name}, else database.{name}"
 
 
 def missing_relation_hint(target: str) -> str:
@@ -315,7 +318,15 @@ class Runner:
     def _connect(self) -> psycopg.Connection[Any]:
         """A connection of its own, opened and set up as the pool's are (read-only, named
         invmon, the same loaders); the caller closes it."""
-        conn = psycopg.connect(self.dsn, **self._connect_kwargs)
+        try:
+            conn = psycopg.connect(self.dsn, **self._connect_kwargs)
+        except psycopg.OperationalError as exc:
+            if "timeout expired" not in str(exc):
+                raise
+            # libpq says only "connection timeout expired": which bound, and where it is set.
+            waited = self._connect_kwargs["connect_timeout"]
+            setting = _setting("connect_timeout", self.target)
+            raise psycopg.OperationalError(f"no answer within {waited}s ({setting})") from exc
         try:
             _configure(conn)
         except BaseException:

@@ -427,3 +427,20 @@ def test_an_answer_that_comes_as_the_bound_passes_is_still_cut(
     finally:
         conn.close()
         deadlines.close()
+
+
+def test_a_connection_never_answered_names_its_bound(database: str) -> None:
+    """libpq says only "connection timeout expired": the message now says which bound it
+    was, and where it is set, as the state store's already did."""
+    parts = conninfo_to_dict(database)
+    host, port = str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432)
+    with FreezingProxy(host, port) as proxy:
+        proxy.freeze()
+        proxied = make_conninfo(database, host="127.0.0.1", port=proxy.port)
+        settings = DatabaseConfig(connect_timeout=timedelta(seconds=1))
+        with Runner(proxied, 1, settings, target="payments") as runner:
+            probed = runner.probe()
+            [result] = runner.run_all([invariant("quick", "SELECT 1 AS x WHERE false")])
+    bound = "no answer within 1s (targets.payments.connect_timeout, else database.connect_timeout)"
+    assert probed == bound
+    assert result.error == f"cannot connect: {bound}"
