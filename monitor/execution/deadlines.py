@@ -109,7 +109,7 @@ class Deadlines:
         self._name = name  # the watcher thread's, for a thread dump
         self._monotonic = monotonic
         self._resumed = resumed
-        self._lock = threading.Lock()  # guards _waits, _thread and _closed
+        self._lock = threading.Lock()  # guards _waits, _thread, _closed and _look_by
         self._changed = threading.Condition(self._lock)  # a wait armed, or close()
         self._waits: set[_Wait] = set()
         self._thread: threading.Thread | None = None
@@ -132,7 +132,7 @@ class Deadlines:
         start = None
         with self._lock:
             self._waits.add(wait)
-            # The watcher is woken to look now: a look much later is a pause (_due).
+            # The watcher is woken to look now: a look much later is a pause (_pauses).
             self._look_by = min(self._look_by or wait.began, wait.began)
             if self._thread is None and not self._closed:
                 start = self._thread = threading.Thread(
