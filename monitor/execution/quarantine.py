@@ -42,9 +42,10 @@ def overrun(took: timedelta, inv: Invariant, margin: timedelta, closed: bool = F
     longest = inv.timeout
     if took <= longest + margin:
         return None
+    ran, over = _past(took, longest, margin)
     said = (
-        f"a run took {_shown(took)}, {_shown(took - longest)} past its timeout of "
-        f"{_shown(longest)} (the margin is {_shown(margin)}): the database did not stop it"
+        f"a run took {ran}, {over} past its timeout of {_shown(longest)} (the margin is "
+        f"{_shown(margin)}): the database did not stop it"
     )
     return f"{said}, and invmon closed the connection ({CAUSES})" if closed else said
 
@@ -58,8 +59,23 @@ def still_running(running_for: timedelta, inv: Invariant, margin: timedelta) -> 
     longest = inv.timeout
     if running_for <= longest + 2 * margin:
         return None
+    ran, over = _past(running_for, longest, 2 * margin)
     return (
-        f"a run has been going for {_shown(running_for)}, {_shown(running_for - longest)} "
-        f"past its timeout of {_shown(longest)} (the margin is {_shown(margin)}), and did not "
-        "end when invmon closed its connection: the database is not stopping it"
+        f"a run has been going for {ran}, {over} past its timeout of {_shown(longest)} (the "
+        f"margin is {_shown(margin)}), and did not end when invmon closed its connection: the "
+        "database is not stopping it"
     )
+
+
+def _past(took: timedelta, longest: timedelta, bound: timedelta) -> tuple[str, str]:
+    """`took`, and how far past `longest` it went, as said: to the millisecond (or the
+    microsecond) when tenths would round the excess to the `bound` it went past (5.002s
+    read "2s past its timeout … (the margin is 2s)", as if within it)."""
+    over = took - longest
+    if _shown(over) != _shown(bound):
+        return _shown(took), _shown(over)
+    for digits in (3, 6):  # milliseconds, then microseconds, a timedelta's finest
+        said = f"{over.total_seconds():.{digits}f}s"
+        if said != f"{bound.total_seconds():.{digits}f}s":
+            break
+    return f"{took.total_seconds():.{digits}f}s", said

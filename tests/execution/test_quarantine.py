@@ -48,6 +48,15 @@ def test_an_overrun_is_past_the_longest_run_plus_the_margin() -> None:
         "a run took 12.5s, 10.5s past its timeout of 2s (the margin is 10s): "
         "the database did not stop it"
     )
+    # An excess that tenths would round to the margin it went past is said to the ms.
+    assert overrun(timedelta(seconds=12.002), inv, margin) == (
+        "a run took 12.002s, 10.002s past its timeout of 2s (the margin is 10s): "
+        "the database did not stop it"
+    )
+    assert overrun(timedelta(seconds=12.0004), inv, margin) == (
+        "a run took 12.000400s, 10.000400s past its timeout of 2s (the margin is 10s): "
+        "the database did not stop it"
+    )
     # In flight, judged a margin later: at the first, invmon closes its connection.
     assert still_running(timedelta(seconds=22), inv, margin) is None
     assert still_running(timedelta(seconds=40), inv, margin) == (
