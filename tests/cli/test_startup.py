@@ -172,3 +172,34 @@ def test_a_command_loads_with_the_collector_paused_then_frozen_and_running_again
     assert found["before"] == [True, 0]
     assert found["loaded"][0] is True and found["loaded"][1] > 10_000, found
     assert found["failed"] == [True]
+
+
+PLUGINS_PROBE = """
+import json
+from monitor.cli.commands import main
+main.commands["check"]
+import os
+from pydantic.plugin import _loader
+print(json.dumps([os.environ.get("PYDANTIC_DISABLE_PLUGINS"), _loader._plugins is None]))
+"""
+
+
+@pytest.mark.parametrize(("given", "kept"), [(None, "__all__"), ("some_plugin", "some_plugin")])
+def test_a_command_loads_without_pydantic_scanning_for_plugins(
+    given: str | None, kept: str
+) -> None:
+    """Loading `check` builds pydantic models; pydantic would scan every installed package's
+    entry points for plugins first, unless told there are none. An operator's own setting
+    is left as it is (a named plugin disabled: the scan then runs)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    if given is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = given
+    done = subprocess.run(
+        [sys.executable, "-c", PLUGINS_PROBE],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
+    )
+    assert json.loads(done.stdout) == [kept, given is None]
