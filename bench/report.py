@@ -827,6 +827,19 @@ def render(r: dict[str, Any]) -> str:
             + (f" (invmon at {before_commit(r, 'instructions')} → now)" if earlier else "")
             + ".\n"
         )
+        parts = counted.get("parts")
+        if parts:
+            own = counted["four_shipped"] - counted["floor"]
+            out.append(
+                "Where the four shipped ones' instructions go past the floor's (Python + psycopg "
+                f"fetching every row, 1 connection: {counted['floor'] / 1e6:,.0f}M): a library's "
+                "own is what importing all of them costs less what it costs without that one.\n"
+            )
+            out.append("| part of `invmon check` past the floor | instructions | share |")
+            out.append("|---|---|---|")
+            for name, count in sorted(parts.items(), key=lambda kv: -kv[1]):
+                out.append(f"| {name} | {count / 1e6:,.0f}M | {count / own:.0%} |")
+            out.append(f"| invmon's own, in all | {own / 1e6:,.0f}M | 100% |\n")
     sc = r["scale"]
     out.append("## 1,000 invariants\n")
     out.append(

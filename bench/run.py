@@ -377,14 +377,49 @@ def tick_profile(dsn: str) -> dict[str, Any]:
 TRIVIAL_INVARIANT = "-- description: Bench only; holds.\n-- key: [x]\nSELECT 1 AS x WHERE false\n"
 
 
-def own_instructions(dsn: str) -> dict[str, int] | None:
+# The libraries `invmon check` loads beyond psycopg, each by the modules that load the rest of
+# it. psycopg itself is the floor's too (ROWS_SCRIPT).
+CHECK_LIBRARIES = {
+    "pydantic": ["pydantic.main", "pydantic.types"],
+    "pglast": ["pglast"],
+    "PyYAML": ["yaml"],
+    "click": ["click"],
+    "APScheduler": ["apscheduler.triggers.cron"],
+    "psycopg_pool": ["psycopg_pool"],
+}
+# What `check` imports, as it imports it: its command's module, then what its run loads.
+CHECK_IMPORTS = (
+    "from monitor.cli.commands import main; main.commands['check']; "
+    "import alerts.routing, monitor.store.context, apscheduler.triggers.cron"
+)
+
+
+def callgrind(argv: list[str], cwd: Path) -> int:
+    """The instructions a command's own process executes (valgrind's callgrind)."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # str hashes alike in every run
+    )
+    match = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode not in (0, 1) or match is None:
+        raise SystemExit(f"callgrind of {argv[1:4]} failed: {done.stderr[-500:]}")
+    return int(match.group(1))
+
+
+def own_instructions(dsn: str) -> dict[str, Any] | None:
     """The instructions invmon's own process executes for one `invmon check` (valgrind's
     callgrind counts them), of one trivial invariant and of the four shipped ones at
     concurrency 1: a figure that a busy machine does not move, unlike wall times. The
-    database's work is in other processes and not counted. None without valgrind."""
+    database's work is in other processes and not counted. Beside them, where the four
+    shipped ones' instructions go past the floor's (Python + psycopg fetching every row): each
+    library's own (what importing all of them costs, less what it costs without that one),
+    invmon's modules, and the run. None without valgrind."""
     if shutil.which("valgrind") is None:
         return None
-    found = {}
+    found: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         trivial = work / "trivial"
@@ -392,19 +427,32 @@ def own_instructions(dsn: str) -> dict[str, int] | None:
         (trivial / "holds.sql").write_text(TRIVIAL_INVARIANT)
         (work / "invmon.yaml").write_text("concurrency: 1\n")
         for name, folder in (("trivial", trivial), ("four_shipped", SHIPPED)):
-            out = work / f"callgrind.{name}"
             check = ["check", "--config", str(work / "invmon.yaml"), "--invariants", str(folder)]
             check += ["--allow-privileged-role", "--dsn", dsn, "--format", "json"]
-            done = subprocess.run(
-                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *INVMON, *check],
-                capture_output=True,
-                text=True,
-                cwd=work,
-            )
-            match = re.search(r"Collected : (\d+)", done.stderr)
-            if done.returncode not in (0, 1) or match is None:
-                raise SystemExit(f"callgrind of invmon check failed: {done.stderr[-500:]}")
-            found[name] = int(match.group(1))
+            found[name] = callgrind([*INVMON, *check], work)
+        (work / "rows.py").write_text(ROWS_SCRIPT)
+        (work / "queries.json").write_text(json.dumps(statements(SHIPPED)))
+        floor = callgrind([sys.executable, "rows.py", dsn, "queries.json", "1"], work)
+
+        def imports(modules: list[str]) -> int:
+            return callgrind([sys.executable, "-c", f"import {', '.join(modules)}"], work)
+
+        every = [m for modules in CHECK_LIBRARIES.values() for m in modules]
+        driver = imports(["psycopg"])  # the interpreter and psycopg: the floor's start
+        libraries = imports(["psycopg", *every])
+        parts = {
+            name: libraries - imports(["psycopg", *(m for m in every if m not in modules)])
+            for name, modules in CHECK_LIBRARIES.items()
+        }
+        parts["shared by several of them"] = libraries - driver - sum(parts.values())
+        check_imports = callgrind([sys.executable, "-c", CHECK_IMPORTS], work)
+        parts["invmon's modules, and the models they build"] = check_imports - libraries
+        # The run, less what the floor runs past its start (its own fetch of every row).
+        parts["the run: load, fence, catalog, queries, output"] = (
+            found["four_shipped"] - check_imports - (floor - driver)
+        )
+        found["floor"] = floor
+        found["parts"] = parts
     return found
 
 
