@@ -3,13 +3,15 @@ monitored `items` table, run SQL, run the real CLI, an invariant built without l
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -224,3 +226,18 @@ def runs_per_slot(
                 assert {b - a for a, b in pairwise(slots)} <= {period}, (invariant, slots)
         counted.update((invariant, stamp(s)) for s in slots)
     return counted
+
+
+@contextlib.contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """The server process `pid` stopped (SIGSTOP) inside the block, and let go after it.
+    Innermost of a test's blocks, so that it lets go before anything joins a thread that
+    may wait on that process."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except PermissionError:
+        pytest.skip("this user cannot stop the server's processes (run as root or postgres)")
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)

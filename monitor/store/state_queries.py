@@ -194,8 +194,9 @@ class StateQueries:
         return counted
 
     def prune_runs(self, before: datetime) -> int:
-        """Drop old runs, keeping each invariant's latest; incidents and events stay."""
-        with self._db.transaction() as tx:
+        """Drop old runs, keeping each invariant's latest; incidents and events stay. One
+        DELETE, which may take minutes on a big store: a long transaction (StoreBounds)."""
+        with self._db.transaction(long=True) as tx:
             doomed = tx.rows(
                 "SELECT count(*) FROM runs WHERE finished_at < ?"
                 " AND id NOT IN (SELECT last_run_id FROM invariant_state"

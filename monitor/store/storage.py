@@ -24,6 +24,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -31,7 +32,8 @@ from typing import IO, Any, Protocol
 import psycopg
 
 from monitor.clock import stamp, utc_now
-from monitor.durations import reconnect_attempt
+from monitor.durations import precise_duration, reconnect_attempt
+from monitor.execution.deadlines import Deadlines
 from monitor.store.migrations import migrations
 
 log = logging.getLogger("invmon.store")
@@ -89,9 +91,60 @@ class Storage(Protocol):
     kind: str  # "sqlite" or "postgresql"
     migrated: tuple[int, ...]  # the schema versions this process applied when it opened it
 
-    def transaction(self) -> AbstractContextManager[Tx]: ...
+    def transaction(self, long: bool = False) -> AbstractContextManager[Tx]:
+        """One transaction; `long` for the few that may legitimately take minutes on a big
+        store (migrations, and a prune that is one DELETE): see StoreBounds."""
+        ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class StoreBounds:
+    """How long the PostgreSQL store may keep a daemon waiting, in one transaction.
+
+    A store statement takes milliseconds, and the scheduler's tick, which claims slots in
+    the store every second, is held for stalled after 15 s (daemon.py, HEARTBEAT_LIMIT): a
+    wait on the store must end well before, or a whole fleet restarts over one stuck peer.
+    - A peer stopped inside a transaction (SIGSTOP, a paused VM) holds its row locks; the
+      server ends its session once it has been idle in it for `idle`, which frees them.
+    - A statement, and a wait for a lock, end at `statement` (statement_timeout,
+      lock_timeout), on the server.
+    - A server that cannot end anything (stopped, or behind a network that drops packets
+      silently) is cut by invmon itself: the transaction is given `statement` and `margin`
+      in all (Deadlines), then its connection is closed and the transaction fails as if the
+      store were down, which every caller already survives (a run's claim is taken over
+      and run again).
+    A `long` transaction (migrations, which wait their turn on an advisory lock, and a
+    prune that is one DELETE) has `long` for each, on the server and on the client."""
+
+    statement: timedelta = timedelta(seconds=8)
+    idle: timedelta = timedelta(seconds=8)
+    margin: timedelta = timedelta(seconds=4)
+    long: timedelta = timedelta(minutes=10)
+
+    def settings(self, long: bool) -> str:
+        """The bounds, on the server: SET for a connection's session as it is opened (no
+        round trip more per transaction), SET LOCAL for a long transaction's own."""
+        statement = self.long if long else self.statement
+        ms = {
+            "statement_timeout": statement,
+            "lock_timeout": statement,
+            "idle_in_transaction_session_timeout": self.long if long else self.idle,
+        }
+        return "; ".join(
+            f"SET{' LOCAL' if long else ''} {name} = {round(value.total_seconds() * 1000)}"
+            for name, value in ms.items()
+        )
+
+    def cut(self, long: bool) -> tuple[timedelta, str]:
+        """How long invmon waits on one transaction, and that bound in words, for Cut."""
+        bound = (self.long if long else self.statement) + self.margin
+        return bound, (
+            f"the state store's bound, {precise_duration(bound)} (its statement_timeout, "
+            f"{precise_duration(bound - self.margin)}, and a margin of "
+            f"{precise_duration(self.margin)})"
+        )
 
 
 class SqliteStorage:
@@ -121,7 +174,9 @@ class SqliteStorage:
         self.migrations = migrations("INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER", "REAL")
 
     @contextmanager
-    def transaction(self) -> Iterator[Tx]:
+    def transaction(self, long: bool = False) -> Iterator[Tx]:
+        # `long` changes nothing here: the file's lock waits end at sqlite3's busy timeout
+        # (30 s), and one daemon alone holds the file.
         with self._lock:
             self._conn.execute("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
             try:
@@ -139,8 +194,13 @@ class PostgresStorage:
     kind = "postgresql"
     migrated: tuple[int, ...] = ()
 
-    def __init__(self, dsn: str, connect_timeout: float = 10) -> None:
+    def __init__(
+        self, dsn: str, connect_timeout: float = 10, bounds: StoreBounds | None = None
+    ) -> None:
         from psycopg_pool import ConnectionPool
+
+        self.bounds = bounds or StoreBounds()
+        self._deadlines = Deadlines("state-store")
 
         # One connection first, on its own: the pool would retry a refused password or a
         # missing database in the background until its timeout, where the first answer is
@@ -159,18 +219,33 @@ class PostgresStorage:
             reconnect_timeout=reconnect_attempt(timedelta(seconds=connect_timeout)),
             name="invmon-state",
             kwargs={"application_name": "invmon-state", "connect_timeout": timeout},
+            configure=self._configure,
         )
         self.migrations = migrations(
             "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BIGINT", "DOUBLE PRECISION"
         )
 
     @contextmanager
-    def transaction(self) -> Iterator[Tx]:
-        with self._pool.connection() as conn, conn.transaction():
+    def transaction(self, long: bool = False) -> Iterator[Tx]:
+        bound, past = self.bounds.cut(long)
+        with (
+            self._pool.connection() as conn,
+            # Outside the transaction: its ROLLBACK, on a connection cut, is bounded too.
+            self._deadlines.bounded(conn, bound, "the state store", past),
+            conn.transaction(),
+        ):
+            if long:
+                conn.execute(self.bounds.settings(long=True).encode())
             yield _PostgresTx(conn)
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        """A new connection's session: the ordinary transaction's bounds."""
+        conn.execute(self.bounds.settings(long=False).encode())
+        conn.commit()
 
     def close(self) -> None:
         self._pool.close()
+        self._deadlines.close()
 
 
 class StoreUnreachable(Exception):
@@ -286,7 +361,7 @@ def migrate(storage: Storage, steps: Sequence[str]) -> tuple[int, ...]:
     (none when another process did them meanwhile). A store at a newer schema than
     the code knows is refused, never used: this release cannot know what the newer one
     keeps there."""
-    with storage.transaction() as tx:
+    with storage.transaction(long=True) as tx:
         _serialise_migrations(storage, tx)
         tx.script(
             "CREATE TABLE IF NOT EXISTS invmon_schema (version INTEGER PRIMARY KEY,"
@@ -297,7 +372,7 @@ def migrate(storage: Storage, steps: Sequence[str]) -> tuple[int, ...]:
         raise StoreTooNew.at(int(newest), len(steps))
     applied: list[int] = []
     for version, ddl in enumerate(steps, start=1):
-        with storage.transaction() as tx:
+        with storage.transaction(long=True) as tx:
             # Re-checked inside the transaction: two daemons may start together.
             _serialise_migrations(storage, tx)
             if tx.rows("SELECT 1 FROM invmon_schema WHERE version = ?", (version,)):

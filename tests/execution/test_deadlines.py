@@ -8,11 +8,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import re
-import signal
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +18,7 @@ import psycopg
 import pytest
 from builders import build_daemon, daemon_config
 from freezing_proxy import FreezingProxy
-from helpers import FakeClock, active_runs, invariant, wait_for
+from helpers import FakeClock, active_runs, invariant, stopped, wait_for
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from monitor.config import DaemonConfig, DatabaseConfig, FenceConfig
@@ -37,19 +34,6 @@ CAUSES = (
     "that drops packets without closing the connection"
 )
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-@contextlib.contextmanager
-def stopped(pid: int) -> Iterator[None]:
-    """The server process `pid` stopped (SIGSTOP) inside the block, and let go after it."""
-    try:
-        os.kill(pid, signal.SIGSTOP)
-    except PermissionError:
-        pytest.skip("this user cannot stop the server's processes (run as root or postgres)")
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 def backend_pids(dsn: str, application: str) -> set[int]:
