@@ -54,9 +54,17 @@ def status(config_path: Path | None, targets: tuple[str, ...], fmt: str) -> None
         incidents = [i for i in incidents if i.target in targets]
         runs = [r for r in runs if r.target in targets]
         closed = [i for i in closed if i.target in targets]
+    from monitor.store.mutes import muting
+
+    # Each open incident's mute, as the alerts turn would find it now.
+    muted = {i.id: m for i in incidents if (m := muting(mutes, i.invariant, i.target, now))}
     if fmt == "json":
         document = {
-            "open_incidents": [as_document(i) for i in incidents],
+            # `muted_by`: the id of the mute that holds its notifications, or null.
+            "open_incidents": [
+                {**as_document(i), "muted_by": m.id if (m := muted.get(i.id)) else None}
+                for i in incidents
+            ],
             # Closed in the last day, each with its `state`: resolved, or retired (its
             # file removed while it was open).
             "closed_incidents": [as_document(i) for i in closed],
@@ -67,7 +75,7 @@ def status(config_path: Path | None, targets: tuple[str, ...], fmt: str) -> None
         }
         click.echo(to_json(document))
         return
-    click.echo(status_text(incidents, runs, closed))
+    click.echo(status_text(incidents, runs, closed, muted))
     if mutes:
         click.echo("\nMutes (notifications wait; runs and incidents are recorded):")
         for m in mutes:

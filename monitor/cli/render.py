@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from monitor.clock import shown
@@ -18,6 +19,7 @@ from monitor.text import counted, printable, shown_value
 if TYPE_CHECKING:  # for the annotations only: `lint` renders without the store's records
     from monitor.execution.results import RunResult
     from monitor.invariants.loader import Invariant
+    from monitor.store.mutes import Mute
     from monitor.store.records import Incident, Run
 
 STATUS_LABEL = {
@@ -229,12 +231,16 @@ def _when(moment: datetime | None) -> str:
     return "-" if moment is None else shown(moment, seconds=True)
 
 
-def _handled(incident: Incident) -> str:
+def _handled(incident: Incident, mute: Mute | None = None) -> str:
+    said = []
     if incident.acked_by:
-        return f"acked by {incident.acked_by_name or incident.acked_by}"
-    if incident.snoozed_until:
-        return f"snoozed to {_when(incident.snoozed_until)}"
-    return ""
+        said.append(f"acked by {incident.acked_by_name or incident.acked_by}")
+    elif incident.snoozed_until:
+        said.append(f"snoozed to {_when(incident.snoozed_until)}")
+    if mute is not None:
+        # Its notifications wait for the mute's end, which the list of mutes below says.
+        said.append(f"muted (#{mute.id})")
+    return "; ".join(said)
 
 
 def names_targets(targets: Iterable[str]) -> bool:
@@ -245,10 +251,14 @@ def names_targets(targets: Iterable[str]) -> bool:
 
 
 def status_text(
-    incidents: Sequence[Incident], runs: Sequence[Run], closed: Sequence[Incident] = ()
+    incidents: Sequence[Incident],
+    runs: Sequence[Run],
+    closed: Sequence[Incident] = (),
+    muted: Mapping[int, Mute] = MappingProxyType({}),
 ) -> str:
-    """Open incidents, then those `closed` lately (resolved or retired, each saying which),
-    then each invariant's last run."""
+    """Open incidents (each saying the mute that holds its notifications, `muted` by
+    incident id), then those `closed` lately (resolved or retired, each saying which), then
+    each invariant's last run."""
     several = names_targets([i.target for i in [*incidents, *closed]] + [r.target for r in runs])
     if incidents:
         open_table = text_table(
@@ -270,7 +280,7 @@ def status_text(
                     i.kind,
                     _when(i.opened_at),
                     "-" if i.last_count is None else i.last_count,
-                    _handled(i),
+                    _handled(i, muted.get(i.id)),
                     i.detail or "",
                 ]
                 for i in incidents

@@ -103,10 +103,15 @@ def test_a_mute_set_once_silences_every_daemon_and_what_is_open_posts_once_at_it
             assert (incident.invariant, incident.last_count) == ("bad_items", 3)
             status = cli("status", "--format", "json", "--config", str(config))
             listed = json.loads(status.stdout)
-            assert [i["invariant"] for i in listed["open_incidents"]] == ["bad_items"]
+            assert [(i["invariant"], i["muted_by"]) for i in listed["open_incidents"]] == [
+                ("bad_items", 1)
+            ]
             assert [(m["id"], m["state"], m["selector"]) for m in listed["mutes"]] == [
                 (1, "active", "bad_items")
             ]
+            shown = cli("status", "--config", str(config)).stdout.splitlines()
+            [row] = [line for line in shown if line.startswith("#") and "bad_items" in line]
+            assert row.split("  ")[-1].strip() == "muted (#1)", row
             page = StatusPage(world.store, lambda: daemons[0].invariants, HttpConfig(), world.clock)
             front = page("GET", "/", "", {})
             assert front is not None and front.status == 200
