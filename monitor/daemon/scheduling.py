@@ -80,14 +80,18 @@ class Scheduler:
             self.queue.add(due, self.members, now)
             ready = [d for d in self.queue.ready(now) if d.name not in self._in_flight]
         held_out = self.held_out() if ready else set()
-        won = []
+        won: list[Claim] = []
+        if held_out is None:
+            return won  # the store failed: every ready slot waits for the next tick
         for item in ready:
             if item.name in held_out:
                 with self._lock:
                     self.queue.settle(item)  # quarantined: this slot is not run anywhere
                 continue
+            claimed = False
             with self.health.guard("claiming a slot"):
                 outcome = self.claims.claim(item, now)
+                claimed = True
                 with self._lock:
                     if outcome != "busy":
                         self.queue.settle(item)
@@ -98,6 +102,8 @@ class Scheduler:
                         # it runs: a queued claim is not an abandoned one.
                         self._holding[item.name] = claim
                     won.append(claim)
+            if not claimed:
+                break  # the store failed: the other ready slots wait for the next tick
         return won
 
     def next_tick(self) -> datetime | None:
@@ -115,7 +121,9 @@ class Scheduler:
         with self._lock:
             holding = list(self._holding.values())
             loaded = set(self.invariants) - set(self._in_flight) - set(self._holding)
-        loaded -= self.held_out()
+        held_out = self.held_out()
+        # Unreadable, no slot is taken over: a quarantined invariant's would be run.
+        loaded = set() if held_out is None else loaded - held_out
         with self.health.guard("renewing this daemon's claims"):
             self.claims.heartbeat(now, holding, socket.gethostname(), os.getpid())
             members = self.claims.members(now, 3 * self.beat_every) | {self.me}
@@ -218,11 +226,14 @@ class Scheduler:
 
     # --- quarantine (quarantine.py) ----------------------------------------------------
 
-    def held_out(self) -> set[str]:
-        """The invariants no daemon may run now: quarantined at the version loaded here."""
-        found: dict[str, Quarantine] = {}
+    def held_out(self) -> set[str] | None:
+        """The invariants no daemon may run now: quarantined at the version loaded here;
+        None when the store could not say."""
+        found: dict[str, Quarantine] | None = None
         with self.health.guard("reading the quarantined invariants", reads_only=True):
             found = self.store.quarantined()
+        if found is None:
+            return None
         self.metrics.quarantined.set(len(found))
         loaded = self.invariants
         return {

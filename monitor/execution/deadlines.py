@@ -141,22 +141,25 @@ class Deadlines:
             self._changed.notify()
         if start is not None:
             start.start()
+        answered: psycopg.Error | None = None
         try:
             yield
         except psycopg.Error as exc:
             if wait.cut_after is None:
                 raise
-            raise wait.cut() from exc
+            answered = exc
         finally:
             # Disarmed before the caller can close `conn`: the watcher never touches a
             # socket number that may since belong to another connection.
             with self._lock:
                 self._waits.discard(wait)
         if wait.cut_after is not None:
-            # The answer came as the bound passed: the socket is shut, or about to be, so
-            # the connection is done for; said now, not as the driver's words at its next use.
+            # Cut: the socket is shut, or about to be, even where an answer (or an error)
+            # came as the bound passed; so the connection is done for, closed now (never
+            # lent again with a shut socket) and said so, not as the driver's words at its
+            # next use.
             conn.close()
-            raise wait.cut()
+            raise wait.cut() from answered
 
     @property
     def waiting(self) -> int:

@@ -16,6 +16,7 @@ from monitor.store.records import Incident, IncidentKey, Run, StoredEvent
 from monitor.store.storage import Storage, Tx
 
 T = TypeVar("T")
+PRUNE_BATCH = 5000  # runs removed in one transaction by prune_runs
 
 _INCIDENT_COLUMNS = (
     "id",
@@ -194,21 +195,21 @@ class StateQueries:
         return counted
 
     def prune_runs(self, before: datetime) -> int:
-        """Drop old runs, keeping each invariant's latest; incidents and events stay. One
-        DELETE, which may take minutes on a big store: a long transaction (StoreBounds)."""
-        with self._db.transaction(long=True) as tx:
-            doomed = tx.rows(
-                "SELECT count(*) FROM runs WHERE finished_at < ?"
-                " AND id NOT IN (SELECT last_run_id FROM invariant_state"
-                " WHERE last_run_id IS NOT NULL)",
-                (stamp(before),),
-            )
-            tx.run(
-                "DELETE FROM runs WHERE finished_at < ? AND id NOT IN"
-                " (SELECT last_run_id FROM invariant_state WHERE last_run_id IS NOT NULL)",
-                (stamp(before),),
-            )
-        return int(doomed[0][0])
+        """Drop old runs, keeping each invariant's latest; incidents and events stay. In
+        batches, each its own transaction, so that a big backlog is worked off however many
+        turns it takes; each batch scans the runs, so it is a long one (StoreBounds)."""
+        removed = 0
+        while True:
+            with self._db.transaction(long=True) as tx:
+                gone = tx.rows(
+                    "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE finished_at < ?"
+                    " AND id NOT IN (SELECT last_run_id FROM invariant_state"
+                    " WHERE last_run_id IS NOT NULL) LIMIT ?) RETURNING id",
+                    (stamp(before), PRUNE_BATCH),
+                )
+            removed += len(gone)
+            if len(gone) < PRUNE_BATCH:
+                return removed
 
     def incident_in(self, tx: Tx, incident_id: int) -> Incident | None:
         """`incident` read inside the caller's transaction."""

@@ -22,8 +22,8 @@ import re
 import socket
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -33,7 +33,7 @@ import psycopg
 
 from monitor.clock import stamp, utc_now
 from monitor.durations import precise_duration, reconnect_attempt
-from monitor.execution.deadlines import Deadlines
+from monitor.execution.deadlines import Cut, Deadlines
 from monitor.store.migrations import migrations
 
 log = logging.getLogger("invmon.store")
@@ -70,19 +70,28 @@ class _SqliteTx:
 
 
 class _PostgresTx:
+    """One transaction on the PostgreSQL store; each statement's wait is bounded apart
+    (StoreBounds): a transaction of many quick statements is healthy however long it takes."""
+
     for_update = " FOR UPDATE"
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(
+        self, conn: Any, bounded: Callable[[], AbstractContextManager[None]] = nullcontext
+    ) -> None:
         self._conn = conn
+        self._bounded = bounded
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return list(self._conn.execute(sql.replace("?", "%s"), tuple(params)).fetchall())
+        with self._bounded():
+            return list(self._conn.execute(sql.replace("?", "%s"), tuple(params)).fetchall())
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._conn.execute(sql.replace("?", "%s"), tuple(params))
+        with self._bounded():
+            self._conn.execute(sql.replace("?", "%s"), tuple(params))
 
     def script(self, sql: str) -> None:
-        self._conn.execute(sql)
+        with self._bounded():
+            self._conn.execute(sql)
 
 
 class Storage(Protocol):
@@ -101,7 +110,7 @@ class Storage(Protocol):
 
 @dataclass(frozen=True)
 class StoreBounds:
-    """How long the PostgreSQL store may keep a daemon waiting, in one transaction.
+    """How long the PostgreSQL store may keep a daemon waiting on one statement.
 
     A store statement takes milliseconds, and the scheduler's tick, which claims slots in
     the store every second, is held for stalled after 15 s (daemon.py, HEARTBEAT_LIMIT): a
@@ -111,12 +120,13 @@ class StoreBounds:
     - A statement, and a wait for a lock, end at `statement` (statement_timeout,
       lock_timeout), on the server.
     - A server that cannot end anything (stopped, or behind a network that drops packets
-      silently) is cut by invmon itself: the transaction is given `statement` and `margin`
-      in all (Deadlines), then its connection is closed and the transaction fails as if the
-      store were down, which every caller already survives (a run's claim is taken over
-      and run again).
-    A `long` transaction (migrations, which wait their turn on an advisory lock, and a
-    prune that is one DELETE) has `long` for each, on the server and on the client."""
+      silently) is cut by invmon itself: each statement, and the COMMIT, is given
+      `statement` and `margin` (Deadlines), then the connection is closed and the
+      transaction fails as if the store were down.
+    The bounds are on each wait, never on a whole transaction: planning a thousand alerts
+    or storing a run with a hundred thousand keys is many quick statements, healthy however
+    long it takes. A `long` transaction (migrations, which wait their turn on an advisory
+    lock, and a batch of a prune, which scans the runs) has `long` for each instead."""
 
     statement: timedelta = timedelta(seconds=8)
     idle: timedelta = timedelta(seconds=8)
@@ -138,11 +148,11 @@ class StoreBounds:
         )
 
     def cut(self, long: bool) -> tuple[timedelta, str]:
-        """How long invmon waits on one transaction, and that bound in words, for Cut."""
+        """How long invmon waits for one answer of the store, and that bound in words."""
         bound = (self.long if long else self.statement) + self.margin
         return bound, (
-            f"the state store's bound, {precise_duration(bound)} (its statement_timeout, "
-            f"{precise_duration(bound - self.margin)}, and a margin of "
+            f"the state store's bound on one statement, {precise_duration(bound)} (its "
+            f"statement_timeout, {precise_duration(bound - self.margin)}, and a margin of "
             f"{precise_duration(self.margin)})"
         )
 
@@ -228,15 +238,31 @@ class PostgresStorage:
     @contextmanager
     def transaction(self, long: bool = False) -> Iterator[Tx]:
         bound, past = self.bounds.cut(long)
-        with (
-            self._pool.connection() as conn,
-            # Outside the transaction: its ROLLBACK, on a connection cut, is bounded too.
-            self._deadlines.bounded(conn, bound, "the state store", past),
-            conn.transaction(),
-        ):
-            if long:
-                conn.execute(self.bounds.settings(long=True).encode())
-            yield _PostgresTx(conn)
+        with self._pool.connection() as conn:
+
+            def bounded() -> AbstractContextManager[None]:
+                return self._deadlines.bounded(conn, bound, "the state store", past)
+
+            tx = _PostgresTx(conn, bounded)
+            try:
+                if long:
+                    tx.script(self.bounds.settings(long=True))
+                yield tx
+            except BaseException:
+                if not conn.broken:  # a cut connection is the pool's to discard
+                    with suppress(psycopg.Error), bounded():
+                        conn.rollback()
+                raise
+            committed = False
+            try:
+                with bounded():
+                    conn.commit()
+                    committed = True
+            except Cut:
+                if not committed:
+                    raise
+                # The COMMIT was answered as the bound passed: it holds, and the connection,
+                # which the cut closed, is not lent again.
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         """A new connection's session: the ordinary transaction's bounds."""

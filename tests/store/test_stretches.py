@@ -9,6 +9,7 @@ import pytest
 
 from monitor.clock import stamp
 from monitor.execution.results import RunResult
+from monitor.store import state_queries
 from monitor.store.claims import Claim, Claims, Due
 from monitor.store.incidents import Decision, EventDraft, InvariantState
 from monitor.store.state import StateStore
@@ -143,6 +144,18 @@ def test_pruning_keeps_the_latest_stretch_and_drops_older_rows_by_their_last_run
     # The stretch began at T0 + 2m and its last run ended at T0 + 4m + 2s: it is kept.
     assert store.prune_runs(T0 + 3 * MINUTE) == 2
     assert rows(store) == [("ok", 0, 3, T0 + 2 * MINUTE, T0 + 4 * MINUTE)]
+
+
+def test_pruning_removes_a_backlog_in_batches_each_committed(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches of PRUNE_BATCH runs, each its own (long) transaction: a backlog bigger than
+    one transaction can remove in its bound is worked off over several."""
+    monkeypatch.setattr(state_queries, "PRUNE_BATCH", 2)
+    for n in range(6):
+        record(store, violated(T0 + n * MINUTE))  # a row each: a violation is no stretch
+    assert store.prune_runs(T0 + 10 * MINUTE) == 5  # the latest run is always kept
+    assert [r[0] for r in rows(store)] == ["violated"]
 
 
 def test_the_history_draws_a_stretch_from_its_first_run_to_its_last_and_counts_its_runs(
