@@ -226,8 +226,11 @@ class Daemon:
         its invariant now, not when (if ever) it returns: a daemon restarted meanwhile must
         not run it again. (The tick's first step.)"""
         overdue = self.scheduler.overdue(self.config.daemon.overrun_margin, self._held_for)
-        for inv, reason in overdue:
-            self.evaluator.quarantine(inv, reason)
+        for done, (inv, reason) in enumerate(overdue):
+            if not self.evaluator.quarantine(inv, reason):
+                # The store failed: this one and the rest are judged again at the next tick.
+                self.scheduler.not_overdue([i.name for i, _ in overdue[done:]])
+                return
 
     def _held_for(self, inv: Invariant) -> timedelta | None:
         """How long `inv`'s query in flight has held its connection (Scheduler.overdue)."""

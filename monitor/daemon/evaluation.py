@@ -118,7 +118,8 @@ class Evaluator:
         )
         return True
 
-    def quarantine(self, inv: Invariant, reason: str) -> None:
+    def quarantine(self, inv: Invariant, reason: str) -> bool:
+        """Quarantine `inv` in the store; False when the store failed (said by its health)."""
         log.error(
             "quarantined %s: %s; not scheduled again until its file changes or "
             "`invmon unquarantine %s`",
@@ -128,10 +129,13 @@ class Evaluator:
             extra={"fields": {"invariant": inv.name}},
         )
         target = self.databases[inv.target].target if inv.target in self.databases else None
+        stored = False
         with self.health.guard(f"quarantining {inv.name}"):
             self.store.quarantine(
                 inv.name, version_of(inv), reason, self.clock(), context_of(inv, target)
             )
+            stored = True
+        return stored
 
     def lift_changed_quarantines(self, current: Mapping[str, Invariant]) -> None:
         """A quarantine whose file has changed since is lifted (after each reload)."""

@@ -163,6 +163,11 @@ class Scheduler:
             self._in_flight[name] = started
             return inv
 
+    def not_overdue(self, names: list[str]) -> None:
+        """Forget that `overdue` found these: their quarantine was not stored."""
+        with self._lock:
+            self._overdue.difference_update(names)
+
     def end(self, name: str, claim: Claim | None) -> None:
         with self._idle:
             if claim is not None:

@@ -141,13 +141,13 @@ class Deadlines:
             self._changed.notify()
         if start is not None:
             start.start()
-        answered: psycopg.Error | None = None
+        answered: BaseException | None = None
         try:
             yield
-        except psycopg.Error as exc:
+        except BaseException as exc:
             if wait.cut_after is None:
                 raise
-            answered = exc
+            answered = exc  # whatever ended the block, the connection was cut under it
         finally:
             # Disarmed before the caller can close `conn`: the watcher never touches a
             # socket number that may since belong to another connection.

@@ -406,7 +406,7 @@ class Runner:
         reset; one that broke is closed and not lent again."""
         with self._active_lock:
             spare, self._spare = self._spare, None
-        if spare is not None and spare.broken:
+        if spare is not None and (spare.broken or spare.closed):
             # Cut or lost while no run had it (the catalog's questions): its place goes to
             # the pool, and the run to a connection that works.
             spare.close()

@@ -170,8 +170,8 @@ class Claims:
     def prune(self, before: datetime) -> None:
         """Drop finished claims of slots before `before`, keeping each invariant's newest
         claim: it is what refuses the invariant's older slots (CLAIM), so no slot whose
-        claim is gone can be claimed again. One DELETE: a long transaction (StoreBounds)."""
-        with self.storage.transaction(long=True) as tx:
+        claim is gone can be claimed again."""
+        with self.storage.transaction() as tx:
             tx.run(
                 "DELETE FROM slot_claims WHERE finished_at IS NOT NULL AND slot < ?"
                 " AND EXISTS (SELECT 1 FROM slot_claims later"

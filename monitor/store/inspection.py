@@ -58,9 +58,8 @@ def invmon_tables() -> tuple[str, ...]:
 
 
 def inspect(storage: Storage) -> StoreReport:
-    """The store as it is, in one snapshot. It counts every table and scans the runs, which
-    may take minutes on a big store: a long transaction (StoreBounds)."""
-    with storage.transaction(long=True) as tx:
+    """The store as it is, in one snapshot."""
+    with storage.transaction() as tx:
         _read_only(storage, tx)
         present = _present(storage, tx)
         version = _version(tx, present)

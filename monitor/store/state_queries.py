@@ -197,10 +197,10 @@ class StateQueries:
     def prune_runs(self, before: datetime) -> int:
         """Drop old runs, keeping each invariant's latest; incidents and events stay. In
         batches, each its own transaction, so that a big backlog is worked off however many
-        turns it takes; each batch scans the runs, so it is a long one (StoreBounds)."""
+        turns it takes, and no transaction holds the store for long."""
         removed = 0
         while True:
-            with self._db.transaction(long=True) as tx:
+            with self._db.transaction() as tx:
                 gone = tx.rows(
                     "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE finished_at < ?"
                     " AND id NOT IN (SELECT last_run_id FROM invariant_state"

@@ -71,7 +71,7 @@ class _SqliteTx:
 
 class _PostgresTx:
     """One transaction on the PostgreSQL store; each statement's wait is bounded apart
-    (StoreBounds): a transaction of many quick statements is healthy however long it takes."""
+    (StoreBounds)."""
 
     for_update = " FOR UPDATE"
 
@@ -100,60 +100,41 @@ class Storage(Protocol):
     kind: str  # "sqlite" or "postgresql"
     migrated: tuple[int, ...]  # the schema versions this process applied when it opened it
 
-    def transaction(self, long: bool = False) -> AbstractContextManager[Tx]:
-        """One transaction; `long` for the few that may legitimately take minutes on a big
-        store (migrations, and a prune that is one DELETE): see StoreBounds."""
-        ...
+    def transaction(self) -> AbstractContextManager[Tx]: ...
 
     def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
 class StoreBounds:
-    """How long the PostgreSQL store may keep a daemon waiting on one statement.
+    """How long the PostgreSQL store may keep a daemon waiting.
 
-    A store statement takes milliseconds, and the scheduler's tick, which claims slots in
-    the store every second, is held for stalled after 15 s (daemon.py, HEARTBEAT_LIMIT): a
-    wait on the store must end well before, or a whole fleet restarts over one stuck peer.
-    - A peer stopped inside a transaction (SIGSTOP, a paused VM) holds its row locks; the
-      server ends its session once it has been idle in it for `idle`, which frees them.
-    - A statement, and a wait for a lock, end at `statement` (statement_timeout,
-      lock_timeout), on the server.
-    - A server that cannot end anything (stopped, or behind a network that drops packets
-      silently) is cut by invmon itself: each statement, and the COMMIT, is given
-      `statement` and `margin` (Deadlines), then the connection is closed and the
-      transaction fails as if the store were down.
-    The bounds are on each wait, never on a whole transaction: planning a thousand alerts
-    or storing a run with a hundred thousand keys is many quick statements, healthy however
-    long it takes. A `long` transaction (migrations, which wait their turn on an advisory
-    lock, and a batch of a prune, which scans the runs) has `long` for each instead."""
+    - A peer stopped inside a transaction (SIGSTOP, a paused VM) holds its row locks, and
+      the rest of the fleet waits on them: the server ends its session once it has been
+      idle in the transaction for `idle` (idle_in_transaction_session_timeout), which frees
+      them. invmon's own transactions run their statements back to back, so only a stopped
+      process is ever idle in one that long.
+    - A statement, or a wait for a lock, has no bound on the server: a healthy transaction
+      may hold a row for long (storing a run with a hundred thousand keys from far away
+      takes minutes), and whoever needs the row must wait for it, not fail and retry.
+    - A server that never answers (stopped, or behind a network that drops packets
+      silently) is cut by invmon itself after `answer` for one answer (Deadlines): the
+      connection is closed and the transaction fails as if the store were down. The
+      supervisor's backstop ends a daemon whose tick waits on the store long before; the
+      bound is what frees every other thread, and a command, for good."""
 
-    statement: timedelta = timedelta(seconds=8)
     idle: timedelta = timedelta(seconds=8)
-    margin: timedelta = timedelta(seconds=4)
-    long: timedelta = timedelta(minutes=10)
+    answer: timedelta = timedelta(minutes=10)
 
-    def settings(self, long: bool) -> str:
-        """The bounds, on the server: SET for a connection's session as it is opened (no
-        round trip more per transaction), SET LOCAL for a long transaction's own."""
-        statement = self.long if long else self.statement
-        ms = {
-            "statement_timeout": statement,
-            "lock_timeout": statement,
-            "idle_in_transaction_session_timeout": self.long if long else self.idle,
-        }
-        return "; ".join(
-            f"SET{' LOCAL' if long else ''} {name} = {round(value.total_seconds() * 1000)}"
-            for name, value in ms.items()
-        )
+    def settings(self) -> str:
+        """A connection's session, as it is opened (no round trip more per transaction)."""
+        ms = round(self.idle.total_seconds() * 1000)
+        return f"SET idle_in_transaction_session_timeout = {ms}"
 
-    def cut(self, long: bool) -> tuple[timedelta, str]:
+    def cut(self) -> tuple[timedelta, str]:
         """How long invmon waits for one answer of the store, and that bound in words."""
-        bound = (self.long if long else self.statement) + self.margin
-        return bound, (
-            f"the state store's bound on one statement, {precise_duration(bound)} (its "
-            f"statement_timeout, {precise_duration(bound - self.margin)}, and a margin of "
-            f"{precise_duration(self.margin)})"
+        return self.answer, (
+            f"the state store's bound on one answer, {precise_duration(self.answer)}"
         )
 
 
@@ -184,9 +165,7 @@ class SqliteStorage:
         self.migrations = migrations("INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER", "REAL")
 
     @contextmanager
-    def transaction(self, long: bool = False) -> Iterator[Tx]:
-        # `long` changes nothing here: the file's lock waits end at sqlite3's busy timeout
-        # (30 s), and one daemon alone holds the file.
+    def transaction(self) -> Iterator[Tx]:
         with self._lock:
             self._conn.execute("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
             try:
@@ -236,26 +215,19 @@ class PostgresStorage:
         )
 
     @contextmanager
-    def transaction(self, long: bool = False) -> Iterator[Tx]:
-        bound, past = self.bounds.cut(long)
+    def transaction(self) -> Iterator[Tx]:
         with self._pool.connection() as conn:
-
-            def bounded() -> AbstractContextManager[None]:
-                return self._deadlines.bounded(conn, bound, "the state store", past)
-
-            tx = _PostgresTx(conn, bounded)
+            tx = _PostgresTx(conn, lambda: self._bounded(conn))
             try:
-                if long:
-                    tx.script(self.bounds.settings(long=True))
                 yield tx
             except BaseException:
-                if not conn.broken:  # a cut connection is the pool's to discard
-                    with suppress(psycopg.Error), bounded():
+                if not conn.closed:  # one a cut closed is the pool's to discard
+                    with suppress(psycopg.Error), self._bounded(conn):
                         conn.rollback()
                 raise
             committed = False
             try:
-                with bounded():
+                with self._bounded(conn):
                     conn.commit()
                     committed = True
             except Cut:
@@ -264,10 +236,15 @@ class PostgresStorage:
                 # The COMMIT was answered as the bound passed: it holds, and the connection,
                 # which the cut closed, is not lent again.
 
+    def _bounded(self, conn: psycopg.Connection[Any]) -> AbstractContextManager[None]:
+        bound, past = self.bounds.cut()
+        return self._deadlines.bounded(conn, bound, "the state store", past)
+
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        """A new connection's session: the ordinary transaction's bounds."""
-        conn.execute(self.bounds.settings(long=False).encode())
-        conn.commit()
+        """A new connection's session: the idle bound (StoreBounds)."""
+        with self._bounded(conn):
+            conn.execute(self.bounds.settings().encode())
+            conn.commit()
 
     def close(self) -> None:
         self._pool.close()
@@ -387,7 +364,7 @@ def migrate(storage: Storage, steps: Sequence[str]) -> tuple[int, ...]:
     (none when another process did them meanwhile). A store at a newer schema than
     the code knows is refused, never used: this release cannot know what the newer one
     keeps there."""
-    with storage.transaction(long=True) as tx:
+    with storage.transaction() as tx:
         _serialise_migrations(storage, tx)
         tx.script(
             "CREATE TABLE IF NOT EXISTS invmon_schema (version INTEGER PRIMARY KEY,"
@@ -398,7 +375,7 @@ def migrate(storage: Storage, steps: Sequence[str]) -> tuple[int, ...]:
         raise StoreTooNew.at(int(newest), len(steps))
     applied: list[int] = []
     for version, ddl in enumerate(steps, start=1):
-        with storage.transaction(long=True) as tx:
+        with storage.transaction() as tx:
             # Re-checked inside the transaction: two daemons may start together.
             _serialise_migrations(storage, tx)
             if tx.rows("SELECT 1 FROM invmon_schema WHERE version = ?", (version,)):

@@ -128,6 +128,9 @@ def test_a_run_far_past_its_timeout_on_the_database_is_reported_overdue_once(
     )
     on_the_database["a"] = timedelta(minutes=5)
     assert loop.overdue(margin, held_for) == []  # said once
+    # ... unless its quarantine could not be stored: then it is judged again.
+    loop.not_overdue(["a"])
+    assert [i.name for i, _ in loop.overdue(margin, held_for)] == ["a"]
 
 
 def test_the_next_tick_is_the_next_start_or_a_slot_waiting_for_another_daemon(

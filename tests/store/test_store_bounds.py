@@ -1,7 +1,7 @@
 """The PostgreSQL state store's bounds (storage.py, StoreBounds): a peer stopped inside a
-transaction loses its session and frees its locks, a statement past the bound is ended by
-the server, and a server that answers nothing is cut by invmon, with the store usable again
-at once."""
+transaction loses its session and frees its locks, a healthy long transaction is never cut
+and its waiters wait for it, and a server that answers nothing is cut by invmon, with the
+store usable again at once."""
 
 from __future__ import annotations
 
@@ -74,19 +74,18 @@ def backend_pid(store: PostgresStorage) -> int:
     return int(pid)
 
 
-def test_a_transaction_holds_its_bounds_on_the_server_and_a_long_one_its_longer_ones(
+def test_a_connection_holds_the_idle_bound_on_the_server_and_leaves_the_others_alone(
     store_dsn: str,
 ) -> None:
-    store = storage(store_dsn, statement=7, idle=3, margin=2, long=600)
+    """Only the idle bound: a statement, or a wait for a lock, may take as long as a healthy
+    transaction holds its row (StoreBounds)."""
+    store = storage(store_dsn, idle=3)
     shown = "SELECT current_setting(n) FROM unnest(ARRAY[%s, %s, %s]) AS n"
-    names = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
+    names = ("idle_in_transaction_session_timeout", "statement_timeout", "lock_timeout")
     try:
-        with store.transaction() as tx:
-            assert [v for (v,) in tx.rows(shown, names)] == ["7s", "7s", "3s"]
-        with store.transaction(long=True) as tx:
-            assert [v for (v,) in tx.rows(shown, names)] == ["10min", "10min", "10min"]
-        with store.transaction() as tx:  # SET LOCAL: nothing is left on the connection
-            assert [v for (v,) in tx.rows(shown, names)] == ["7s", "7s", "3s"]
+        for _ in range(2):  # the session's: every transaction on the connection has it
+            with store.transaction() as tx:
+                assert [v for (v,) in tx.rows(shown, names)] == ["3s", "0", "0"]
     finally:
         store.close()
 
@@ -99,7 +98,7 @@ def test_a_peer_stopped_inside_a_transaction_loses_its_session_and_frees_its_loc
     bound, and the daemon waiting on its row lock goes on while the peer is still stopped,
     where it used to wait for as long as the peer stayed so (and its tick, held for stalled
     at 15 s, restarted it)."""
-    peer, me = storage(store_dsn, idle=1, statement=20), storage(store_dsn, idle=1, statement=20)
+    peer, me = storage(store_dsn, idle=3), storage(store_dsn, idle=3)
     locked, let_go = threading.Event(), threading.Event()
     peer_error: list[BaseException] = []
 
@@ -148,46 +147,44 @@ def lock_waits(dsn: str) -> int:
     return int(n)
 
 
-def test_many_quick_statements_are_never_cut_however_long_their_transaction(
+def test_a_healthy_transaction_is_never_cut_however_long_and_its_waiters_wait_for_it(
     store_dsn: str,
 ) -> None:
-    """The bound is on each wait: planning a thousand alerts, or storing a run with many
-    keys, is a long transaction of quick statements, and healthy."""
-    store = storage(store_dsn, statement=1, idle=1, margin=1)
-    try:
-        began = time.monotonic()
-        with store.transaction() as tx:
-            while time.monotonic() - began < 4:  # twice the bound of one statement
+    """The bound is on each answer: planning a thousand alerts, or storing a run with many
+    keys, is a long transaction of quick statements. One that holds a row meanwhile (as
+    storing a run holds its claim) keeps the others waiting on it, and they wait: a review
+    saw a daemon's own heartbeat fail behind such a run, and a peer take over its claim."""
+    # The holder's transaction lasts twice its bound on one answer; the waiter waits on the
+    # server for as long (past the idle bound), with a bound of its own that is longer.
+    holder, waiter = storage(store_dsn, idle=1, answer=2), storage(store_dsn, idle=1, answer=30)
+    locked = threading.Event()
+
+    def hold() -> None:
+        with holder.transaction() as tx:
+            lock_subject(tx, "refunds", NOW)
+            locked.set()
+            began = time.monotonic()
+            while time.monotonic() - began < 4:  # twice the bound on one answer
                 assert tx.rows("SELECT pg_sleep(0.05)") == [("",)]
-            tx.run("INSERT INTO invariant_state (invariant, updated_at) VALUES ('x', ?)", (NOW,))
-        with store.transaction() as tx:  # and it was committed
-            assert tx.rows("SELECT invariant FROM invariant_state") == [("x",)]
-    finally:
-        store.close()
+            tx.run(
+                "UPDATE invariant_state SET consecutive_errors = 7 WHERE invariant = ?",
+                ("refunds",),
+            )
 
+    def wait() -> tuple[int, int, int | None]:
+        with waiter.transaction() as tx:
+            return lock_subject(tx, "refunds", NOW)
 
-def test_a_long_transaction_has_the_long_bound_on_the_server_and_on_invmon_s_side(
-    store_dsn: str,
-) -> None:
-    store = storage(store_dsn, statement=1, margin=1, long=30)
     try:
-        with store.transaction(long=True) as tx:
-            assert tx.rows("SELECT pg_sleep(3)") == [("",)]  # past the ordinary 1 s and 2 s
+        with ThreadPoolExecutor(2) as pool:
+            held = pool.submit(hold)
+            assert locked.wait(timeout=30)
+            waited = pool.submit(wait)
+            held.result(timeout=60)
+            assert waited.result(timeout=60) == (0, 7, None)  # after the holder's commit
     finally:
-        store.close()
-
-
-def test_a_statement_past_the_bound_is_ended_by_the_server(store_dsn: str) -> None:
-    store = storage(store_dsn, statement=1, margin=30)
-    try:
-        began = time.monotonic()
-        with pytest.raises(psycopg.errors.QueryCanceled), store.transaction() as tx:
-            tx.rows("SELECT pg_sleep(20)")
-        assert time.monotonic() - began < 15
-        with store.transaction() as tx:  # the connection is fine: the server ended it
-            assert tx.rows("SELECT 1") == [(1,)]
-    finally:
-        store.close()
+        holder.close()
+        waiter.close()
 
 
 def test_a_store_server_that_answers_nothing_is_cut_and_the_next_transaction_goes_on(
@@ -195,7 +192,7 @@ def test_a_store_server_that_answers_nothing_is_cut_and_the_next_transaction_goe
 ) -> None:
     """statement_timeout cannot end a wait on a server process that is stopped: invmon closes
     the connection at the bound, says so, and the next transaction has another one."""
-    store = storage(store_dsn, statement=1, margin=1)
+    store = storage(store_dsn, answer=2)
     try:
         backend_pid(store)
         pids = store_backends(store_dsn)  # each connection the pool holds: any may be lent
@@ -216,8 +213,7 @@ def test_a_store_server_that_answers_nothing_is_cut_and_the_next_transaction_goe
         assert waited >= 2.0, waited
         assert re.fullmatch(
             r"invmon closed the connection: the state store had no answer after \S+, past the "
-            r"state store's bound on one statement, 2s \(its statement_timeout, 1s, and a "
-            r"margin of 1s\); the "
+            r"state store's bound on one answer, 2s; the "
             rf"server did not end it \({re.escape(CAUSES)}\)",
             str(cut.value),
         ), str(cut.value)
@@ -252,7 +248,7 @@ def test_a_tick_on_a_silent_store_waits_for_one_bound_not_one_per_ready_slot(
         str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432)
     ) as proxy:
         proxied = make_conninfo(store_dsn, host="127.0.0.1", port=proxy.port)
-        bounds = StoreBounds(statement=timedelta(seconds=1), margin=timedelta(seconds=1))
+        bounds = StoreBounds(answer=timedelta(seconds=2))
         store = StateStore(PostgresStorage(proxied, connect_timeout=3, bounds=bounds))
         try:
             loop = scheduler(store, "a", "b", "c", "d")
