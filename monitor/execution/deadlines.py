@@ -82,13 +82,14 @@ class _Wait:
     past: str  # the bound in words: "its timeout, 30s, and daemon.overrun_margin, 10s"
     began: float  # on the monotonic clock, moved on by the pauses the watcher saw
     fd: int  # the connection's socket, open while the wait is armed
+    causes: str = CAUSES  # what can hold an answer that long, for Cut's text
     cut_after: float | None = None  # seconds waited when the watcher cut it
 
     def cut(self) -> Cut:
         waited = precise_duration(timedelta(seconds=self.cut_after or 0))
         return Cut(
             f"{CUT}: {self.what} had no answer after {waited}, past {self.past}; the server "
-            f"did not end it ({CAUSES})"
+            f"did not end it ({self.causes})"
         )
 
 
@@ -118,17 +119,22 @@ class Deadlines:
 
     @contextlib.contextmanager
     def bounded(
-        self, conn: psycopg.Connection[Any], bound: timedelta, what: str, past: str
+        self,
+        conn: psycopg.Connection[Any],
+        bound: timedelta,
+        what: str,
+        past: str,
+        causes: str = CAUSES,
     ) -> Iterator[None]:
         """Wait on `conn` inside the block for `bound` at most: past it, the connection is
         closed under the wait and the block raises Cut. `what` is what is waited for, `past`
-        the bound in words, for Cut's text."""
+        the bound in words, `causes` what can hold an answer that long, for Cut's text."""
         try:
             fd = conn.pgconn.socket
         except psycopg.Error:  # closed or lost: the block meets that itself
             yield
             return
-        wait = _Wait(what, bound.total_seconds(), past, self._monotonic(), fd)
+        wait = _Wait(what, bound.total_seconds(), past, self._monotonic(), fd, causes)
         start = None
         with self._lock:
             self._waits.add(wait)

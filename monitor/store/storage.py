@@ -33,7 +33,7 @@ import psycopg
 
 from monitor.clock import stamp, utc_now
 from monitor.durations import precise_duration, reconnect_attempt
-from monitor.execution.deadlines import Cut, Deadlines
+from monitor.execution.deadlines import CAUSES, Cut, Deadlines
 from monitor.store.migrations import migrations
 
 log = logging.getLogger("invmon.store")
@@ -238,7 +238,9 @@ class PostgresStorage:
 
     def _bounded(self, conn: psycopg.Connection[Any]) -> AbstractContextManager[None]:
         bound, past = self.bounds.cut()
-        return self._deadlines.bounded(conn, bound, "the state store", past)
+        # The store has no lock_timeout (StoreBounds): a lock held that long is a cause too.
+        causes = f"{CAUSES}, or a lock that another transaction held that long"
+        return self._deadlines.bounded(conn, bound, "the state store", past, causes)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         """A new connection's session: the idle bound (StoreBounds)."""
