@@ -119,15 +119,8 @@ class Evaluator:
         return True
 
     def quarantine(self, inv: Invariant, reason: str) -> bool:
-        """Quarantine `inv` in the store; False when the store failed (said by its health)."""
-        log.error(
-            "quarantined %s: %s; not scheduled again until its file changes or "
-            "`invmon unquarantine %s`",
-            inv.name,
-            reason,
-            inv.name,
-            extra={"fields": {"invariant": inv.name}},
-        )
+        """Quarantine `inv` in the store, and say so once it is stored; False when the store
+        failed (its health says that), to be tried again."""
         target = self.databases[inv.target].target if inv.target in self.databases else None
         stored = False
         with self.health.guard(f"quarantining {inv.name}"):
@@ -135,6 +128,15 @@ class Evaluator:
                 inv.name, version_of(inv), reason, self.clock(), context_of(inv, target)
             )
             stored = True
+        if stored:
+            log.error(
+                "quarantined %s: %s; not scheduled again until its file changes or "
+                "`invmon unquarantine %s`",
+                inv.name,
+                reason,
+                inv.name,
+                extra={"fields": {"invariant": inv.name}},
+            )
         return stored
 
     def lift_changed_quarantines(self, current: Mapping[str, Invariant]) -> None:

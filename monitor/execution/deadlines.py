@@ -138,13 +138,18 @@ class Deadlines:
         start = None
         with self._lock:
             self._waits.add(wait)
-            # The watcher is woken to look now: a look much later is a pause (_pauses).
-            self._look_by = min(self._look_by or wait.began, wait.began)
+            # A watcher that looks within _LOOK anyway, sooner than this bound can pass, is
+            # not woken: that cost a thread switch on each of the store's many quick
+            # statements (about 60 µs each, a review measured).
+            looking = self._thread is not None and self._look_by is not None
+            if not (looking and wait.bound > _LOOK):
+                # The watcher is woken to look now: a look much later is a pause (_pauses).
+                self._look_by = min(self._look_by or wait.began, wait.began)
+                self._changed.notify()
             if self._thread is None and not self._closed:
                 start = self._thread = threading.Thread(
                     target=self._watch, name=f"invmon-deadlines-{self._name}", daemon=True
                 )
-            self._changed.notify()
         if start is not None:
             start.start()
         answered: BaseException | None = None

@@ -413,6 +413,38 @@ def test_an_answer_that_comes_as_the_bound_passes_is_still_cut(
         deadlines.close()
 
 
+def test_a_cut_wait_ends_in_cut_and_a_closed_connection_whatever_ended_its_block(
+    database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A block that a cut wait left by another exception than the driver's (the caller's
+    own, on reading what the cut answered) left the connection open, its socket shut, to be
+    used again."""
+    caplog.set_level(logging.INFO, logger="invmon.deadlines")
+    mono = Monotonic(1000.0)
+    deadlines = Deadlines("other", monotonic=mono)
+    conn = psycopg.connect(database, autocommit=True)
+    try:
+
+        def looked_after(reads: int) -> bool:
+            return mono.reads > reads
+
+        with (
+            pytest.raises(Cut) as cut,
+            deadlines.bounded(conn, timedelta(seconds=3), "the query", "its bound, 3s"),
+        ):
+            for _ in range(4):  # in steps under a second: time going by, not a pause
+                reads = mono.reads
+                mono.now += 0.9
+                wait_for(functools.partial(looked_after, reads), 30, "the watcher's look")
+            wait_for(lambda: any(CAUSES in m for m in caplog.messages), 30, "the watcher's cut")
+            raise ValueError("the caller's own")
+        assert isinstance(cut.value.__cause__, ValueError)
+        assert conn.closed
+    finally:
+        conn.close()
+        deadlines.close()
+
+
 def test_a_connection_never_answered_names_its_bound(database: str) -> None:
     """libpq says only "connection timeout expired": the message now says which bound it
     was, and where it is set, as the state store's already did."""
