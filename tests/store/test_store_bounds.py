@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import psycopg
 import pytest
+from builders import build_daemon, daemon_config
 from freezing_proxy import FreezingProxy
-from helpers import invariant, stopped, wait_for
+from helpers import FakeClock, invariant, stopped, wait_for
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from monitor.authoring.pgtemp import scratch_database
@@ -294,3 +296,38 @@ def test_a_tick_whose_claim_fails_leaves_the_other_ready_slots_for_its_next_turn
     finally:
         store.close()
     assert 2.0 <= waited < 5.0, waited  # one cut of 2 s, not four
+
+
+def test_a_quarantine_the_store_failed_to_keep_is_judged_again_at_the_next_tick(
+    store_dsn: str, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run far past its timeout was marked quarantined before the store kept it: a write
+    that failed was never tried again, and the invariant ran on."""
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "slow.sql").write_text(
+        "-- description: slow\n-- timeout: 1s\n-- schedule: every 1m\nSELECT 1 AS x\n"
+    )
+    config = daemon_config(folder, daemon=DaemonConfig(overrun_margin=timedelta(seconds=1)))
+    parts = conninfo_to_dict(store_dsn)
+    host, port = str(parts.get("host") or "127.0.0.1"), int(parts.get("port") or 5432)
+    with FreezingProxy(host, port) as proxy:
+        proxied = make_conninfo(store_dsn, host="127.0.0.1", port=proxy.port)
+        bounds = StoreBounds(answer=timedelta(seconds=2))
+        store = StateStore(PostgresStorage(proxied, connect_timeout=3, bounds=bounds))
+        daemon = build_daemon(config, database, store, clock=FakeClock(START))
+        try:
+            daemon.reload()
+            assert daemon.scheduler.begin("slow", START, refuse=False) is not None
+            # Its query has held its connection for 5 minutes, past 1 s and twice the margin.
+            monkeypatch.setattr(daemon, "_held_for", lambda inv: timedelta(minutes=5))
+            proxy.freeze()
+            daemon.quarantine_overdue()  # the store does not answer: cut at 2 s
+            proxy.thaw()
+            assert store.quarantined() == {}
+            daemon.quarantine_overdue()  # the next tick's first step
+            assert list(store.quarantined()) == ["slow"]
+        finally:
+            proxy.thaw()
+            daemon.databases.close()
+            store.close()
