@@ -158,6 +158,39 @@ def test_pruning_removes_a_backlog_in_batches_each_committed(
     assert [r[0] for r in rows(store)] == ["violated"]
 
 
+# Refuses to delete a run once only two are left: the third batch of a 5-run backlog fails.
+FAIL_THIRD_BATCH = {
+    "sqlite": [
+        "CREATE TRIGGER third_batch_fails BEFORE DELETE ON runs"
+        " WHEN (SELECT count(*) FROM runs) <= 2"
+        " BEGIN SELECT RAISE(ABORT, 'the third batch fails'); END"
+    ],
+    "postgresql": [
+        "CREATE FUNCTION third_batch_fails() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN IF (SELECT count(*) FROM runs) <= 2 THEN"
+        " RAISE EXCEPTION 'the third batch fails'; END IF; RETURN OLD; END $$",
+        "CREATE TRIGGER third_batch_fails BEFORE DELETE ON runs"
+        " FOR EACH ROW EXECUTE FUNCTION third_batch_fails()",
+    ],
+}
+
+
+def test_a_failed_batch_of_the_prune_keeps_what_the_batches_before_it_removed(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each batch is committed on its own: a prune that fails at its third batch (a store
+    that went away, a bound met) has still removed the first two batches' runs for good."""
+    monkeypatch.setattr(state_queries, "PRUNE_BATCH", 2)
+    for n in range(6):
+        record(store, violated(T0 + n * MINUTE))
+    with store.storage.transaction() as tx:
+        for statement in FAIL_THIRD_BATCH[store.storage.kind]:
+            tx.run(statement)
+    with pytest.raises(Exception, match="the third batch fails"):
+        store.prune_runs(T0 + 10 * MINUTE)
+    assert len(rows(store)) == 2  # 6 runs less two committed batches of two
+
+
 def test_the_history_draws_a_stretch_from_its_first_run_to_its_last_and_counts_its_runs(
     store: StateStore,
 ) -> None:
