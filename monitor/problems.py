@@ -3,7 +3,7 @@ of a file, reported as `path:line: message`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.text import printable
@@ -25,6 +25,9 @@ class Problem:
     line: int
     message: str
     level: str = "error"  # "error" stops the invariant from running; "warning" does not
+    # The tags of the file's header, when it was read: a file that did not load is still
+    # chosen, or not, by a `--select tag:…` (invariants/selection.py); None when unread.
+    tags: tuple[str, ...] | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         # A path or a message may hold anything a file name can (a newline): one line each.

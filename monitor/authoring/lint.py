@@ -19,8 +19,8 @@ from monitor.fence.builtin_catalog import builtin_catalog
 from monitor.fence.catalog import Catalog
 from monitor.fence.sqltree import TreeTooDeep, TreeTooLarge, parse
 from monitor.fence.tree import node_items
-from monitor.invariants.loader import Invariant, LoadResult, load_directory, name_for
-from monitor.invariants.selection import NothingSelected, name_matches
+from monitor.invariants.loader import Invariant, LoadResult, load_directory
+from monitor.invariants.selection import problem_name, select_loaded
 from monitor.invariants.validate import columns_of
 from monitor.problems import Problem
 
@@ -47,37 +47,15 @@ class LintReport:
     def only(self, selectors: Sequence[str], folder: Path) -> LintReport:
         """The report for the selected files, loaded or not (with their fixtures); each
         selector must match a file, as in every other command."""
-        tags = {i.name: i.header.tags for i in self.loaded.invariants}
 
         def name_of(path: Path) -> str | None:
             if path.name.endswith(SUFFIX):  # a fixture goes with its invariant
                 path = path.with_name(path.name.removesuffix(SUFFIX) + ".sql")
-            try:
-                return name_for(path, folder)
-            except ValueError:
-                return None
+            return problem_name(path, folder)
 
-        names = {n for p in self.loaded.problems if (n := name_of(p.path))}
-        names |= set(tags)
-        for selector in selectors:
-            if not any(name_matches(n, tags.get(n, []), selector, folder) for n in names):
-                shown = ", ".join(sorted(names)[:20]) or "none"
-                known_tags = ", ".join(sorted({t for ts in tags.values() for t in ts})) or "none"
-                raise NothingSelected(
-                    f"--select {selector!r} matches no invariant; names: {shown}; "
-                    f"tags: {known_tags}"
-                )
-
-        def selected(path: Path) -> bool:
-            name = name_of(path)
-            return name is not None and any(
-                name_matches(name, tags.get(name, []), s, folder) for s in selectors
-            )
-
-        problems = [p for p in self.loaded.problems if selected(p.path)]
-        chosen = [i for i in self.loaded.invariants if selected(i.path)]
-        kept = frozenset(i.name for i in chosen) & self.unchecked
-        return LintReport(LoadResult(chosen, problems), self.schema, kept)
+        chosen = select_loaded(self.loaded, selectors, folder, name_of)
+        kept = frozenset(i.name for i in chosen.invariants) & self.unchecked
+        return LintReport(chosen, self.schema, kept)
 
     def junit_cases(self) -> list[JunitCase]:
         """One case per file: failed with its problems, or passed."""

@@ -17,7 +17,7 @@ from monitor.execution.results import RunResult
 from monitor.execution.runner import Runner, describe_error
 from monitor.fence.role_check import REFUSED, read_role, verdict
 from monitor.invariants.loader import Invariant, LoadResult, load_directory, name_for
-from monitor.invariants.selection import select
+from monitor.invariants.selection import problem_name, select_loaded
 from monitor.problems import Problem
 
 
@@ -124,14 +124,19 @@ def load_selected(
     config: Config, directory: Path, only: Sequence[str] = (), targets: Sequence[str] = ()
 ) -> LoadResult:
     """The invariants `run_loaded` evaluates: the folder's files as the daemon loads them,
-    narrowed to `only` (selectors) and `targets`; the problems of files not selected are
-    not this run's business. Apart from running, so a caller that runs the same files many
-    times (the pytest plugin's polls) reads and fences them once."""
-    loaded = load_directory(directory, config.loading(with_database=True))
-    if only:
-        loaded = LoadResult(select(loaded.invariants, only, directory), [])
+    narrowed to `only` (selectors) and `targets`, with the problems of every file they may
+    name (a file that did not load may be of any tag and any target). Apart from running,
+    so a caller that runs the same files many times (the pytest plugin's polls) reads and
+    fences them once."""
+    loaded = select_loaded(
+        load_directory(directory, config.loading(with_database=True)), only, directory
+    )
     if targets:
-        loaded = LoadResult([i for i in loaded.invariants if i.target in targets], [])
+        elsewhere = {i.name for i in loaded.invariants if i.target not in targets}
+        loaded = LoadResult(
+            [i for i in loaded.invariants if i.target in targets],
+            [p for p in loaded.problems if problem_name(p.path, directory) not in elsewhere],
+        )
     return loaded
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -297,7 +297,8 @@ def _parse_file(path: Path, name: str, text: str, loading: Loading) -> Loaded:
     else:
         problems += _timeout_problems(path, split, timeout, target, loading)
     if target is None or any(p.level == "error" for p in problems):
-        return None, problems
+        # Its header was read: a selection by tag can tell whether this file is chosen.
+        return None, [replace(p, tags=tuple(header.tags)) for p in problems]
     return Invariant(
         name=name,
         path=path,

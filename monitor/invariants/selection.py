@@ -11,10 +11,11 @@ explain and check, in one syntax. Pure.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 
-from monitor.invariants.loader import Invariant
+from monitor.invariants.loader import Invariant, LoadResult, name_for
+from monitor.problems import Problem
 
 
 class NothingSelected(Exception):
@@ -63,14 +64,62 @@ def select(
     invariants: Sequence[Invariant], selectors: Iterable[str], folder: Path
 ) -> list[Invariant]:
     """The invariants any selector matches, in their order; all when there is none."""
-    chosen = list(selectors)
-    if not chosen:
-        return list(invariants)
-    for selector in chosen:
-        if not any(matches(i, selector, folder) for i in invariants):
-            names = ", ".join(sorted(i.name for i in invariants)[:20]) or "none"
-            tags = ", ".join(sorted({t for i in invariants for t in i.header.tags})) or "none"
+    return select_loaded(LoadResult(list(invariants), []), list(selectors), folder).invariants
+
+
+def select_loaded(
+    loaded: LoadResult,
+    selectors: Sequence[str],
+    folder: Path,
+    name_of: Callable[[Path], str | None] | None = None,
+) -> LoadResult:
+    """The invariants any selector matches, and the problems of every file one may name,
+    loaded or not; all when there is no selector. Each selector must match a file, or
+    NothingSelected. `name_of`: the invariant a problem's file belongs to (lint maps a
+    fixture to its invariant), None when it names none.
+
+    A file that did not load is chosen by the tags of its header when it was read
+    (Problem.tags); when it was not, a `tag:` selector keeps its problems, since it may
+    carry the tag. Dropping them made a `tag:money` run pass with a violated invariant left
+    out, its header's typo unsaid. A problem of the folder itself, or of a folder that
+    holds what a selector names, is kept too."""
+    if not selectors:
+        return loaded
+    tags = {i.name: i.header.tags for i in loaded.invariants}
+    named = name_of or (lambda path: problem_name(path, folder))
+
+    def names_problem(problem: Problem, selector: str) -> bool:
+        name = named(problem.path)
+        if name is None:
+            return True  # the folder, or a path outside it: it may hold anything
+        known = tags.get(name, problem.tags)  # a loaded file's, or a failed file's header's
+        if known is not None:
+            return name_matches(name, known, selector, folder)
+        if selector.startswith("tag:"):
+            return True  # a header never read may hold any tag
+        wanted = selector_name(selector, folder)
+        return name_matches(name, (), selector, folder) or wanted.startswith(name + "/")
+
+    for selector in selectors:
+        if not any(matches(i, selector, folder) for i in loaded.invariants) and not any(
+            names_problem(p, selector) for p in loaded.errors
+        ):
+            names = sorted({*tags, *filter(None, (named(p.path) for p in loaded.problems))})
+            shown = ", ".join(names[:20]) or "none"
+            known_tags = ", ".join(sorted({t for ts in tags.values() for t in ts})) or "none"
             raise NothingSelected(
-                f"--select {selector!r} matches no invariant; names: {names}; tags: {tags}"
+                f"--select {selector!r} matches no invariant; names: {shown}; tags: {known_tags}"
             )
-    return [i for i in invariants if any(matches(i, s, folder) for s in chosen)]
+    return LoadResult(
+        [i for i in loaded.invariants if any(matches(i, s, folder) for s in selectors)],
+        [p for p in loaded.problems if any(names_problem(p, s) for s in selectors)],
+    )
+
+
+def problem_name(path: Path, folder: Path) -> str | None:
+    """The invariant name of a problem's file (or folder) in `folder`; None for the folder
+    itself or a path outside it."""
+    try:
+        return name_for(path, folder) or None
+    except ValueError:
+        return None

@@ -3,6 +3,7 @@ file paths; a selector that matches nothing is an error that lists what there is
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import pytest
 from helpers import CHECK, cli
 
 from monitor.invariants.loader import load_directory
-from monitor.invariants.selection import NothingSelected, select
+from monitor.invariants.selection import NothingSelected, problem_name, select, select_loaded
+from monitor.problems import Problem
 
 QUERY = "SELECT 1 AS a WHERE false\n"
 FILES = {
@@ -113,3 +115,68 @@ def test_a_name_holding_glob_characters_is_chosen_and_muted_by_its_own_name(
     assert [i.name for i in select(loaded, ["x[1]/d"], folder)] == ["x[1]/d"]
     assert [i.name for i in select(loaded, ["x*/d"], folder)] == ["x[1]/d"]
     assert (name_covered("x[1]/d", "x[1]/d"), name_covered("x[1]/d", "x1/d")) == (True, True)
+
+
+# Each file that does not load, and what makes it fail: a header never read, a header read
+# (tagged) with a query the fence refuses, a file in a folder of its own.
+BROKEN = {
+    "payments/typo.sql": "-- description: x\n-- severty: high\n-- tags: [money]\n" + QUERY,
+    "payments/writes.sql": "-- description: x\n-- tags: [money]\nSELECT nextval('s') AS n\n",
+    "jobs/counter.sql": "-- description: x\n-- tags: [jobs]\nSELECT nextval('s') AS n\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("selectors", "chosen", "reported"),
+    [
+        # By tag: a header read says whether; one never read may hold the tag.
+        (("tag:money",), 2, {"payments/typo", "payments/writes"}),
+        (("tag:jobs",), 1, {"payments/typo", "jobs/counter"}),
+        # By name, folder or glob: the file's name says, loaded or not.
+        (("payments/",), 2, {"payments/typo", "payments/writes"}),
+        (("jobs/counter",), 0, {"jobs/counter"}),
+        (("jobs/c*",), 0, {"jobs/counter"}),
+        (("payments/duplicate_refunds",), 1, set()),
+        ((), 3, {"payments/typo", "payments/writes", "jobs/counter"}),
+    ],
+)
+def test_a_selection_keeps_the_problems_of_every_file_it_may_name(
+    folder: Path, selectors: tuple[str, ...], chosen: int, reported: set[str]
+) -> None:
+    for name, text in BROKEN.items():
+        (folder / name).write_text(text)
+    selected = select_loaded(load_directory(folder), selectors, folder)
+    assert len(selected.invariants) == chosen
+    assert {problem_name(p.path, folder) for p in selected.errors} == reported
+
+
+def test_a_problem_of_the_folder_itself_is_kept_whatever_is_selected(folder: Path) -> None:
+    loaded = load_directory(folder)
+    loaded.problems.append(Problem(folder, 0, "more than 10,000 files; the rest are not read"))
+    selected = select_loaded(loaded, ["jobs/stuck"], folder)
+    assert [p.message for p in selected.problems] == [
+        "more than 10,000 files; the rest are not read"
+    ]
+
+
+def test_check_reports_a_selected_file_that_did_not_load_and_runs_the_rest(
+    folder: Path, database: str
+) -> None:
+    for name, text in BROKEN.items():
+        (folder / name).write_text(text)
+    argv = [*CHECK, "--dsn", database, "--invariants", str(folder), "--format", "json"]
+    checked = cli(*argv, "--select", "tag:money")
+    results = json.loads(checked.stdout)["results"]
+    assert {(r["invariant"], r["status"]) for r in results} == {
+        ("payments/duplicate_refunds", "ok"),
+        ("payments/negative_balance", "ok"),
+        ("payments/typo", "error"),
+        ("payments/writes", "error"),
+    }
+    assert checked.returncode == 2
+    # A target narrows what loaded; a file that did not load may be of any target.
+    by_target = cli(*argv, "--select", "jobs/", "--target", "default")
+    assert {r["invariant"] for r in json.loads(by_target.stdout)["results"]} == {
+        "jobs/stuck",
+        "jobs/counter",
+    }

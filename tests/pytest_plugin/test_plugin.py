@@ -444,6 +444,31 @@ def test_a_conftest_fixture_names_the_database_and_select_narrows(
     result.assert_outcomes(passed=1)
 
 
+def test_a_session_selection_by_tag_never_leaves_out_a_file_that_did_not_load(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """A file whose header was not read may carry the tag: its problem is the session's.
+    One whose header was read is chosen by its tags, loaded or not. Before, `tag:money`
+    passed with the misspelt file, a violated one, left out without a word."""
+    (project / "invariants" / "typo.sql").write_text(
+        "-- description: x\n-- severty: high\n-- tags: [money]\nSELECT 1 AS x\n"
+    )
+    (project / "invariants" / "other.sql").write_text(
+        "-- description: x\n-- tags: [jobs]\nSELECT nextval('s') AS n\n"
+    )
+    pytester.makepyfile("def test_it(invariants):\n    invariants.assert_hold()\n")
+    result = pytester.runpytest_subprocess("--invmon-select", "tag:money")
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    assert "invmon: 1 problem in the invariant files; none is asserted" in out, out
+    assert "typo.sql:2: unknown header key 'severty'; did you mean 'severity'?" in out, out
+    assert "other.sql" not in out
+    # Named by its path, a file that did not load is said as it is, not "matches nothing".
+    named = pytester.runpytest_subprocess("--invmon-select", "other")
+    named.assert_outcomes(errors=1)
+    assert "other.sql:3:" in named.stdout.str() and "matches no" not in named.stdout.str()
+
+
 def test_a_marker_it_cannot_follow_fails_the_tests_setup_saying_why(
     pytester: pytest.Pytester, project: Path
 ) -> None:
