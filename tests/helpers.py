@@ -241,3 +241,30 @@ def stopped(pid: int) -> Iterator[None]:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+# An invariant that runs until cancelled (the cross join checks for a cancel between rows),
+# well past any bound a test waits.
+SLOW_INVARIANT = (
+    "-- description: never ends on its own\n-- timeout: 120s\n"
+    "SELECT count(*) AS n FROM pg_class a, pg_class b, pg_class c, pg_class d\n"
+    "HAVING count(*) < 0\n"
+)
+
+
+def interruptible(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """A process that takes SIGINT as a terminal's Ctrl-C (Python's KeyboardInterrupt): a
+    child of a process that ignores it would ignore it too."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("INVMON_")}
+    clean.update(env or {})
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=clean,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )

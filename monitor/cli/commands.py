@@ -194,9 +194,23 @@ class LazyCommands(MutableMapping[str, click.Command]):
         return self._where[name][2]
 
 
+# Ctrl-C: 128 + SIGINT, as a shell reports a command the signal ended. click's own exit for
+# it is 1, which here is a finding (a violation): a script would have paged on a Ctrl-C.
+EXIT_INTERRUPTED = 130
+
+
 class LazyGroup(click.Group):
     """A group of LazyCommands: its `--help` lists a command not imported yet by the
     summary COMMANDS holds for it (shortened as click shortens a command's own help)."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            # What the command had under way was ended on its way out (check cancels its
+            # queries on their servers, execution/check.py); `run` takes SIGINT as a stop.
+            click.echo("\ninvmon: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         commands = self.commands

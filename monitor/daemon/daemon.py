@@ -379,7 +379,7 @@ class Daemon:
         self.jobs.pause()
         step("the runs in flight to finish")
         if not self.scheduler.wait_idle(grace):
-            cancelled = self.databases.cancel_all()
+            cancelled = self.databases.interrupt(left(5) / 2)
             log.warning("cancelled %d queries still running after the grace period", cancelled)
             step("the cancelled runs to end")
             self.scheduler.wait_idle(left(5))

@@ -21,7 +21,7 @@ from monitor.config import Config, Target
 from monitor.daemon.replica_gate import ConditionRecorder, ReplicaGate
 from monitor.execution.deadlines import never_paused
 from monitor.execution.redaction import Redaction
-from monitor.execution.runner import Runner, describe_error
+from monitor.execution.runner import Runner, describe_error, interrupt_all
 from monitor.fence.role_check import RoleVerdict, verdict
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.invariants.loader import Invariant
@@ -254,8 +254,9 @@ class Databases:
         ]
         return "\n".join(notes) or None
 
-    def cancel_all(self) -> int:
-        return sum(d.runner.cancel_all() for d in self.by_name.values())
+    def interrupt(self, within: float) -> int:
+        """No run starts any more, and the runs in flight are cancelled (interrupt_all)."""
+        return interrupt_all([d.runner for d in self.by_name.values()], within)
 
     def stop_workers(self) -> None:
         for database in self.by_name.values():

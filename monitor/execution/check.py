@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import psycopg
 from monitor.config import Config, Target
 from monitor.execution.redaction import NO_REDACTION, Redaction
 from monitor.execution.results import RunResult
-from monitor.execution.runner import Runner, describe_error
+from monitor.execution.runner import Runner, describe_error, interrupt_all
 from monitor.fence.role_check import REFUSED, read_role, verdict
 from monitor.invariants.loader import Invariant, LoadResult, load_directory, name_for
 from monitor.invariants.selection import problem_name, select_loaded
@@ -140,6 +142,10 @@ def load_selected(
     return loaded
 
 
+# How long an interrupted `check` keeps cancelling the queries its runs still send.
+INTERRUPT_WITHIN = timedelta(seconds=5)
+
+
 def run_loaded(
     config: Config,
     loaded: LoadResult,
@@ -160,7 +166,12 @@ def run_loaded(
     elif redaction is None:
         redaction = config.redact.redaction()
 
+    interrupting = threading.Lock()  # guards `running` and `interrupted`
+    running: list[Runner] = []  # the targets' runners open now
+    interrupted = False
+
     def run_target(name: str) -> list[RunResult]:
+        nonlocal interrupted
         target, invariants = known[name], groups[name]
         if not target.dsn:
             reason = config.no_dsn_reason(name)
@@ -175,12 +186,31 @@ def run_loaded(
             target=name,
             overrun_margin=config.daemon.overrun_margin,
         ) as runner:
-            return runner.run_all(invariants, role_screen(target, allow_privileged_role))
+            with interrupting:
+                running.append(runner)
+                late = interrupted
+            if late:  # opened as the wait ended: no run of its starts
+                runner.interrupt()
+            try:
+                return runner.run_all(invariants, role_screen(target, allow_privileged_role))
+            finally:
+                with interrupting:
+                    running.remove(runner)
 
     by_name: dict[str, RunResult] = {}
     with ThreadPoolExecutor(max(len(groups), 1), thread_name_prefix="invmon-target") as pool:
-        for found in pool.map(run_target, sorted(groups)):
-            by_name.update((r.invariant, r) for r in found)
+        try:
+            for found in pool.map(run_target, sorted(groups)):
+                by_name.update((r.invariant, r) for r in found)
+        except BaseException:
+            # Ctrl-C (KeyboardInterrupt), in `check` or a soak: the queries are cancelled on
+            # their servers and no other starts, so the pool's shutdown waits for no query
+            # to reach its statement timeout, and the interrupt ends the command at once.
+            with interrupting:
+                interrupted = True
+                open_now = list(running)
+            interrupt_all(open_now, INTERRUPT_WITHIN.total_seconds())
+            raise
     results = [by_name[i.name] for i in loaded.invariants]
     results += failed_loads(loaded.problems, directory)
     return CheckOutcome(results, loaded.invariants, loaded.problems)

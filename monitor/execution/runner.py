@@ -208,7 +208,9 @@ class Runner:
         self._holding: dict[str, float] = {}
         # run_all's first connection while no run has it (_borrowed); None outside a round.
         self._spare: psycopg.Connection[Any] | None = None
-        self._active_lock = threading.Lock()  # guards _active, _holding and _spare
+        # Set by interrupt(): no run starts a query on this runner any more.
+        self._interrupted = False
+        self._active_lock = threading.Lock()  # guards _active, _holding, _spare, _interrupted
         connect_timeout = max(1, int(self.database.connect_timeout.total_seconds()))
         # How every connection to the database is opened, the pool's and `_connect`'s.
         # No server-side prepared statements: DISCARD ALL would drop them under psycopg.
@@ -306,6 +308,15 @@ class Runner:
             conn.transaction(),
         ):
             return read_role(conn)
+
+    def interrupt(self) -> int:
+        """No run starts on this runner from now on, and each run in flight has its query
+        cancelled on the server, where it would have gone on until its statement timeout.
+        How many were in flight. A cancel that reaches a run between two of its statements
+        is lost (the server ignores it there), so interrupt_all asks again."""
+        with self._active_lock:
+            self._interrupted = True
+        return self.cancel_all()
 
     def cancel_all(self) -> int:
         """Ask the server to cancel every query in flight (used on shutdown)."""
@@ -458,7 +469,7 @@ class Runner:
             ):
                 on.execute(settings.as_bytes(on))
                 self.fence.learn(on, texts)
-        except (psycopg.Error, PoolTimeout):
+        except (psycopg.Error, PoolTimeout, Unrunnable):
             return  # the runs ask, and say what went wrong
 
     @contextlib.contextmanager
@@ -564,6 +575,8 @@ class Runner:
         attempt holds it (held_for), and `held` gets how long, in ms."""
         began = self._monotonic()
         with self._active_lock:
+            if self._interrupted:  # checked where cancel_all would find it: none slips by
+                raise Unrunnable("not run: interrupted")
             self._active.add(conn)
             if name is not None:
                 self._holding[name] = began
@@ -644,3 +657,16 @@ class Runner:
         except (psycopg.Error, PoolTimeout):
             return {}
         return refused
+
+
+def interrupt_all(runners: Sequence[Runner], within: float) -> int:
+    """Every runner interrupted (Runner.interrupt), asked again every 50 ms while a run is
+    still in flight, `within` seconds at most: a run whose cancel came between two of its
+    statements (a reviewer's Ctrl-C, early in `check`) sent the next and ran on to its
+    statement timeout. How many runs were in flight at first."""
+    deadline = time.monotonic() + within
+    first = left = sum(r.interrupt() for r in runners)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)  # a run sends its next statement within a round trip
+        left = sum(r.interrupt() for r in runners)
+    return first

@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import INVARIANTS
+from helpers import SLOW_INVARIANT, active_runs, interruptible, wait_for
 
 pytestmark = pytest.mark.usefixtures("schema_database")
 
@@ -467,6 +470,37 @@ def test_a_session_selection_by_tag_never_leaves_out_a_file_that_did_not_load(
     named = pytester.runpytest_subprocess("--invmon-select", "other")
     named.assert_outcomes(errors=1)
     assert "other.sql:3:" in named.stdout.str() and "matches no" not in named.stdout.str()
+
+
+def test_ctrl_c_in_a_soak_ends_the_session_and_cancels_the_invariants_queries(
+    pytester: pytest.Pytester, schema_database: str
+) -> None:
+    """Before, the interrupt waited for the query's statement timeout, and was sometimes
+    lost: the test was reported as not evaluated and the session went on to the next."""
+    (pytester.path / "invariants").mkdir()
+    (pytester.path / "invariants" / "slow.sql").write_text(SLOW_INVARIANT)
+    pytester.makeini("[pytest]\ninvmon_invariants = invariants\n")
+    pytester.makepyfile(
+        test_soak="""
+        def test_first(invariants):
+            invariants.assert_hold()
+
+        def test_second(invariants):
+            invariants.assert_hold()
+        """
+    )
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist"]
+    soak = interruptible(argv, pytester.path, {"INVMON_DSN": schema_database})
+    try:
+        wait_for(lambda: active_runs(schema_database) == 1, 60, "the invariant's query to run")
+        soak.send_signal(signal.SIGINT)
+        out, _ = soak.communicate(timeout=30)  # the query's statement timeout is 120 s
+    finally:
+        soak.kill()
+        soak.wait()
+    assert soak.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "KeyboardInterrupt" in out and "no tests ran" in out, out
+    wait_for(lambda: active_runs(schema_database) == 0, 10, "the query to be cancelled")
 
 
 def test_a_marker_it_cannot_follow_fails_the_tests_setup_saying_why(
