@@ -14,7 +14,10 @@ asks for invariants, so a suite that never does pays nothing for the plugin bein
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import re
+import warnings
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,7 +128,17 @@ def invariants(
     and `assert_hold_eventually()`."""
     from monitor.pytest_plugin.checks import InvariantChecks
 
-    return InvariantChecks(invmon_project, invmon_dsn, _case(request))
+    flag = request.config.getoption("--invmon-dsn")
+    if flag and flag != invmon_dsn:
+        # A conftest's own `invmon_dsn` wins; the flag would otherwise be ignored unsaid.
+        warnings.warn(
+            pytest.PytestWarning(
+                "invmon: --invmon-dsn is not used: this project's invmon_dsn fixture "
+                "returns another database, which wins"
+            ),
+            stacklevel=1,
+        )
+    return InvariantChecks(invmon_project, invmon_dsn, _case(request, invmon_dsn))
 
 
 @pytest.fixture(autouse=True)
@@ -183,7 +196,7 @@ def _option(config: pytest.Config, flag: str, ini: str) -> Path | None:
     return Path(config.rootpath) / str(from_ini) if from_ini else None
 
 
-def _case(request: pytest.FixtureRequest) -> Case:
+def _case(request: pytest.FixtureRequest, dsn_used: str) -> Case:
     from monitor.pytest_plugin.verdicts import Case
 
     node = request.node
@@ -197,40 +210,43 @@ def _case(request: pytest.FixtureRequest) -> Case:
     except ValueError:
         where = str(node.path)
     rerun_id = where + sep + inside
-    options = _rerun_options(request.config)
+    options = _rerun_options(request.config, dsn_used)
     if name in params:
         return Case(node.nodeid, params[name], True, rerun_id, options)
     return Case(node.nodeid, rerun_id=rerun_id, rerun_options=options)
 
 
-def _overrides(args: Sequence[str]) -> Iterator[str]:
-    """The ini values the session overrode on its command line (`-o key=value`, in any of
-    its spellings), as `-o key=value` each: an ini key such as invmon_invariants changes
-    which files are asserted, so the rerun must say it too."""
-    taken = iter(args)
-    for arg in taken:
-        if arg in ("-o", "--override-ini"):
-            value = next(taken, None)
-        elif arg.startswith("--override-ini="):
-            value = arg.removeprefix("--override-ini=")
-        elif arg.startswith("-o") and len(arg) > 2:
-            value = arg[2:]
+# Where this run writes its own files: the rerun writes its own, or none.
+_RUN_FILES = ("--basetemp", "--junitxml", "--junit-xml")
+# A word that holds a password: a URL with one (`scheme://user:password@host`), or a
+# connection string's `password=`.
+_PASSWORD = re.compile(r"://[^/@\s]*:[^/@\s]*@|password\s*=", re.IGNORECASE)
+
+
+def _rerun_options(config: pytest.Config, dsn_used: str) -> tuple[str, ...]:
+    """The session's command line as it was typed, less its test paths (the case's id takes
+    their place) and where it wrote its files: an application's own options (its seed
+    count, another ini file with -c) shape the case as much as invmon's do, and a rerun
+    that dropped them passed. `--invmon-dsn` is named, never printed, and only when it is
+    the database the case used (a conftest's `invmon_dsn` wins over it); any other word
+    holding a password is hidden, so that line is not a copy to run as is."""
+    positional = Counter(str(arg) for arg in config.args)
+    kept: list[str] = []
+    for arg in reversed(config.invocation_params.args):  # test paths come last, as a rule
+        if positional[arg] > 0:
+            positional[arg] -= 1
         else:
-            continue
-        if value is not None:
-            yield from ("-o", value)
-
-
-def _rerun_options(config: pytest.Config) -> tuple[str, ...]:
-    """The session's --invmon-* options and ini overrides, so the rerun finds the same files
-    (ini keys in the ini file the rerun reads again). A DSN can hold a password: it is
-    named, not printed."""
-    words: list[str] = list(_overrides(config.invocation_params.args))
-    for flag in ("--invmon-invariants", "--invmon-config"):
-        if given := config.getoption(flag):
-            words += [flag, str(given)]
-    for selector in config.getoption("--invmon-select") or []:
-        words += ["--invmon-select", str(selector)]
-    if config.getoption("--invmon-dsn"):
-        words += ["--invmon-dsn", "<the same DSN>"]
+            kept.append(arg)
+    words: list[str] = []
+    given = iter(reversed(kept))
+    for word in given:
+        name, eq, value = word.partition("=")
+        if name in _RUN_FILES:
+            if not eq:
+                next(given, None)  # its value, the next word
+        elif name == "--invmon-dsn":
+            if (value if eq else next(given, "")) == dsn_used:
+                words += ["--invmon-dsn", "<the same DSN>"]
+        else:
+            words.append("<hidden: it holds a password>" if _PASSWORD.search(word) else word)
     return tuple(words)

@@ -197,6 +197,74 @@ def test_the_rerun_command_carries_an_ini_value_overridden_on_the_command_line(
     again.assert_outcomes(failed=1)
 
 
+def test_the_rerun_command_keeps_the_applications_own_options_and_hides_a_password(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """The rerun line kept only invmon's options: a soak shaped by its own (here, how many
+    settlements it makes) printed a line that passed."""
+    conftest = project / "conftest.py"
+    conftest.write_text(
+        conftest.read_text()
+        + "\ndef pytest_addoption(parser):\n"
+        + "    parser.addoption('--settlements', type=int, default=1)\n"
+        + "    parser.addoption('--app-url', default='')\n"
+    )
+    pytester.makepyfile(
+        test_soak="""
+        import pytest
+
+        @pytest.mark.parametrize("seed", [7])
+        @pytest.mark.invariants
+        def test_refunds(write, seed, request):
+            write.good_rows()
+            if request.config.getoption("--settlements") > 1:
+                write.second_settlement()
+        """
+    )
+    url = "postgresql://app:s3cret@db.example/app"
+    first = pytester.runpytest_subprocess("--settlements", "2", "--app-url", url, "test_soak.py")
+    first.assert_outcomes(failed=1)
+    out = first.stdout.str()
+    report = out.split("short test summary info")[0]
+    [line] = [x for x in report.splitlines() if "rerun this case alone: " in x]
+    command = line.split("rerun this case alone: ", 1)[1]
+    assert command == (
+        "python -m pytest --settlements 2 --app-url '<hidden: it holds a password>' "
+        "'test_soak.py::test_refunds[7]'"
+    )
+    assert "s3cret" not in out
+    words = shlex.split(command)[3:]
+    words[words.index("<hidden: it holds a password>")] = url
+    again = pytester.runpytest_subprocess(*words)
+    again.assert_outcomes(failed=1)
+
+
+def test_a_dsn_flag_the_conftest_fixture_overrides_is_said_and_left_out_of_the_rerun(
+    pytester: pytest.Pytester, project: Path, schema_database: str
+) -> None:
+    pytester.makeconftest(
+        (project / "conftest.py").read_text()
+        + f"\n@pytest.fixture\ndef invmon_dsn():\n    return {schema_database!r}\n"
+    )
+    pytester.makepyfile(
+        test_soak="""
+        import pytest
+
+        @pytest.mark.parametrize("seed", [7])
+        @pytest.mark.invariants
+        def test_refunds(write, seed):
+            write.good_rows()
+            write.second_settlement()
+        """
+    )
+    unused = "postgresql://nobody@127.0.0.1:1/nothing"
+    result = pytester.runpytest_subprocess("--invmon-dsn", unused)
+    result.assert_outcomes(failed=1, warnings=1)
+    out = result.stdout.str()
+    assert "invmon: --invmon-dsn is not used: this project's invmon_dsn fixture" in out
+    assert "rerun this case alone: python -m pytest 'test_soak.py::test_refunds[7]'" in out
+
+
 def test_rows_in_a_failure_are_masked_as_configured(
     pytester: pytest.Pytester, project: Path
 ) -> None:
