@@ -4,7 +4,7 @@
   every seed starts from no rows (it owns its state) and no database is made per seed.
 - `invmon_dsn` is overridden to return it: the plugin runs the invariants there.
 - Seeds: the first QUICK by default (seconds); all SOAK with --soak. A case named on the
-  command line (`test_refunds_soak.py::test_refunds_soak[check_then_create-137]`, as a
+  command line (`test_refunds_soak.py::test_refunds_soak[137-check_then_create]`, as a
   failure's rerun line gives it) runs whatever its seed, so every failure replays alone.
 """
 

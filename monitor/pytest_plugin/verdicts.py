@@ -115,6 +115,9 @@ def marker_options(args: Sequence[object], kwargs: Mapping[str, object]) -> Mark
         select = tuple(chosen)
     elif chosen is not None:
         raise ValueError("@pytest.mark.invariants: select is a selector or a list of them")
+    if select is not None and not any(select):
+        # An empty selection ran every invariant: leave select out to mean all of them.
+        raise ValueError("@pytest.mark.invariants: select is empty; leave it out for all")
     numbers = {}
     for name in ("timeout", "poll", "quiet"):
         value = kwargs.get(name, getattr(MarkerOptions, name))
@@ -124,6 +127,13 @@ def marker_options(args: Sequence[object], kwargs: Mapping[str, object]) -> Mark
     eventually = kwargs.get("eventually", False)
     if not isinstance(eventually, bool):
         raise ValueError("@pytest.mark.invariants: eventually is True or False")
+    waits = sorted({"timeout", "poll", "quiet"} & set(kwargs))
+    if waits and not eventually:
+        # They bound the wait for a system to settle; without it they were ignored unsaid.
+        raise ValueError(
+            f"@pytest.mark.invariants: {' and '.join(waits)} "
+            f"{'applies' if len(waits) == 1 else 'apply'} to eventually=True only"
+        )
     options = MarkerOptions(select, eventually, **numbers)
     if eventually:
         Settling.start(0.0, options.timeout, options.quiet)  # the same refusals as the call

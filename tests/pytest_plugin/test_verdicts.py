@@ -154,6 +154,11 @@ def test_the_marker_takes_a_selection_and_the_waits_numbers() -> None:
         ((), {"eventually": "yes"}, "eventually is True or False"),
         ((), {"eventually": True, "timeout": 1, "quiet": 5}, "could never settle"),
         ((), {"eventually": True, "poll": 0}, "poll must be positive"),
+        # Ignored before: the query ran its header's timeout, and every invariant ran.
+        ((), {"timeout": 1}, "timeout applies to eventually=True only"),
+        ((), {"poll": 1, "quiet": 2}, "poll and quiet apply to eventually=True only"),
+        ((), {"select": []}, "select is empty; leave it out for all"),
+        (("",), {}, "select is empty; leave it out for all"),
     ],
 )
 def test_a_marker_it_cannot_follow_is_refused_saying_why(
