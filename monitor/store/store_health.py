@@ -6,6 +6,13 @@ goes on scheduling), remembered, logged as one clear line per minute at most, sh
 /healthz (503) and /metrics (`invmon_state_store_ok 0`); the next successful write clears
 it. Only a write: a read-only store (a promoted replica, a full disk) still answers reads,
 and a read that went through said nothing about whether runs and alerts can be stored.
+
+Unless the same use failed twice in a row: that is no passing blip, and only its own
+success clears it. A damaged SQLite file failed every run's write while writes to its
+other pages (the claims' renewals) went through, and each of those said the store was
+fine again: /healthz stayed 200 while no run was stored, no incident opened and nothing
+reached Slack. Such a failure counts while it is retried; one not tried again for
+STALE_AFTER (its invariant removed) no longer does.
 """
 
 from __future__ import annotations
@@ -14,8 +21,9 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -31,33 +39,51 @@ STORE_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
 )
 LOG_EVERY = 60.0  # seconds between two log lines about the same trouble
+# A use failing again and again is retried within a minute (a run's slot every lease); one
+# not tried again for this long says nothing about the store now.
+STALE_AFTER = 600.0
+
+
+@dataclass
+class _Failing:
+    times: int  # failures in a row, with no success of this use between
+    problem: str
+    at: float  # the latest, on StoreHealth's monotonic clock
 
 
 class StoreHealth:
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.where = where  # "state.path 'invmon-state.db'" or "state.dsn"
+        self._monotonic = monotonic
         self._problem: str | None = None  # guarded by _lock
+        self._failing: dict[str, _Failing] = {}  # by `doing`; guarded by _lock
         self._logged_at = float("-inf")  # guarded by _lock
         self._lock = threading.Lock()
 
     @property
     def problem(self) -> str | None:
-        """Why the store does not work, or None since the last failure was followed by a
-        successful write."""
+        """Why the store does not work: a use failing twice in a row, until it succeeds;
+        else the latest failure, until a successful write. None when neither."""
+        now = self._monotonic()
         with self._lock:
+            for failing in self._failing.values():
+                if failing.times >= 2 and now - failing.at < STALE_AFTER:
+                    return failing.problem
             return self._problem
 
     @contextmanager
     def guard(self, doing: str, reads_only: bool = False) -> Iterator[None]:
-        """`doing` says what failed, in the log line. A success of a use that writes clears
-        the problem; one that `reads_only` does not."""
+        """`doing` says what failed, in the log line, and which use a later success is of. A
+        success of a use that writes clears a single failure; one that `reads_only` does
+        not. A use's own success clears its failures in a row."""
         try:
             yield
         except STORE_ERRORS as exc:
             self._failed(doing, exc)
         else:
-            if not reads_only:
-                with self._lock:
+            with self._lock:
+                self._failing.pop(doing, None)
+                if not reads_only:
                     self._problem = None
 
     def _failed(self, doing: str, exc: BaseException) -> None:
@@ -65,9 +91,12 @@ class StoreHealth:
             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         )
         problem = f"the state store ({self.where}) failed while {doing}: {reason}"
+        now = self._monotonic()
         with self._lock:
             self._problem = problem
-            now = time.monotonic()
+            before = self._failing.get(doing)
+            self._failing = {d: f for d, f in self._failing.items() if now - f.at < STALE_AFTER}
+            self._failing[doing] = _Failing(before.times + 1 if before else 1, problem, now)
             if now - self._logged_at < LOG_EVERY:
                 return
             self._logged_at = now

@@ -200,3 +200,49 @@ def test_a_read_that_goes_through_does_not_clear_a_failed_write() -> None:
         "INSERT in a read-only transaction"
     )
     assert (after_a_read, health.problem) == (failed, None)
+
+
+def test_a_write_failing_again_is_not_cleared_by_the_success_of_another() -> None:
+    """A damaged SQLite file failed each run's write while the claims' renewals, on other
+    pages, went through: each cleared the problem, and /healthz stayed 200 while no run
+    was stored and nothing reached Slack (a reviewer's corrupted file). The same write
+    failing twice is the store's problem until that write succeeds, while it is retried."""
+    from monitor.store.store_health import STALE_AFTER, StoreHealth
+
+    clock = FakeMonotonic()
+    health = StoreHealth("state.path 'state.db'", clock)
+    damaged = sqlite3.DatabaseError("database disk image is malformed")
+    said = (
+        "the state store (state.path 'state.db') failed while recording a run of a: "
+        "database disk image is malformed"
+    )
+    seen: list[str | None] = []
+    for _ in range(2):
+        with health.guard("recording a run of a"):
+            raise damaged
+        clock.now += 10
+        with health.guard("renewing this daemon's claims"):
+            pass
+        seen.append(health.problem)
+    assert seen == [None, said]  # once is a blip; twice is not
+    clock.now += STALE_AFTER - 11
+    assert health.problem == said
+    with health.guard("recording a run of a"):
+        pass  # its own success
+    assert health.problem is None
+    # Failing twice, then never tried again (its invariant removed): not the store's now.
+    for _ in range(2):
+        with health.guard("recording a run of b"):
+            raise damaged
+    clock.now += STALE_AFTER
+    with health.guard("renewing this daemon's claims"):
+        pass
+    assert health.problem is None
+
+
+class FakeMonotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
