@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, generate_latest
 
@@ -16,10 +18,63 @@ from monitor.version import commit, version
 STATUSES = ["ok", "violated", "error", "stale"]
 
 
+# The longest a scrape waits for the state store's figures; past it they are NaN.
+FIGURES_WAIT = 2.0
+
+
+class StoreFigures:
+    """The state store's figures for /metrics: read once for all the gauges of a scrape
+    (Metrics.render), never while the store is failing, and never waited for past
+    FIGURES_WAIT. Each gauge read them on its own, each waiting the store's connection
+    timeout: a reviewer's scrape took 25 s with the store refusing connections, Prometheus
+    gave up at its 10 s, and `invmon_state_store_ok 0` was never seen."""
+
+    def __init__(self, counts: Callable[[], dict[str, int]], store_ok: Callable[[], bool]) -> None:
+        self._counts = counts
+        self._store_ok = store_ok
+        self._lock = threading.Lock()  # guards _reading
+        # The read under way, shared by the scrapes that come meanwhile: a store that hangs
+        # holds one thread, not one per scrape.
+        self._reading: Future[dict[str, int]] | None = None
+
+    def read(self) -> dict[str, int] | None:
+        """The figures, or None (NaN on the page) when the store fails or is slow."""
+        if not self._store_ok():
+            return None
+        with self._lock:
+            if self._reading is None or self._reading.done():
+                started: Future[dict[str, int]] = Future()
+                self._reading = started
+                threading.Thread(
+                    target=self._read, args=(started,), name="invmon-store-figures", daemon=True
+                ).start()
+            reading = self._reading
+        try:
+            return reading.result(timeout=FIGURES_WAIT)
+        except TimeoutError:
+            return None  # the read goes on; a scrape after it ends takes a new one
+        except STORE_ERRORS:
+            return None
+
+    def _read(self, reading: Future[dict[str, int]]) -> None:
+        try:
+            reading.set_result(self._counts())
+        except BaseException as exc:  # handed to the scrapes waiting on it
+            reading.set_exception(exc)
+
+
 class Metrics:
     def __init__(
         self, counts: Callable[[], dict[str, int]], store_ok: Callable[[], bool] = lambda: True
     ) -> None:
+        self._figures = StoreFigures(counts, store_ok)
+        # The figures of the scrape this thread renders (render): its gauges read them.
+        self._scrape = threading.local()
+
+        def figures() -> dict[str, int] | None:
+            scraped: dict[str, int] | None = getattr(self._scrape, "figures", None)
+            return scraped
+
         self.registry = CollectorRegistry()
         self._target_of: dict[str, str] = {}  # the target each invariant was observed on
         built = build_info()
@@ -77,8 +132,8 @@ class Metrics:
         pending = Gauge(
             "invmon_events_pending", "Events not yet dispatched.", registry=self.registry
         )
-        open_incidents.set_function(lambda: _count(counts, "open_incidents"))
-        pending.set_function(lambda: _count(counts, "events_pending"))
+        open_incidents.set_function(_reading(figures, "open_incidents"))
+        pending.set_function(_reading(figures, "events_pending"))
         closed = Gauge(
             "invmon_closed_incidents",
             "Incidents in the state store that are closed, by how they ended: resolved (the "
@@ -88,13 +143,13 @@ class Metrics:
             registry=self.registry,
         )
         for ended in ("resolved", "retired"):
-            closed.labels(ended).set_function(_reading(counts, f"{ended}_incidents"))
+            closed.labels(ended).set_function(_reading(figures, f"{ended}_incidents"))
         Gauge(
             "invmon_mutes_active",
             "Mutes in force (`invmon mutes`): their incidents are recorded and shown, and "
             "post once the mute ends.",
             registry=self.registry,
-        ).set_function(_reading(counts, "mutes_active"))
+        ).set_function(_reading(figures, "mutes_active"))
         Gauge(
             "invmon_state_store_ok",
             "1 when the state store's last use succeeded; 0 when it fails (damaged, locked, "
@@ -204,7 +259,11 @@ class Metrics:
                 metric.remove(invariant, target)
 
     def render(self) -> bytes:
-        return bytes(generate_latest(self.registry))
+        self._scrape.figures = self._figures.read()
+        try:
+            return bytes(generate_latest(self.registry))
+        finally:
+            self._scrape.figures = None
 
 
 def build_info() -> dict[str, str]:
@@ -213,14 +272,11 @@ def build_info() -> dict[str, str]:
     return {"version": version, "commit": commit, "store_schema": str(schema_version())}
 
 
-def _reading(counts: Callable[[], dict[str, int]], name: str) -> Callable[[], float]:
+def _reading(counts: Callable[[], dict[str, int] | None], name: str) -> Callable[[], float]:
     return lambda: _count(counts, name)
 
 
-def _count(counts: Callable[[], dict[str, int]], name: str) -> float:
+def _count(counts: Callable[[], dict[str, int] | None], name: str) -> float:
     """A figure read from the state store at scrape time; NaN when the store fails."""
-    try:
-        value = counts().get(name)
-    except STORE_ERRORS:
-        return float("nan")
+    value = (counts() or {}).get(name)
     return float("nan") if value is None else float(value)

@@ -246,3 +246,47 @@ class FakeMonotonic:
 
     def __call__(self) -> float:
         return self.now
+
+
+def test_a_scrape_reads_the_store_once_and_never_waits_on_it_past_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each of five gauges read the store on its own, each waiting its connection timeout:
+    a reviewer's scrape took 25 s while the store refused connections, past Prometheus's
+    10 s, so `invmon_state_store_ok 0` was never scraped."""
+    from monitor.daemon import metrics
+    from monitor.daemon.metrics import Metrics
+
+    monkeypatch.setattr(metrics, "FIGURES_WAIT", 0.2)
+    answer = threading.Event()
+    reads = []
+    ok = [True]
+
+    def counts() -> dict[str, int]:
+        reads.append(1)
+        answer.wait(30)
+        return {"open_incidents": 3, "events_pending": 1}
+
+    scraped = Metrics(counts, lambda: ok[0])
+
+    def scrape() -> str:
+        pages: list[str] = []
+        scraping = threading.Thread(target=lambda: pages.append(scraped.render().decode()))
+        scraping.start()
+        scraping.join(10)  # the store's read waits 30 s
+        assert not scraping.is_alive(), "the scrape waited on the store"
+        return pages[0]
+
+    hung = [scrape(), scrape()]  # the second joins the read still under way
+    assert all("invmon_open_incidents NaN" in page for page in hung)
+    assert len(reads) == 1
+    answer.set()
+    wait_for(lambda: "invmon_open_incidents 3.0" in scrape(), 10, "the store's figures")
+    assert "invmon_events_pending 1.0" in scrape()
+    before = len(reads)
+    scrape()
+    assert len(reads) == before + 1  # one read for the whole page
+    ok[0] = False  # the store failing: not asked at all
+    failing = scrape()
+    assert "invmon_state_store_ok 0.0" in failing and "invmon_open_incidents NaN" in failing
+    assert len(reads) == before + 1
