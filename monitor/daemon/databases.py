@@ -19,6 +19,7 @@ from psycopg_pool import PoolTimeout
 from monitor.clock import Clock, utc_now
 from monitor.config import Config, Target
 from monitor.daemon.replica_gate import ConditionRecorder, ReplicaGate
+from monitor.durations import precise_duration
 from monitor.execution.deadlines import never_paused
 from monitor.execution.redaction import Redaction
 from monitor.execution.runner import Runner, describe_error, interrupt_all
@@ -31,6 +32,9 @@ from monitor.store.context import IncidentContext
 from monitor.store.state import StateStore
 from monitor.store.store_health import StoreHealth
 
+# The longest /readyz waits for a target to answer: inside the shipped readinessProbe's 5 s.
+READY_WAIT = 3.0
+
 
 class Database:
     """One target's parts."""
@@ -42,10 +46,25 @@ class Database:
         self.workers: ThreadPoolExecutor | None = None
         self.role: RoleVerdict | None = None  # None until read (see check_role)
         self._reading_role: SingleFlight[RoleVerdict] = SingleFlight()
+        self._probing: SingleFlight[str | None] = SingleFlight()
 
     @property
     def name(self) -> str:
         return self.target.name
+
+    def probe(self) -> str | None:
+        """Why the database cannot be reached, or None; READY_WAIT at most. A database that
+        does not answer held /readyz for its connect timeout (10 s by default), past the
+        shipped readinessProbe's 5 s: the probe failed without the reason, and one silent
+        target of several made the whole daemon not ready."""
+        try:
+            return self._probing.within(self.runner.probe, READY_WAIT, f"invmon-probe-{self.name}")
+        except TimeoutError:
+            allowed = precise_duration(self.target.database.connect_timeout)
+            return (
+                f"no answer within {READY_WAIT:g}s (connecting may take up to "
+                f"database.connect_timeout, {allowed})"
+            )
 
     def check_role(self) -> RoleVerdict:
         """Read what the role can do, now; psycopg's error or PoolTimeout when the database
@@ -223,7 +242,7 @@ class Databases:
         reasons: dict[str, str | None] = {}
         if asked:
             with ThreadPoolExecutor(len(asked), "invmon-ready") as pool:
-                probes = pool.map(lambda n: self.by_name[n].runner.probe(), asked)
+                probes = pool.map(lambda n: self.by_name[n].probe(), asked)
                 reasons = dict(zip(asked, probes, strict=True))
         for name, database in self.by_name.items():
             if name in refused:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, generate_latest
 
 from alerts.deliveries import DELIVERY_STATES
 from monitor.execution.results import RunResult
+from monitor.singleflight import SingleFlight
 from monitor.store.migrations import schema_version
 from monitor.store.store_health import STORE_ERRORS
 from monitor.version import commit, version
@@ -32,35 +32,18 @@ class StoreFigures:
     def __init__(self, counts: Callable[[], dict[str, int]], store_ok: Callable[[], bool]) -> None:
         self._counts = counts
         self._store_ok = store_ok
-        self._lock = threading.Lock()  # guards _reading
-        # The read under way, shared by the scrapes that come meanwhile: a store that hangs
-        # holds one thread, not one per scrape.
-        self._reading: Future[dict[str, int]] | None = None
+        self._flight: SingleFlight[dict[str, int]] = SingleFlight()
 
     def read(self) -> dict[str, int] | None:
         """The figures, or None (NaN on the page) when the store fails or is slow."""
         if not self._store_ok():
             return None
-        with self._lock:
-            if self._reading is None or self._reading.done():
-                started: Future[dict[str, int]] = Future()
-                self._reading = started
-                threading.Thread(
-                    target=self._read, args=(started,), name="invmon-store-figures", daemon=True
-                ).start()
-            reading = self._reading
         try:
-            return reading.result(timeout=FIGURES_WAIT)
+            return self._flight.within(self._counts, FIGURES_WAIT, "invmon-store-figures")
         except TimeoutError:
             return None  # the read goes on; a scrape after it ends takes a new one
         except STORE_ERRORS:
             return None
-
-    def _read(self, reading: Future[dict[str, int]]) -> None:
-        try:
-            reading.set_result(self._counts())
-        except BaseException as exc:  # handed to the scrapes waiting on it
-            reading.set_exception(exc)
 
 
 class Metrics:

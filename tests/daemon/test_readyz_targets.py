@@ -5,10 +5,12 @@ makes it 503, a stale one counting as one that cannot be evaluated, as an unreac
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -107,12 +109,11 @@ def test_readyz_names_the_stale_target_and_the_unreachable_one_saying_which(
                 opened.store.close()
 
 
-def test_readyz_asks_every_target_at_once_not_one_after_another(tmp_path: Path) -> None:
-    """Each probe is bounded by its target's connect timeout; one after another, a few
-    stalled targets added theirs up, past what a readiness probe waits. Three targets point
-    at a listener that accepts and never answers: all three must be waiting at once."""
+@contextlib.contextmanager
+def silent_listener() -> Iterator[tuple[int, Callable[[], int]]]:
+    """A port that accepts connections and never answers (libpq waits for the server's
+    reply), and how many it holds; on leaving, it hangs up on every one."""
     server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
     held: list[socket.socket] = []
     lock = threading.Lock()  # guards `held`: the accepting thread adds, the test reads
     stop = threading.Event()
@@ -125,42 +126,95 @@ def test_readyz_asks_every_target_at_once_not_one_after_another(tmp_path: Path) 
             except TimeoutError:
                 continue
             with lock:
-                held.append(conn)  # and never answer: libpq waits for the server's reply
+                held.append(conn)
+
+    def holding() -> int:
+        with lock:
+            return len(held)
 
     acceptor = threading.Thread(target=accept, name="test-stalled-server", daemon=True)
     acceptor.start()
-    folder = tmp_path / "invariants"
-    targets: dict[str, object] = {}
-    for name in ("a", "b", "c"):
-        (folder / name).mkdir(parents=True)
-        (folder / name / "x.sql").write_text(
-            "-- description: x holds\nSELECT 1 AS id WHERE false\n"
-        )
-        targets[name] = {"dsn": f"host=127.0.0.1 port={port} dbname=x", "connect_timeout": "60s"}
-    daemon = build_daemon(
-        daemon_config(folder, targets=targets), None, StateStore.open(path=tmp_path / "s.db")
-    )
-    answers: list[str | None] = []
-    asking = threading.Thread(
-        target=lambda: answers.append(daemon.databases.readiness()), name="test-readyz"
-    )
     try:
-        asking.start()
-
-        def waiting() -> bool:
-            with lock:
-                return len(held) >= 3
-
-        wait_for(waiting, 30, "all three probes waiting at once")
+        yield server.getsockname()[1], holding
     finally:
         stop.set()
         with lock:
             for conn in held:
-                conn.close()  # the server hangs up: every probe ends now
-        asking.join(60)
+                conn.close()  # every probe waiting on one ends now
         acceptor.join(10)
         server.close()
-        daemon.databases.close()
-    assert not asking.is_alive()
+
+
+def test_readyz_asks_every_target_at_once_not_one_after_another(tmp_path: Path) -> None:
+    """Each probe is bounded; one after another, a few stalled targets added theirs up,
+    past what a readiness probe waits. Three targets point at a listener that accepts and
+    never answers: all three must be waiting at once."""
+    with silent_listener() as (port, holding):
+        folder = tmp_path / "invariants"
+        targets: dict[str, object] = {}
+        for name in ("a", "b", "c"):
+            (folder / name).mkdir(parents=True)
+            (folder / name / "x.sql").write_text(
+                "-- description: x holds\nSELECT 1 AS id WHERE false\n"
+            )
+            targets[name] = {
+                "dsn": f"host=127.0.0.1 port={port} dbname=x",
+                "connect_timeout": "60s",
+            }
+        daemon = build_daemon(
+            daemon_config(folder, targets=targets), None, StateStore.open(path=tmp_path / "s.db")
+        )
+        answers: list[str | None] = []
+        asking = threading.Thread(
+            target=lambda: answers.append(daemon.databases.readiness()), name="test-readyz"
+        )
+        try:
+            asking.start()
+            wait_for(lambda: holding() >= 3, 30, "all three probes waiting at once")
+            asking.join(30)  # each waits READY_WAIT (3 s), their connect timeout is 60 s
+            assert not asking.is_alive()
+        finally:
+            daemon.databases.close()
     [answer] = answers
     assert answer is not None and answer.startswith("no target can be evaluated: ")
+    assert answer.count("unreachable: no answer within 3s") == 3, answer
+
+
+def test_a_silent_target_beside_a_working_one_leaves_readyz_ready_and_says_which(
+    tmp_path: Path, database: str
+) -> None:
+    """A target that accepts and never answers held /readyz for its connect timeout (10 s
+    by default), past the shipped readinessProbe's 5 s: the probe failed without its
+    reason, and the daemon, which could evaluate the other target, was taken out of
+    service. Now /readyz answers within READY_WAIT, ready, naming the silent one."""
+    with silent_listener() as (port, _):
+        folder = tmp_path / "invariants"
+        for name in ("works", "silent"):
+            (folder / name).mkdir(parents=True)
+            (folder / name / "x.sql").write_text(
+                "-- description: x holds\nSELECT 1 AS id WHERE false\n"
+            )
+        targets = {
+            "works": {"dsn": database, "allow_privileged_role": True},
+            "silent": {"dsn": f"host=127.0.0.1 port={port} dbname=x", "connect_timeout": "60s"},
+        }
+        daemon = build_daemon(
+            daemon_config(folder, targets=targets), None, StateStore.open(path=tmp_path / "s.db")
+        )
+        readyz = daemon.probes.routes().readyz
+        answers: list[tuple[str | None, str | None]] = []
+        asking = threading.Thread(
+            target=lambda: answers.append((readyz.check(), readyz.note())), name="test-readyz"
+        )
+        try:
+            asking.start()
+            asking.join(30)
+            assert not asking.is_alive()
+        finally:
+            daemon.databases.close()
+    [(ready, note)] = answers
+    assert ready is None
+    assert note == (
+        "not evaluating: silent (unreachable: no answer within 3s (connecting may take up to "
+        "database.connect_timeout, 1m))"
+    )
