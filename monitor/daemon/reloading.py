@@ -8,7 +8,7 @@ as retired (never resolved: nothing says what they found was fixed).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from datetime import datetime
 
 from monitor.config import Config
@@ -28,6 +28,7 @@ from monitor.invariants.loader import (
 )
 from monitor.problems import Problem
 from monitor.store.context import IncidentContext
+from monitor.store.incidents import RETIRABLE
 
 log = logging.getLogger("invmon.daemon")
 
@@ -93,14 +94,22 @@ class Reloader:
             elif (allowance := answer.allowance()) is not None:
                 log.warning("%s", allowance, extra=fields)
 
-    def _record(self, invalid: dict[str, list[Problem]], removed: list[str], now: datetime) -> None:
+    def _record(
+        self,
+        valid: Set[str],
+        invalid: dict[str, list[Problem]],
+        removed: list[str],
+        now: datetime,
+    ) -> None:
         for name, problems in invalid.items():
             detail = "\n".join(str(p) for p in problems)
             context = self._invalid_context(name, problems)
             self.store.record_condition("invalid_file", name, True, now, detail, context)
-        # Fixed or deleted files: every open invalid-file incident not reported again.
+        # A file that validates again: its invalid-file incident resolves ("FILE FIXED").
+        # Only one that loads now: a file deleted while invalid was said to be fixed, and
+        # "validates again"; it is retired with the removed ones below.
         for incident in self.store.open_incidents():
-            if incident.kind == "invalid_file" and incident.invariant not in invalid:
+            if incident.kind == "invalid_file" and incident.invariant in valid:
                 self.store.record_condition("invalid_file", incident.invariant, False, now)
         for name in removed:
             # Retired, not resolved: the file went while its incident was open, so what
@@ -120,12 +129,11 @@ class Reloader:
 
     def _orphans(self, valid: dict[str, Invariant], invalid: dict[str, list[Problem]]) -> list[str]:
         """Invariants with an incident open that no file in the folder names any more."""
-        kinds = ("violation", "cannot_evaluate", "quarantined")
         return sorted(
             {
                 i.invariant
                 for i in self.store.open_incidents()
-                if i.kind in kinds
+                if i.kind in RETIRABLE
                 and i.invariant not in valid
                 and i.invariant not in invalid
                 and not i.invariant.startswith(RESERVED_PREFIX)  # invmon's own: no file
@@ -192,7 +200,7 @@ class Reloader:
                 # is how many deploys reload; or invalid since the start, never running) is
                 # retired once it is gone from the folder; an empty folder retires nothing.
                 removed = sorted(set(removed) | set(self._orphans(valid, invalid)))
-            self._record(invalid, removed, now)
+            self._record(valid.keys(), invalid, removed, now)
         if change.added or change.updated or change.removed:
             log.info(
                 "invariants loaded",

@@ -32,6 +32,14 @@ IncidentKind = Literal[
     "target_unreachable",
     "quarantined",
 ]
+# The incidents of one invariant that its file's removal closes as retired: what its file
+# and its runs opened. A target's or a replica's belong to no file.
+RETIRABLE: tuple[IncidentKind, ...] = (
+    "violation",
+    "cannot_evaluate",
+    "quarantined",
+    "invalid_file",
+)
 EventKind = Literal[
     "opened",
     "keys_appeared",
@@ -103,6 +111,7 @@ def while_open(kind: str, count: int | None) -> str:
     return {
         "cannot_evaluate": "while it could not be evaluated",
         "quarantined": "while it was quarantined",
+        "invalid_file": "while its file did not validate",
     }.get(kind, "while it was open")
 
 

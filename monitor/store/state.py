@@ -23,6 +23,7 @@ from monitor.store.acks import Action, Outcome, decide_action
 from monitor.store.claims import Claim, LostClaim, finish
 from monitor.store.context import IncidentContext
 from monitor.store.incidents import (
+    RETIRABLE,
     RETIRED_EVENT,
     EventDraft,
     IncidentKind,
@@ -282,8 +283,7 @@ class StateStore(StateQueries):
         with self._db.transaction() as tx:
             lock_subject(tx, invariant, now)
             tx.run("DELETE FROM quarantines WHERE invariant = ?", (invariant,))
-            kinds: tuple[IncidentKind, ...] = ("violation", "cannot_evaluate", "quarantined")
-            for kind in kinds:
+            for kind in RETIRABLE:
                 current = open_incident(tx, invariant, kind)
                 if current is None:
                     continue

@@ -194,7 +194,8 @@ def test_a_broken_file_keeps_the_previous_version_running_until_fixed(
     assert (change.invalid, change.removed) == ({}, [])
     assert store.open_incidents() == []
     assert [e.kind for e in store.events("bad_rows")] == ["file_invalid", "file_fixed"]
-    assert [e.kind for e in store.events("typo")] == ["file_invalid", "file_fixed"]
+    # Deleted while invalid: retired, never "fixed".
+    assert [e.kind for e in store.events("typo")] == ["file_invalid", "retired"]
     (folder / "new.sql").unlink()
     assert daemon.reload().removed == ["new"]
     assert daemon.evaluate("new") is None

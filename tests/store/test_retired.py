@@ -507,6 +507,42 @@ def test_a_file_removed_while_no_daemon_ran_is_retired_when_one_starts(world: Wo
     )
 
 
+def test_an_invalid_file_deleted_is_retired_and_one_fixed_is_resolved(world: World) -> None:
+    """A file removed while it did not validate was announced as "FILE FIXED" and "The
+    file validates again": a reviewer had deleted it. It is retired now, saying what stood;
+    only a file that loads again resolves its incident as fixed."""
+    (world.folder / "holds.sql").write_text(HOLDS)  # an emptied folder retires nothing
+    broken = "-- description: x\n-- severty: high\nSELECT 1 AS id WHERE false\n"
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        for name in ("deleted", "fixed"):
+            (world.folder / f"{name}.sql").write_text(broken)
+        daemon.reload()
+        settle(daemon, world.clock, "opened")
+        world.clock.advance(3)
+        (world.folder / "deleted.sql").unlink()
+        (world.folder / "fixed.sql").write_text(HOLDS)
+        daemon.reload()
+        settle(daemon, world.clock, "closed")
+        daemon.databases.close()
+    [deleted] = world.store.incidents("deleted")
+    [fixed] = world.store.incidents("fixed")
+    assert (deleted.kind, deleted.state, fixed.kind, fixed.state) == (
+        "invalid_file",
+        "retired",
+        "invalid_file",
+        "resolved",
+    )
+    assert [e.kind for e in world.store.events("deleted")] == ["file_invalid", "retired"]
+    assert [e.kind for e in world.store.events("fixed")] == ["file_invalid", "file_fixed"]
+    roots = {m.text.split(" · ")[1].split(" ")[0]: m for m in fake.roots()}
+    said = roots["deleted"].blocks[0]["text"]["text"]
+    assert said == "🗄️ RETIRED · deleted (after 3s): closed while its file did not validate"
+    assert "FIXED" not in " ".join(
+        m.text for m in [roots["deleted"], *fake.thread(roots["deleted"])]
+    )
+
+
 def test_a_retired_invariant_s_page_says_retired_not_violated(store: StateStore) -> None:
     """An operator's review: after its file was removed, /invariants/NAME headlined
     "✖ Violated · 1 offending row" from its last run; the front page had dropped it."""
