@@ -206,10 +206,15 @@ def run_loaded(
             # Ctrl-C (KeyboardInterrupt), in `check` or a soak: the queries are cancelled on
             # their servers and no other starts, so the pool's shutdown waits for no query
             # to reach its statement timeout, and the interrupt ends the command at once.
-            with interrupting:
-                interrupted = True
-                open_now = list(running)
-            interrupt_all(open_now, INTERRUPT_WITHIN.total_seconds())
+            while True:
+                try:
+                    with interrupting:
+                        interrupted = True
+                        open_now = list(running)
+                    interrupt_all(open_now, INTERRUPT_WITHIN.total_seconds())
+                    break
+                except KeyboardInterrupt:
+                    continue  # a second Ctrl-C: what the first began is done all the same
             raise
     results = [by_name[i.name] for i in loaded.invariants]
     results += failed_loads(loaded.problems, directory)

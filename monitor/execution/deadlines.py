@@ -172,6 +172,27 @@ class Deadlines:
             conn.close()
             raise wait.cut() from answered
 
+    def cut_all(self, why: str) -> int:
+        """Cut every wait armed now, as its bound passing would: for an interrupt whose
+        cancels did not reach the server (one that stopped answering), so that no thread
+        waits on it on the way out. `why` takes the bound's place in Cut's text. How many."""
+        now = self._monotonic()
+        due = []
+        with self._lock:
+            for armed in self._waits:
+                if armed.cut_after is not None:
+                    continue
+                try:
+                    fd = os.dup(armed.fd)  # as _due: the socket outlives a disarm
+                except OSError:
+                    continue
+                armed.cut_after = now - armed.began
+                armed.past = why
+                due.append(fd)
+        for fd in due:
+            _shut(fd)
+        return len(due)
+
     @property
     def waiting(self) -> int:
         """How many waits are armed now."""

@@ -316,14 +316,17 @@ class Runner:
         is lost (the server ignores it there), so interrupt_all asks again."""
         with self._active_lock:
             self._interrupted = True
-        return self.cancel_all()
+        return self.cancel_all(timeout=1.0)
 
-    def cancel_all(self) -> int:
-        """Ask the server to cancel every query in flight (used on shutdown)."""
+    def cancel_all(self, timeout: float = 5.0) -> int:
+        """Ask the server to cancel every query in flight, `timeout` seconds at most for
+        each; how many were. A cancel that does not reach the server (it stopped answering)
+        is left at that: Deadlines ends the wait (interrupt_all cuts it at once)."""
         with self._active_lock:
             active = list(self._active)
         for conn in active:
-            conn.cancel_safe(timeout=5)
+            with contextlib.suppress(psycopg.Error):  # CancellationTimeout, a closed one
+                conn.cancel_safe(timeout=timeout)
         return len(active)
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -495,6 +498,12 @@ class Runner:
 
     def run_one(self, invariant: Invariant) -> RunResult:
         started = self.clock()
+        with self._active_lock:
+            interrupted = self._interrupted
+        if interrupted:  # before its sources are listed too, which no cancel reaches
+            return RunResult.failed(
+                invariant.name, "not run: interrupted", started_at=started, target=self.target
+            )
         clock = time.monotonic()
         listing_clock = time.monotonic()
         try:
@@ -669,4 +678,11 @@ def interrupt_all(runners: Sequence[Runner], within: float) -> int:
     while left and time.monotonic() < deadline:
         time.sleep(0.05)  # a run sends its next statement within a round trip
         left = sum(r.interrupt() for r in runners)
+    if left:
+        # Cancels the server did not take (a server that stopped answering): the waits are
+        # cut, so no thread is left waiting on it for its statement timeout.
+        for runner in runners:
+            runner.deadlines.cut_all(
+                f"an interrupt whose cancel the server did not take in {within:g}s"
+            )
     return first
