@@ -275,7 +275,7 @@ class Databases:
 
     def interrupt(self, within: float) -> int:
         """No run starts any more, and the runs in flight are cancelled (interrupt_all)."""
-        return interrupt_all([d.runner for d in self.by_name.values()], within)
+        return interrupt_all([d.runner for d in self.by_name.values()], within, cut=False)
 
     def stop_workers(self) -> None:
         for database in self.by_name.values():

@@ -668,7 +668,7 @@ class Runner:
         return refused
 
 
-def interrupt_all(runners: Sequence[Runner], within: float) -> int:
+def interrupt_all(runners: Sequence[Runner], within: float, cut: bool = True) -> int:
     """Every runner interrupted (Runner.interrupt), asked again every 50 ms while a run is
     still in flight, `within` seconds at most: a run whose cancel came between two of its
     statements (a reviewer's Ctrl-C, early in `check`) sent the next and ran on to its
@@ -678,9 +678,10 @@ def interrupt_all(runners: Sequence[Runner], within: float) -> int:
     while left and time.monotonic() < deadline:
         time.sleep(0.05)  # a run sends its next statement within a round trip
         left = sum(r.interrupt() for r in runners)
-    if left:
+    if left and cut:
         # Cancels the server did not take (a server that stopped answering): the waits are
-        # cut, so no thread is left waiting on it for its statement timeout.
+        # cut, so no thread is left waiting on it for its statement timeout. (The daemon's
+        # stop leaves them, and says it stopped with runs still in flight: exit 1.)
         for runner in runners:
             runner.deadlines.cut_all(
                 f"an interrupt whose cancel the server did not take in {within:g}s"

@@ -57,9 +57,8 @@ def test_ctrl_c_ends_check_when_the_server_has_stopped_answering(
         holder.execute("BEGIN")
         holder.execute("LOCK TABLE held IN ACCESS EXCLUSIVE MODE")
         parts = conninfo_to_dict(database)
-        with FreezingProxy(
-            str(parts.get("host", "127.0.0.1")), int(parts.get("port", 5432))
-        ) as proxy:
+        host, port = str(parts.get("host", "127.0.0.1")), int(str(parts.get("port", 5432)))
+        with FreezingProxy(host, port) as proxy:
             through = make_conninfo(database, host="127.0.0.1", port=proxy.port)
             argv = [sys.executable, "-m", "monitor.cli", *CHECK, "--dsn", through]
             check = interruptible([*argv, "--invariants", str(folder)], tmp_path)
