@@ -221,6 +221,12 @@ _RUN_FILES = ("--basetemp", "--junitxml", "--junit-xml")
 # A word that holds a password: a URL with one (`scheme://user:password@host`), or a
 # connection string's `password=`.
 _PASSWORD = re.compile(r"://[^/@\s]*:[^/@\s]*@|password\s*=", re.IGNORECASE)
+# An option whose value is a secret by its name (--db-password, --api-token, --stripe-key).
+_SECRET_OPTION = re.compile(
+    r"^--?[\w-]*(pass|secret|token|key|credential|auth|cookie|session|dsn)[\w-]*$",
+    re.IGNORECASE,
+)
+HIDDEN = "<hidden: it holds a password>"
 
 
 def _rerun_options(config: pytest.Config, dsn_used: str) -> tuple[str, ...]:
@@ -229,8 +235,12 @@ def _rerun_options(config: pytest.Config, dsn_used: str) -> tuple[str, ...]:
     count, another ini file with -c) shape the case as much as invmon's do, and a rerun
     that dropped them passed. `--invmon-dsn` is named, never printed, and only when it is
     the database the case used (a conftest's `invmon_dsn` wins over it); any other word
-    holding a password is hidden, so that line is not a copy to run as is."""
-    positional = Counter(str(arg) for arg in config.args)
+    holding a password is hidden (so is the value of an option named for a secret), and
+    that line is then not a copy to run as is."""
+    # Test paths the command line gave; none when they came from the ini's testpaths or the
+    # folder (an option's value equal to one of those was taken for it: `-m soak`).
+    given_paths = config.args_source == pytest.Config.ArgsSource.ARGS
+    positional = Counter(str(arg) for arg in config.args) if given_paths else Counter[str]()
     kept: list[str] = []
     for arg in reversed(config.invocation_params.args):  # test paths come last, as a rule
         if positional[arg] > 0:
@@ -247,6 +257,12 @@ def _rerun_options(config: pytest.Config, dsn_used: str) -> tuple[str, ...]:
         elif name == "--invmon-dsn":
             if (value if eq else next(given, "")) == dsn_used:
                 words += ["--invmon-dsn", "<the same DSN>"]
+        elif _SECRET_OPTION.match(name):
+            words.append(f"{name}={HIDDEN}" if eq else name)
+            if not eq:
+                following = next(given, None)
+                if following is not None:  # its value, unless it is the next option
+                    words.append(following if following.startswith("-") else HIDDEN)
         else:
-            words.append("<hidden: it holds a password>" if _PASSWORD.search(word) else word)
+            words.append(HIDDEN if _PASSWORD.search(word) else word)
     return tuple(words)

@@ -9,6 +9,7 @@ import shlex
 import shutil
 import signal
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -208,33 +209,46 @@ def test_the_rerun_command_keeps_the_applications_own_options_and_hides_a_passwo
         + "\ndef pytest_addoption(parser):\n"
         + "    parser.addoption('--settlements', type=int, default=1)\n"
         + "    parser.addoption('--app-url', default='')\n"
+        + "    parser.addoption('--db-password', default='')\n"
+        + "    parser.addoption('--api-token', default='')\n"
     )
-    pytester.makepyfile(
-        test_soak="""
-        import pytest
+    # The ini's testpaths, and a -k of the same word: a value equal to a test path was
+    # taken for the path and dropped.
+    (project / "checks").mkdir()
+    (project / "checks" / "test_soak.py").write_text(
+        textwrap.dedent(
+            """
+            import pytest
 
-        @pytest.mark.parametrize("seed", [7])
-        @pytest.mark.invariants
-        def test_refunds(write, seed, request):
-            write.good_rows()
-            if request.config.getoption("--settlements") > 1:
-                write.second_settlement()
-        """
+            @pytest.mark.parametrize("seed", [7])
+            @pytest.mark.invariants
+            def test_refunds(write, seed, request):
+                write.good_rows()
+                if request.config.getoption("--settlements") > 1:
+                    write.second_settlement()
+            """
+        )
     )
+    pytester.makeini("[pytest]\ninvmon_invariants = invariants\ntestpaths = checks\n")
     url = "postgresql://app:s3cret@db.example/app"
-    first = pytester.runpytest_subprocess("--settlements", "2", "--app-url", url, "test_soak.py")
+    secrets = ["--db-password", "pw_one", "--api-token=tok_two"]
+    first = pytester.runpytest_subprocess(
+        "--settlements", "2", "--app-url", url, *secrets, "-k", "checks"
+    )
     first.assert_outcomes(failed=1)
     out = first.stdout.str()
     report = out.split("short test summary info")[0]
     [line] = [x for x in report.splitlines() if "rerun this case alone: " in x]
     command = line.split("rerun this case alone: ", 1)[1]
+    hidden = "'<hidden: it holds a password>'"
     assert command == (
-        "python -m pytest --settlements 2 --app-url '<hidden: it holds a password>' "
-        "'test_soak.py::test_refunds[7]'"
+        f"python -m pytest --settlements 2 --app-url {hidden} --db-password {hidden} "
+        f"'--api-token=<hidden: it holds a password>' -k checks "
+        "'checks/test_soak.py::test_refunds[7]'"
     )
-    assert "s3cret" not in out
-    words = shlex.split(command)[3:]
-    words[words.index("<hidden: it holds a password>")] = url
+    assert not {"s3cret", "pw_one", "tok_two"} & set(re.findall(r"\w+", out))
+    words = [w.replace("<hidden: it holds a password>", "x") for w in shlex.split(command)[3:]]
+    words[words.index("--app-url") + 1] = url
     again = pytester.runpytest_subprocess(*words)
     again.assert_outcomes(failed=1)
 
