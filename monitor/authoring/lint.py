@@ -20,7 +20,7 @@ from monitor.fence.catalog import Catalog
 from monitor.fence.sqltree import TreeTooDeep, TreeTooLarge, parse
 from monitor.fence.tree import node_items
 from monitor.invariants.loader import Invariant, LoadResult, load_directory
-from monitor.invariants.selection import problem_name, select_loaded
+from monitor.invariants.selection import select_loaded
 from monitor.invariants.validate import columns_of
 from monitor.problems import Problem
 
@@ -48,12 +48,12 @@ class LintReport:
         """The report for the selected files, loaded or not (with their fixtures); each
         selector must match a file, as in every other command."""
 
-        def name_of(path: Path) -> str | None:
+        def owner(path: Path) -> Path:
             if path.name.endswith(SUFFIX):  # a fixture goes with its invariant
-                path = path.with_name(path.name.removesuffix(SUFFIX) + ".sql")
-            return problem_name(path, folder)
+                return path.with_name(path.name.removesuffix(SUFFIX) + ".sql")
+            return path
 
-        chosen = select_loaded(self.loaded, selectors, folder, name_of)
+        chosen = select_loaded(self.loaded, selectors, folder, owner)
         kept = frozenset(i.name for i in chosen.invariants) & self.unchecked
         return LintReport(chosen, self.schema, kept)
 

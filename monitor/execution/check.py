@@ -19,7 +19,7 @@ from monitor.execution.results import RunResult
 from monitor.execution.runner import Runner, describe_error, interrupt_all
 from monitor.fence.role_check import REFUSED, read_role, verdict
 from monitor.invariants.loader import Invariant, LoadResult, load_directory, name_for
-from monitor.invariants.selection import problem_name, select_loaded
+from monitor.invariants.selection import select_loaded
 from monitor.problems import Problem
 
 
@@ -134,10 +134,10 @@ def load_selected(
         load_directory(directory, config.loading(with_database=True)), only, directory
     )
     if targets:
-        elsewhere = {i.name for i in loaded.invariants if i.target not in targets}
+        elsewhere = {i.path for i in loaded.invariants if i.target not in targets}
         loaded = LoadResult(
             [i for i in loaded.invariants if i.target in targets],
-            [p for p in loaded.problems if problem_name(p.path, directory) not in elsewhere],
+            [p for p in loaded.problems if p.path not in elsewhere],
         )
     return loaded
 

@@ -431,7 +431,7 @@ def _check_unique_names(result: LoadResult) -> None:
         if len(same) > 1:
             others = ", ".join(str(i.path) for i in same)
             for inv in same:
-                result.problems.append(
-                    Problem(inv.path, 1, f"duplicate invariant name {inv.name!r} ({others})")
-                )
+                said = f"duplicate invariant name {inv.name!r} ({others})"
+                # Its header was read: a selection by tag can tell whether it is chosen.
+                result.problems.append(Problem(inv.path, 1, said, tags=tuple(inv.header.tags)))
             result.invariants = [i for i in result.invariants if i not in same]

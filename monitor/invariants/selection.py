@@ -14,7 +14,7 @@ import fnmatch
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 
-from monitor.invariants.loader import Invariant, LoadResult, name_for
+from monitor.invariants.loader import Invariant, LoadResult
 from monitor.problems import Problem
 
 
@@ -55,7 +55,7 @@ def name_matches(name: str, tags: Collection[str], selector: str, folder: Path) 
     wanted = selector_name(selector, folder)
     if wanted == "" or wanted.endswith("/"):
         return name.startswith(wanted)
-    if (folder / wanted).is_dir():
+    if _is_dir(folder / wanted):
         return name.startswith(wanted + "/")
     return named_by(name, wanted)
 
@@ -71,12 +71,12 @@ def select_loaded(
     loaded: LoadResult,
     selectors: Sequence[str],
     folder: Path,
-    name_of: Callable[[Path], str | None] | None = None,
+    owner: Callable[[Path], Path] = lambda path: path,
 ) -> LoadResult:
     """The invariants any selector matches, and the problems of every file one may name,
     loaded or not; all when there is no selector. Each selector must match a file, or
-    NothingSelected. `name_of`: the invariant a problem's file belongs to (lint maps a
-    fixture to its invariant), None when it names none.
+    NothingSelected. `owner`: the invariant file a problem's path belongs to (lint's maps a
+    fixture to its invariant).
 
     A file that did not load is chosen by the tags of its header when it was read
     (Problem.tags); when it was not, a `tag:` selector keeps its problems, since it may
@@ -85,27 +85,34 @@ def select_loaded(
     holds what a selector names, is kept too."""
     if not selectors:
         return loaded
-    tags = {i.name: i.header.tags for i in loaded.invariants}
-    named = name_of or (lambda path: problem_name(path, folder))
+    # By path, not by name: `x.SQL` beside a loaded `x.sql` has the same name, not its tags.
+    tags = {i.path: i.header.tags for i in loaded.invariants}
 
     def names_problem(problem: Problem, selector: str) -> bool:
-        name = named(problem.path)
+        path = owner(problem.path)
+        name = problem_name(path, folder)
         if name is None:
             return True  # the folder, or a path outside it: it may hold anything
-        known = tags.get(name, problem.tags)  # a loaded file's, or a failed file's header's
+        known = tags.get(path, problem.tags)  # a loaded file's, or a failed file's header's
         if known is not None:
             return name_matches(name, known, selector, folder)
         if selector.startswith("tag:"):
             return True  # a header never read may hold any tag
-        wanted = selector_name(selector, folder)
-        return name_matches(name, (), selector, folder) or wanted.startswith(name + "/")
+        wanted = selector_name(selector, folder).rstrip("/")
+        # By its name; or a folder that could not be read, named or holding what is named.
+        return (
+            name_matches(name, (), selector, folder)
+            or wanted == name
+            or (wanted.startswith(name + "/"))
+        )
 
     for selector in selectors:
         if not any(matches(i, selector, folder) for i in loaded.invariants) and not any(
             names_problem(p, selector) for p in loaded.errors
         ):
-            names = sorted({*tags, *filter(None, (named(p.path) for p in loaded.problems))})
-            shown = ", ".join(names[:20]) or "none"
+            names = {i.name for i in loaded.invariants}
+            names |= {n for p in loaded.problems if (n := problem_name(owner(p.path), folder))}
+            shown = ", ".join(sorted(names)[:20]) or "none"
             known_tags = ", ".join(sorted({t for ts in tags.values() for t in ts})) or "none"
             raise NothingSelected(
                 f"--select {selector!r} matches no invariant; names: {shown}; tags: {known_tags}"
@@ -117,9 +124,22 @@ def select_loaded(
 
 
 def problem_name(path: Path, folder: Path) -> str | None:
-    """The invariant name of a problem's file (or folder) in `folder`; None for the folder
-    itself or a path outside it."""
+    """The invariant name of a problem's file in `folder` (its path less `.sql`, in any
+    case), or a folder's path as it is (`payments/v1.2`); None for the folder itself or a
+    path outside it."""
     try:
-        return name_for(path, folder) or None
+        inside = path.relative_to(folder).as_posix()
     except ValueError:
         return None
+    if inside.lower().endswith(".sql"):
+        inside = inside[: -len(".sql")]
+    return None if inside in ("", ".") else inside
+
+
+def _is_dir(path: Path) -> bool:
+    """Whether `path` is a folder; False when it cannot be told (a parent that cannot be
+    read raised PermissionError, a traceback for `--select payments/v1.2/x`)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False

@@ -180,3 +180,38 @@ def test_check_reports_a_selected_file_that_did_not_load_and_runs_the_rest(
         "jobs/stuck",
         "jobs/counter",
     }
+
+
+def test_a_folder_that_could_not_be_read_is_kept_by_a_selector_naming_it_or_inside_it(
+    folder: Path,
+) -> None:
+    """Its name is its path as it is: `v1.2` lost its `.2` as if it were a file's suffix,
+    and a selector naming the folder itself said it matched nothing."""
+    loaded = load_directory(folder)
+    unread = Problem(folder / "payments" / "v1.2", 0, "cannot read this folder")
+    loaded.problems.append(unread)
+    assert problem_name(unread.path, folder) == "payments/v1.2"
+    for selector in ("payments/v1.2", "payments/v1.2/", "payments/v1.2/dup_refunds"):
+        assert select_loaded(loaded, [selector], folder).problems == [unread], selector
+    assert select_loaded(loaded, ["jobs/"], folder).problems == []
+
+
+def test_files_that_collide_are_chosen_by_their_own_tags(folder: Path) -> None:
+    """Two files of one name both fail (`duplicate invariant name`): their headers were
+    read, so a selection by another tag leaves them out. A `.SQL` file beside a loaded
+    `.sql` of the same name is never read: the loaded one's tags are not its."""
+    (folder / "dup").mkdir()
+    for name in ("A", "a"):
+        (folder / "dup" / f"{name}.sql").write_text("-- description: x\n-- tags: [ops]\n" + QUERY)
+    loaded = load_directory(folder)
+    with pytest.raises(NothingSelected):
+        select_loaded(loaded, ["tag:nosuch"], folder)
+    ops = select_loaded(loaded, ["tag:ops"], folder)
+    assert sorted(p.path.name for p in ops.errors) == ["A.sql", "a.sql"]
+    (folder / "jobs" / "stuck.SQL").write_text("-- description: x\n-- tags: [money]\n" + QUERY)
+    money = select_loaded(load_directory(folder), ["tag:money"], folder)
+    assert [p.path.name for p in money.errors] == ["stuck.SQL"]
+    assert sorted(i.name for i in money.invariants) == [
+        "payments/duplicate_refunds",
+        "payments/negative_balance",
+    ]
