@@ -46,10 +46,19 @@ def status(config_path: Path | None, targets: tuple[str, ...], fmt: str) -> None
         table = MuteTable(store.storage)
         return table.listed(now) if table.kept() else []
 
-    incidents, runs, closed, mutes = read_store(
+    incidents, runs, closed, mutes, retired = read_store(
         config,
-        lambda s: (s.open_incidents(), s.latest_runs(), s.closed_since(since), mutes_of(s)),
+        lambda s: (
+            s.open_incidents(),
+            s.latest_runs(),
+            s.closed_since(since),
+            mutes_of(s),
+            s.retired(),
+        ),
     )
+    # A removed invariant's last run is no current result: a reviewer saw one listed as
+    # "❌ violated" after its file was gone (the page and /metrics drop it).
+    runs = [r for r in runs if r.invariant not in retired]
     if targets:
         incidents = [i for i in incidents if i.target in targets]
         runs = [r for r in runs if r.target in targets]

@@ -144,6 +144,19 @@ class StateQueries:
     def latest_runs(self) -> list[Run]:
         return self._runs("JOIN invariant_state s ON s.last_run_id = r.id ORDER BY r.invariant", ())
 
+    def retired(self) -> set[str]:
+        """The invariants retired since their last run: their file was removed while an
+        incident was open (StateStore.retire), and nothing has run them since. A file removed
+        while it held leaves no mark in the store."""
+        with self._db.transaction() as tx:
+            found = tx.rows(
+                "SELECT DISTINCT i.invariant FROM incidents i"
+                " JOIN invariant_state s ON s.invariant = i.invariant"
+                " JOIN runs r ON r.id = s.last_run_id"
+                " WHERE i.ended_as = 'retired' AND i.resolved_at >= r.finished_at"
+            )
+        return {str(name) for (name,) in found}
+
     def runs(
         self, invariant: str | None = None, limit: int = 20, targets: Sequence[str] = ()
     ) -> list[Run]:

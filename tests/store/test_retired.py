@@ -218,6 +218,28 @@ def test_removing_a_file_retires_each_kind_of_open_incident(store: StateStore) -
         "retired_incidents": 2,
     }
     assert store.retire("shop/paid_twice", NOW) == []  # nothing open: nothing to retire
+    # Retired since their last runs (`status` leaves them out of its last runs); a run of
+    # its file added back makes an invariant current again.
+    assert store.retired() == {"shop/paid_twice", "shop/broken"}
+    later = NOW + timedelta(minutes=1)
+    store.record_run("shop/broken", RunResult.counted("shop/broken", 0, [], []), later)
+    assert store.retired() == {"shop/paid_twice"}
+
+
+def test_status_lists_no_last_run_of_a_retired_invariant(tmp_path: Path) -> None:
+    """A reviewer saw `status` list a removed invariant as "❌ violated 1" under its last
+    runs, after its incident was retired; the page and /metrics had dropped it."""
+    store = StateStore.open(path=tmp_path / "state.db")
+    rows = [{"order_id": 10}]
+    violated = RunResult.counted("shop/paid_twice", 1, ["order_id"], rows, keys={"[10]": rows[0]})
+    store.record_run("shop/paid_twice", violated, OPENED)
+    store.record_run("shop/holds", RunResult.counted("shop/holds", 0, [], []), OPENED)
+    store.retire("shop/paid_twice", NOW)
+    store.close()
+    (tmp_path / "invmon.yaml").write_text(f"state:\n  path: {tmp_path / 'state.db'}\n")
+    shown = cli("status", "--config", str(tmp_path / "invmon.yaml"), "--format", "json")
+    document = json.loads(shown.stdout)
+    assert [r["invariant"] for r in document["last_runs"]] == ["shop/holds"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
