@@ -226,10 +226,18 @@ class _ToStderr(logging.Handler):
 
 def read_store(config: Config, reading: Callable[[StateStore], T]) -> T:
     """What a reading command needs from the store, or one sentence saying why not."""
+    from monitor.store.inspection import applied_version
     from monitor.store.store_health import STORE_ERRORS
 
     store = open_store(config, must_exist=True, read_only=True)
     try:
+        if applied_version(store.storage) == 0:
+            # Not a broken store: `relation "incidents" does not exist`, and a pointer to
+            # recovering one, sent a reviewer after a fault there was none of.
+            fail(
+                f"the state store ({store_where(config)}) holds nothing yet: no daemon has "
+                "started on it. `invmon run` creates its tables, or `invmon store migrate`"
+            )
         return reading(store)
     except STORE_ERRORS as exc:
         fail(

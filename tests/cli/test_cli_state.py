@@ -79,6 +79,21 @@ def test_status_somewhere_without_a_store_says_so_instead_of_all_clear(tmp_path:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_status_on_a_postgresql_store_no_daemon_started_on_says_so(
+    database: str, tmp_path: Path
+) -> None:
+    """It said `relation "incidents" does not exist` and pointed at recovering a broken
+    store, to a reviewer whose store was only new."""
+    (tmp_path / "invmon.yaml").write_text(f"state:\n  dsn: {database!r}\n")
+    shown = cli("status", "--config", str(tmp_path / "invmon.yaml"))
+    assert shown.returncode == 2
+    assert shown.stderr.startswith("invmon: the state store (state.dsn, ")
+    assert shown.stderr.endswith(
+        ") holds nothing yet: no daemon has started on it. `invmon run` creates its tables, "
+        "or `invmon store migrate`\n"
+    )
+
+
 def test_a_port_in_use_is_a_clear_error_before_anything_runs(database: str, tmp_path: Path) -> None:
     import socket
 
