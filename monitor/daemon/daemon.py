@@ -147,6 +147,7 @@ class Daemon:
             self.probes.switch_problem,
             clock(),
             config.daemon.jitter,
+            lambda: self.liveness.pauses + self.store_health.failures,
         )
         self.listener: Listener | None = None
         self.page: StatusPage | None = None  # the listener's, once it listens

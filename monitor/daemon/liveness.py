@@ -57,6 +57,7 @@ class Liveness:
         self._looks = 0  # the supervisor's looks so far; none: nobody watches for pauses
         self._last_look: float | None = None
         self._pause_end: float | None = None  # when the process's latest pause ended
+        self._pauses = 0  # how many the supervisor found
 
     def expect(self, part: str, bound: float) -> None:
         """From now on `part` beats at least every `bound` seconds (counted from now)."""
@@ -97,6 +98,13 @@ class Liveness:
             self._periodic = {p: (last + seconds, b) for p, (last, b) in self._periodic.items()}
             self._active = {t: (p, s + seconds, b) for t, (p, s, b) in self._active.items()}
             self._pause_end = now
+            self._pauses += 1
+
+    @property
+    def pauses(self) -> int:
+        """How many pauses of the process (SIGSTOP, a suspended host) the supervisor found."""
+        with self._lock:
+            return self._pauses
 
     def looked(self) -> None:
         """The supervisor looked (each turn, after `shift` when it found a pause)."""

@@ -63,6 +63,7 @@ class Watchdog:
         problem: Callable[[], str | None],
         started_at: datetime,
         max_jitter: timedelta,
+        disturbed: Callable[[], int] = lambda: 0,
     ) -> None:
         self.settings = settings
         self.store, self.health, self.clock = services.store, services.health, services.clock
@@ -77,6 +78,11 @@ class Watchdog:
         # touches it, on the watchdog's own thread.
         self._had_since: dict[str, datetime] = {}
         self._checked = False
+        # How many times the process paused or the state store failed (`disturbed`), as the
+        # last check saw it: while either lasts, no run is recorded through no fault of the
+        # schedule. Only `check` touches it.
+        self.disturbed = disturbed
+        self._disturbances = disturbed()
         self.pinger = Pinger(settings.ping_url) if settings.ping_url else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -88,6 +94,14 @@ class Watchdog:
         first = self.started_at if not self._checked else now
         self._had_since = {n: self._had_since.get(n, first) for n in loaded}
         self._checked = True
+        disturbances = self.disturbed()
+        if disturbances != self._disturbances:
+            # A pause or a store outage since the last check: each window starts again.
+            # Counted through them, a reviewer's 25 s SIGSTOP, and a store back after an
+            # outage, each opened a critical schedule_stalled naming invariants that ran
+            # in that same second (and resolved 20 s later).
+            self._disturbances = disturbances
+            self._had_since = dict.fromkeys(loaded, now)
         last = self.store.last_recorded()
         late = stalled(loaded, last, self._had_since, now, self.max_jitter)
         results.append(RunResult.of_rows(STALLED, late, now, "invariant"))

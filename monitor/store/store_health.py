@@ -57,6 +57,7 @@ class StoreHealth:
         self._monotonic = monotonic
         self._problem: str | None = None  # guarded by _lock
         self._failing: dict[str, _Failing] = {}  # by `doing`; guarded by _lock
+        self._failures = 0  # every failure so far; guarded by _lock
         self._logged_at = float("-inf")  # guarded by _lock
         self._lock = threading.Lock()
 
@@ -70,6 +71,12 @@ class StoreHealth:
                 if failing.times >= 2 and now - failing.at < STALE_AFTER:
                     return failing.problem
             return self._problem
+
+    @property
+    def failures(self) -> int:
+        """How many uses of the store have failed since the daemon started."""
+        with self._lock:
+            return self._failures
 
     @contextmanager
     def guard(self, doing: str, reads_only: bool = False) -> Iterator[None]:
@@ -94,6 +101,7 @@ class StoreHealth:
         now = self._monotonic()
         with self._lock:
             self._problem = problem
+            self._failures += 1
             before = self._failing.get(doing)
             self._failing = {d: f for d, f in self._failing.items() if now - f.at < STALE_AFTER}
             self._failing[doing] = _Failing(before.times + 1 if before else 1, problem, now)

@@ -3,6 +3,7 @@ dead man's switch outside it; each said like any other invariant."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -138,6 +139,30 @@ def test_a_file_a_reload_adds_is_not_stalled_before_it_had_two_intervals(world: 
     assert (soon[stalled_name].status, soon[stalled_name].count) == ("ok", 0)
     assert later[stalled_name].count == 1
     assert [r["invariant"] for r in later[stalled_name].rows] == ["late"]
+
+
+def test_a_pause_or_a_store_outage_starts_every_stall_window_again(world: World) -> None:
+    """No run is recorded while the process is stopped or the store fails, through no
+    fault of the schedule: a reviewer's 25 s SIGSTOP, and a store back from an outage, each
+    opened a critical schedule_stalled naming invariants that ran in that same second."""
+    stalled_name = "invmon-self/schedule_stalled"
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        daemon.watchdog.check(world.clock())
+        past_window = 2 * 15 * 60 + 30 + 11  # two intervals, the timeout and the jitter
+        world.clock.advance(past_window)
+        with daemon.store_health.guard("recording a run of bad_items"):
+            raise sqlite3.OperationalError("database is locked")  # the store failed
+        after_outage = {r.invariant: r for r in daemon.watchdog.check(world.clock())}
+        daemon.liveness.shift(25)  # the supervisor found a pause
+        world.clock.advance(past_window)
+        after_pause = {r.invariant: r for r in daemon.watchdog.check(world.clock())}
+        world.clock.advance(past_window)  # a whole window since, undisturbed, and no run
+        later = {r.invariant: r for r in daemon.watchdog.check(world.clock())}
+        daemon.databases.close()
+    assert after_outage[stalled_name].count == 0
+    assert after_pause[stalled_name].count == 0
+    assert later[stalled_name].count == 1
 
 
 def test_the_failed_deliveries_check_does_not_count_its_own_failures(world: World) -> None:
