@@ -65,12 +65,16 @@ class StoreHealth:
     def problem(self) -> str | None:
         """Why the store does not work: a use failing twice in a row, until it succeeds;
         else the latest failure, until a successful write. None when neither."""
-        now = self._monotonic()
         with self._lock:
-            for failing in self._failing.values():
-                if failing.times >= 2 and now - failing.at < STALE_AFTER:
-                    return failing.problem
-            return self._problem
+            return self._problem_now()
+
+    def _problem_now(self) -> str | None:
+        """`problem`; the caller holds _lock."""
+        now = self._monotonic()
+        for failing in self._failing.values():
+            if failing.times >= 2 and now - failing.at < STALE_AFTER:
+                return failing.problem
+        return self._problem
 
     @property
     def failures(self) -> int:
@@ -90,8 +94,12 @@ class StoreHealth:
         else:
             with self._lock:
                 self._failing.pop(doing, None)
+                was = self._problem
                 if not reads_only:
                     self._problem = None
+                back = was is not None and self._problem_now() is None
+            if back:  # its failures were logged: its return is too
+                log.info("the state store (%s) works again", self.where)
 
     def _failed(self, doing: str, exc: BaseException) -> None:
         reason = redact(

@@ -29,8 +29,10 @@ from importlib import resources
 from monitor.clock import Clock
 from monitor.config import HttpConfig
 from monitor.invariants.loader import Invariant
+from monitor.logs import redact
 from monitor.singleflight import SingleFlight
 from monitor.store.state import StateStore
+from monitor.store.store_health import STORE_ERRORS
 from monitor.web.access import REFUSED, Access
 from monitor.web.detail_views import incident_page, invariant_page
 from monitor.web.filters import Filters, QueryTooLong, Window, parse_filters, parse_window
@@ -258,7 +260,16 @@ class StatusPage:
                 "The page is being built for others; try again in a moment.",
                 (("Retry-After", "2"),),
             )
-        except Exception:  # the store unreadable, or a bug: said in the log, never shown
+        except STORE_ERRORS as exc:  # said once a minute by StoreHealth: one line here
+            log.warning(
+                "the status page could not be built for %s: the state store cannot be read (%s)",
+                path[:200],
+                redact(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)),
+            )
+            return self._error(
+                503, "The state store cannot be read now; the daemon's log says why."
+            )
+        except Exception:  # a bug: its traceback in the log, never shown
             log.exception("the status page could not be built for %s", path[:200])
             return self._error(
                 503, "The state store cannot be read now; the daemon's log says why."

@@ -290,3 +290,20 @@ def test_a_scrape_reads_the_store_once_and_never_waits_on_it_past_its_bound(
     failing = scrape()
     assert "invmon_state_store_ok 0.0" in failing and "invmon_open_incidents NaN" in failing
     assert len(reads) == before + 1
+
+
+def test_the_store_working_again_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Its failures are logged; an operator reading the log saw no line when it came back."""
+    from monitor.store.store_health import StoreHealth
+
+    health = StoreHealth("state.dsn")
+    caplog.set_level(logging.INFO, logger="invmon.state")
+    with health.guard("claiming a slot"):
+        raise psycopg.OperationalError("connection refused")
+    with health.guard("reading the quarantined invariants", reads_only=True):
+        pass  # a read says nothing about writes: not back yet
+    for _ in range(2):
+        with health.guard("claiming a slot"):
+            pass
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert said == ["the state store (state.dsn) works again"]
