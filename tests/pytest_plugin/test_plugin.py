@@ -35,6 +35,26 @@ SECOND_SETTLEMENT = """
 """
 
 
+# A soak case that fails on its seed, 7: the refund is settled twice.
+SETTLED_TWICE = """
+    import pytest
+
+    @pytest.mark.parametrize("seed", [7])
+    @pytest.mark.invariants
+    def test_refunds(write, seed):
+        write.good_rows()
+        write.second_settlement()
+    """
+
+
+def rerun_line(result: pytest.RunResult) -> str:
+    """The failure report's own rerun command (the short summary repeats it whole in CI:
+    pytest does not cut it there)."""
+    report = result.stdout.str().split("short test summary info")[0]
+    [line] = [x for x in report.splitlines() if "rerun this case alone: " in x]
+    return line.split("rerun this case alone: ", 1)[1]
+
+
 @pytest.fixture
 def project(
     pytester: pytest.Pytester, schema_database: str, monkeypatch: pytest.MonkeyPatch
@@ -140,24 +160,10 @@ def test_the_rerun_command_runs_with_the_folder_given_on_the_command_line(
     ('invariants folder not found') instead of replaying the case."""
     (project / "invariants").rename(project / "checks")
     pytester.makeini("[pytest]\n")
-    pytester.makepyfile(
-        test_soak="""
-        import pytest
-
-        @pytest.mark.parametrize("seed", [7])
-        @pytest.mark.invariants
-        def test_refunds(write, seed):
-            write.good_rows()
-            write.second_settlement()
-        """
-    )
+    pytester.makepyfile(test_soak=SETTLED_TWICE)
     first = pytester.runpytest_subprocess("--invmon-invariants", "checks")
     first.assert_outcomes(failed=1)
-    # The report's own line; the short summary repeats it whole in CI (pytest does not cut
-    # it there).
-    report = first.stdout.str().split("short test summary info")[0]
-    [line] = [x for x in report.splitlines() if "rerun this case alone: " in x]
-    command = line.split("rerun this case alone: ", 1)[1]
+    command = rerun_line(first)
     assert command == "python -m pytest --invmon-invariants checks 'test_soak.py::test_refunds[7]'"
     again = pytester.runpytest_subprocess(*shlex.split(command)[3:])
     again.assert_outcomes(failed=1)
@@ -175,22 +181,10 @@ def test_the_rerun_command_carries_an_ini_value_overridden_on_the_command_line(
         project / "checks" / "expired_lease_jobs.sql",
         project / "invariants" / "expired_lease_jobs.sql",
     )
-    pytester.makepyfile(
-        test_soak="""
-        import pytest
-
-        @pytest.mark.parametrize("seed", [7])
-        @pytest.mark.invariants
-        def test_refunds(write, seed):
-            write.good_rows()
-            write.second_settlement()
-        """
-    )
+    pytester.makepyfile(test_soak=SETTLED_TWICE)
     first = pytester.runpytest_subprocess("-o", "invmon_invariants=checks")
     first.assert_outcomes(failed=1)
-    report = first.stdout.str().split("short test summary info")[0]
-    [line] = [x for x in report.splitlines() if "rerun this case alone: " in x]
-    command = line.split("rerun this case alone: ", 1)[1]
+    command = rerun_line(first)
     assert command == (
         "python -m pytest -o invmon_invariants=checks 'test_soak.py::test_refunds[7]'"
     )
@@ -237,9 +231,7 @@ def test_the_rerun_command_keeps_the_applications_own_options_and_hides_a_passwo
     )
     first.assert_outcomes(failed=1)
     out = first.stdout.str()
-    report = out.split("short test summary info")[0]
-    [line] = [x for x in report.splitlines() if "rerun this case alone: " in x]
-    command = line.split("rerun this case alone: ", 1)[1]
+    command = rerun_line(first)
     hidden = "'<hidden: it holds a password>'"
     assert command == (
         f"python -m pytest --settlements 2 --app-url {hidden} --db-password {hidden} "
@@ -260,17 +252,7 @@ def test_a_dsn_flag_the_conftest_fixture_overrides_is_said_and_left_out_of_the_r
         (project / "conftest.py").read_text()
         + f"\n@pytest.fixture\ndef invmon_dsn():\n    return {schema_database!r}\n"
     )
-    pytester.makepyfile(
-        test_soak="""
-        import pytest
-
-        @pytest.mark.parametrize("seed", [7])
-        @pytest.mark.invariants
-        def test_refunds(write, seed):
-            write.good_rows()
-            write.second_settlement()
-        """
-    )
+    pytester.makepyfile(test_soak=SETTLED_TWICE)
     unused = "postgresql://nobody@127.0.0.1:1/nothing"
     result = pytester.runpytest_subprocess("--invmon-dsn", unused)
     result.assert_outcomes(failed=1, warnings=1)
