@@ -167,6 +167,19 @@ def discover(directory: Path) -> tuple[list[Path], list[Problem]]:
 
     for root, folders, files in os.walk(directory, onerror=unreadable):
         folders.sort()
+        for name in folders:
+            if Path(root, name).is_symlink():
+                # os.walk does not go into it, and it went unsaid: a reviewer's linked
+                # folder held a broken file, and lint passed. Not followed, since a link can
+                # loop, or reach anywhere on the disk (a walk of `/` for .sql files).
+                problems.append(
+                    Problem(
+                        Path(root, name),
+                        0,
+                        "a link to a folder, which is not read (a link can loop, or reach "
+                        "anywhere on the disk): move its files here, or link each file",
+                    )
+                )
         for name in sorted(files):
             path = Path(root, name)
             if not name.lower().endswith(".sql"):

@@ -144,6 +144,30 @@ def test_files_that_look_like_invariants_but_cannot_be_read_are_each_a_problem(
     ]
 
 
+def test_a_linked_folder_is_not_read_and_says_so(tmp_path: Path) -> None:
+    """os.walk does not go into a link to a folder, and that went unsaid: a reviewer's
+    linked folder held a broken file, and lint passed. It is not followed (a link can loop,
+    or reach anywhere on the disk); it is a problem of its own."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "broken.sql").write_text("-- description: x\nSELEC 1\n")
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "ok.sql").write_text(GOOD)
+    (folder / "shared").symlink_to(elsewhere, target_is_directory=True)
+    (folder / "loop").symlink_to(folder, target_is_directory=True)
+    loaded = load_directory(folder)
+    assert [i.name for i in loaded.invariants] == ["ok"]
+    said = (
+        "a link to a folder, which is not read (a link can loop, or reach anywhere on the "
+        "disk): move its files here, or link each file"
+    )
+    assert sorted((p.path.name, p.line, p.message) for p in loaded.problems) == [
+        ("loop", 0, said),
+        ("shared", 0, said),
+    ]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads any folder; the mode cannot bar it")
 def test_a_folder_that_cannot_be_read_is_a_problem(tmp_path: Path) -> None:
     (tmp_path / "locked").mkdir()
