@@ -55,6 +55,11 @@ from monitor.store.state import StateStore
 from monitor.store.store_health import StoreHealth
 from monitor.web.page import StatusPage
 
+# The uses of the state store whose failure keeps runs from being recorded, through no
+# fault of the schedule (the watchdog's stall windows start again after one). A heartbeat
+# failing now and then keeps none from it, and must not hide a real stall.
+KEEP_RUNS_UNRECORDED = ("claiming a slot", "recording a run of", "reading the quarantined")
+
 log = logging.getLogger("invmon.daemon")
 
 # Liveness bounds (liveness.py): /healthz fails, and systemd's watchdog pings stop, when a
@@ -147,7 +152,7 @@ class Daemon:
             self.probes.switch_problem,
             clock(),
             config.daemon.jitter,
-            lambda: self.liveness.pauses + self.store_health.failures,
+            lambda: self.liveness.pauses + self.store_health.failures(*KEEP_RUNS_UNRECORDED),
         )
         self.listener: Listener | None = None
         self.page: StatusPage | None = None  # the listener's, once it listens

@@ -195,10 +195,12 @@ class Reloader:
             self.metrics.forget(name)
         with self.health.guard("recording what the reload changed"):
             removed = change.removed
-            if valid:
+            if valid or invalid:
                 # Also a file no load installed (removed while no daemon ran, as a restart
                 # is how many deploys reload; or invalid since the start, never running) is
-                # retired once it is gone from the folder; an empty folder retires nothing.
+                # retired once it is gone from the folder; an empty folder (an unmounted
+                # volume) retires nothing. One that holds only invalid files does: a
+                # deleted invalid file's incident stayed open there.
                 removed = sorted(set(removed) | set(self._orphans(valid, invalid)))
             self._record(valid.keys(), invalid, removed, now)
         if change.added or change.updated or change.removed:

@@ -21,6 +21,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,8 +58,10 @@ class StoreHealth:
         self._monotonic = monotonic
         self._problem: str | None = None  # guarded by _lock
         self._failing: dict[str, _Failing] = {}  # by `doing`; guarded by _lock
-        self._failures = 0  # every failure so far; guarded by _lock
+        # Failures so far by what failed (`doing`); guarded by _lock.
+        self._failures: Counter[str] = Counter()
         self._logged_at = float("-inf")  # guarded by _lock
+        self._told = False  # a failure was logged since the last return; guarded by _lock
         self._lock = threading.Lock()
 
     @property
@@ -76,11 +79,11 @@ class StoreHealth:
                 return failing.problem
         return self._problem
 
-    @property
-    def failures(self) -> int:
-        """How many uses of the store have failed since the daemon started."""
+    def failures(self, *uses: str) -> int:
+        """How many uses of the store have failed since the daemon started: those whose
+        `doing` begins with one of `uses`, or all when none is given."""
         with self._lock:
-            return self._failures
+            return sum(n for doing, n in self._failures.items() if doing.startswith(uses))
 
     @contextmanager
     def guard(self, doing: str, reads_only: bool = False) -> Iterator[None]:
@@ -97,8 +100,10 @@ class StoreHealth:
                 was = self._problem
                 if not reads_only:
                     self._problem = None
-                back = was is not None and self._problem_now() is None
-            if back:  # its failures were logged: its return is too
+                back = was is not None and self._problem_now() is None and self._told
+                if back:
+                    self._told = False
+            if back:  # its failure was logged: its return is too
                 log.info("the state store (%s) works again", self.where)
 
     def _failed(self, doing: str, exc: BaseException) -> None:
@@ -109,13 +114,14 @@ class StoreHealth:
         now = self._monotonic()
         with self._lock:
             self._problem = problem
-            self._failures += 1
+            self._failures[doing] += 1
             before = self._failing.get(doing)
             self._failing = {d: f for d, f in self._failing.items() if now - f.at < STALE_AFTER}
             self._failing[doing] = _Failing(before.times + 1 if before else 1, problem, now)
             if now - self._logged_at < LOG_EVERY:
                 return
             self._logged_at = now
+            self._told = True
         log.error(
             "%s; nothing is stored and no alert is planned until it works again "
             "(docs/operating.md: Recovering the state store)",

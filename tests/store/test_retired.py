@@ -565,6 +565,27 @@ def test_an_invalid_file_deleted_is_retired_and_one_fixed_is_resolved(world: Wor
     )
 
 
+def test_an_invalid_file_deleted_from_a_folder_of_invalid_files_is_retired(
+    world: World,
+) -> None:
+    """Only an empty folder (an unmounted volume) retires nothing: one whose files are all
+    invalid left a deleted file's incident open for good (a reviewer's)."""
+    broken = "-- description: x\n-- schedule: every banana\nSELECT 1 AS id WHERE false\n"
+    (world.folder / "bad_items.sql").unlink()
+    (world.folder / "kept.sql").write_text(broken)
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        (world.folder / "gone.sql").write_text(broken)
+        daemon.reload()
+        settle(daemon, world.clock, "opened")
+        (world.folder / "gone.sql").unlink()
+        daemon.reload()
+        settle(daemon, world.clock, "retired")
+        daemon.databases.close()
+    assert [(i.invariant, i.state) for i in world.store.incidents("gone")] == [("gone", "retired")]
+    assert [i.invariant for i in world.store.open_incidents()] == ["kept"]
+
+
 def test_a_retired_invariant_s_page_says_retired_not_violated(store: StateStore) -> None:
     """An operator's review: after its file was removed, /invariants/NAME headlined
     "✖ Violated · 1 offending row" from its last run; the front page had dropped it."""

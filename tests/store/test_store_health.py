@@ -305,5 +305,12 @@ def test_the_store_working_again_is_logged_once(caplog: pytest.LogCaptureFixture
     for _ in range(2):
         with health.guard("claiming a slot"):
             pass
+    # Failing again within the minute: not logged (one line a minute), so its return isn't.
+    with health.guard("claiming a slot"):
+        raise psycopg.OperationalError("connection refused")
+    with health.guard("claiming a slot"):
+        pass
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert said == ["the state store (state.dsn) works again"]
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
