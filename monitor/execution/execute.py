@@ -223,8 +223,12 @@ def read_only_settings(
     revokes): a statement timeout, a lock timeout, and an idle limit IDLE_MARGIN past it."""
     # standard_conforming_strings on: the server must read backslashes in '…' as the fence's
     # parser did (off, 'x\\'' would end the string elsewhere and hide a call after it).
+    # DateStyle ISO: the only output psycopg reads a date or time from ('Postgres, DMY', set
+    # on a database, failed every run with a timestamp in it). Only the output part: the
+    # day/month order the database set for reading literals in the query stays.
     return sql.SQL(
         "SET TRANSACTION READ ONLY; SET LOCAL standard_conforming_strings = on; "
+        "SET LOCAL DateStyle = 'ISO'; "
         "SET LOCAL statement_timeout = {}; "
         "SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {}; "
         "SET LOCAL application_name = {}"

@@ -9,9 +9,11 @@ failure becomes an `error` result carrying the database's own message; it never 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -55,6 +57,8 @@ from monitor.problems import Problem
 from monitor.sources.binding import NOTHING_BOUND, Bound, unlisted
 from monitor.sources.listing import Lister, ListingError, list_source, listed_and_bound
 from monitor.text import counted
+
+log = logging.getLogger("invmon.runner")
 
 # A hot standby cancels a query whose snapshot conflicts with WAL replay; that says nothing
 # about the invariant, so the run is tried again a bounded number of times.
@@ -541,6 +545,21 @@ class Runner:
                 # The database's message can quote a value of a row ("invalid input: …").
                 error = self._masker(invariant).text(
                     explained(exc, invariant, self.target, self.database.lock_timeout)
+                )
+            except Exception as exc:
+                # A fault on invmon's side (a value no loader reads, a bug): this run's error,
+                # never an escape that ends `check` with a traceback, or leaves a daemon's
+                # run unrecorded and its invariant silent. Its message may quote a row's
+                # value, so it is masked, and the log gets the frames, not the message.
+                error = self._masker(invariant).text(
+                    f"invmon could not evaluate it: {type(exc).__name__}: {exc}"
+                )
+                log.error(
+                    "evaluating %s failed inside invmon: %s\n%s",
+                    invariant.name,
+                    error,
+                    "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+                    extra={"fields": {"invariant": invariant.name}},
                 )
             else:
                 return RunResult.counted(

@@ -504,3 +504,58 @@ def _invmon_sessions(dsn: str) -> int:
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_a_database_whose_datestyle_is_not_iso_is_still_read(database: str) -> None:
+    # psycopg reads dates and times from ISO output only: a database set to 'Postgres, DMY'
+    # made every run with a timestamp in it fail inside invmon.
+    name = conninfo_to_dict(database)["dbname"]
+    sql(database, f"ALTER DATABASE {name} SET datestyle = 'Postgres, DMY'")
+    query = (
+        "SELECT '2026-02-01 10:00:00+00'::timestamptz AS at, '03/04/2026'::date AS d,"
+        " current_setting('DateStyle') AS style"
+    )
+    with Runner(database) as fresh:
+        result = fresh.run_one(invariant("dates", query))
+    assert (result.status, result.error) == ("violated", None)
+    # The query's own literals are still read in the database's day/month order.
+    assert result.rows == [
+        {"at": "2026-02-01T10:00:00+00:00", "d": "2026-04-03", "style": "ISO, DMY"}
+    ]
+
+
+def test_a_fault_inside_invmon_is_that_run_s_error_and_the_others_still_run(
+    database: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A value no loader can read (a fault injected here as a loader that raises, as
+    psycopg's own did for a non-ISO DateStyle) is the run's error, masked like a row's
+    value, with the frames in the log: never an exception out of run_one."""
+    from psycopg.adapt import Loader
+
+    from monitor.execution import runner as runner_module
+
+    class Unreadable(Loader):
+        def load(self, data: Any) -> Any:
+            raise NotImplementedError(f"cannot read {bytes(data).decode()!r}")
+
+    configure = runner_module._configure
+
+    def with_a_fault(conn: psycopg.Connection) -> None:
+        configure(conn)
+        conn.adapters.register_loader("uuid", Unreadable)
+
+    monkeypatch.setattr(runner_module, "_configure", with_a_fault)
+    with Runner(database) as faulty:
+        broken = faulty.run_one(
+            invariant("ids", "SELECT 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid AS id")
+        )
+        fine = faulty.run_one(invariant("fine", "SELECT 1 AS n"))
+    assert (broken.status, broken.count) == ("error", None)
+    assert broken.error == (
+        "invmon could not evaluate it: NotImplementedError: cannot read "
+        "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'"
+    )
+    assert (fine.status, fine.count) == ("violated", 1)
+    [record] = [r for r in caplog.records if r.name == "invmon.runner"]
+    assert record.getMessage().startswith("evaluating ids failed inside invmon: invmon could")
+    assert "in load" in record.getMessage()  # the frames, down to the loader
