@@ -377,3 +377,29 @@ def test_a_file_the_database_catalog_refuses_is_invalid_at_reload_and_never_runs
     assert "visits" not in daemon.invariants
     assert daemon.evaluate("visits") is None
     assert [(i.invariant, i.kind) for i in store.open_incidents()] == [("visits", "invalid_file")]
+
+
+def test_a_fault_inside_a_run_is_logged_and_the_next_run_goes_ahead(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run goes on a target's worker whose future nobody reads: a fault there (injected
+    here, once) was lost without a word. It is logged, and the invariant's slot is freed."""
+    evaluate = daemon.evaluator.evaluate
+    faults = iter([RuntimeError("injected")])
+
+    def once_faulty(*args: object, **kwargs: object) -> object:
+        fault = next(faults, None)
+        if fault is not None:
+            raise fault
+        return evaluate(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(daemon.evaluator, "evaluate", once_faulty)
+    assert daemon.evaluate("bad_rows") is None
+    [record] = [r for r in caplog.records if r.name == "invmon.daemon" and r.exc_info]
+    assert record.getMessage() == (
+        "the run of bad_rows failed inside invmon; it runs again when due"
+    )
+    assert record.exc_info is not None and str(record.exc_info[1]) == "injected"
+    daemon.clock.advance(60)  # type: ignore[attr-defined]
+    after = daemon.evaluate("bad_rows")
+    assert after is not None and after.status == "ok"
