@@ -35,6 +35,7 @@ from monitor.version import commit, version
 def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, once: bool) -> None:
     """Run the daemon: evaluate every invariant on its schedule until SIGTERM."""
     from monitor.daemon.assembly import assemble
+    from monitor.daemon.http import CannotListen
     from monitor.daemon.process import SignalLoop, Stopped
     from monitor.logs import setup_logging
 
@@ -70,8 +71,8 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
                 reread=lambda: reread_config(config_path, dsn, invariants_dir),
             )
             code = daemon.serve(supervise=True)
-        except OSError as exc:
-            fail(f"cannot listen on http.listen {config.http.listen}: {exc.strerror or exc}")
+        except CannotListen as exc:
+            fail(str(exc))
         finally:
             store.close()
             if lock is not None:

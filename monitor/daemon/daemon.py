@@ -141,6 +141,7 @@ class Daemon:
             self.interactions,
             self.liveness,
             self.jobs,
+            self.socket_mode,
         )
         self.housekeeping = Housekeeping(services, alerter, self.scheduler, config.state.retention)
         self.watchdog = Watchdog(

@@ -244,11 +244,31 @@ class BoundedChannel(HTTPChannel):  # type: ignore[misc]
         return done
 
 
+class CannotListen(Exception):
+    """http.listen could not be bound (a port in use, an address not on this host)."""
+
+
 class Listener:
     def __init__(self, listen: str, routes: Routes) -> None:
         host, port = parse_listen(listen)
         sockets: dict[int, Any] = {}  # waitress's map of its sockets: its servers, then channels
-        self._server = create_server(
+        try:
+            self._server = self._create(routes, sockets, host, port)
+        except OSError as exc:
+            raise CannotListen(
+                f"cannot listen on http.listen {listen}: {exc.strerror or exc}"
+            ) from exc
+        # One server per listening socket (a name can resolve to several); none has accepted
+        # a connection yet (that happens in run), and each makes its connections from
+        # `channel_class`, which create_server does not take.
+        for server in sockets.values():
+            if isinstance(server, BaseWSGIServer):
+                server.channel_class = BoundedChannel
+        self._thread = threading.Thread(target=self._server.run, name="invmon-http", daemon=True)
+
+    @staticmethod
+    def _create(routes: Routes, sockets: dict[int, Any], host: str, port: int) -> Any:
+        return create_server(
             Application(routes),
             map=sockets,
             _dispatcher=Lanes(THREADS),
@@ -264,13 +284,6 @@ class Listener:
             expose_tracebacks=False,
             asyncore_use_poll=True,
         )
-        # One server per listening socket (a name can resolve to several); none has accepted
-        # a connection yet (that happens in run), and each makes its connections from
-        # `channel_class`, which create_server does not take.
-        for server in sockets.values():
-            if isinstance(server, BaseWSGIServer):
-                server.channel_class = BoundedChannel
-        self._thread = threading.Thread(target=self._server.run, name="invmon-http", daemon=True)
 
     @property
     def address(self) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from alerts.delivery_health import DeliveryHealth
 from alerts.interactions import Interactions
+from alerts.socket_mode import SocketModeReceiver
 from monitor.config import Config
 from monitor.daemon.databases import Databases
 from monitor.daemon.http import Probe, Routes
@@ -34,6 +35,7 @@ class Probes:
     interactions: Interactions
     liveness: Liveness
     jobs: Jobs
+    buttons: SocketModeReceiver | None = None  # Socket Mode, when slack.app_token is set
 
     def routes(self) -> Routes:
         http = self.config.http
@@ -57,14 +59,18 @@ class Probes:
         )
 
     def readiness(self) -> str | None:
-        """/readyz: a target to evaluate, and a path for the alerts (DeliveryHealth)."""
-        found = [p for p in (self.databases.readiness(), self.delivery.problem()) if p]
+        """/readyz: a target to evaluate, a path for the alerts (DeliveryHealth), and an app
+        token Slack takes, when one is set."""
+        buttons = self.buttons.problem() if self.buttons else None
+        found = [p for p in (self.databases.readiness(), self.delivery.problem(), buttons) if p]
         return "; ".join(found) or None
 
     def readiness_note(self) -> str | None:
         """Said under /readyz's "ok": the targets that cannot be evaluated (unreachable,
-        refused or stale, each saying which), an alert path not yet verified."""
-        found = [n for n in (self.databases.partly(), self.delivery.note()) if n]
+        refused or stale, each saying which), an alert path not yet verified, Slack not
+        reached yet for Socket Mode."""
+        buttons = self.buttons.note() if self.buttons else None
+        found = [n for n in (self.databases.partly(), self.delivery.note(), buttons) if n]
         return "\n".join(found) or None
 
     def switch_problem(self) -> str | None:

@@ -342,3 +342,52 @@ def test_clicks_parse_into_actions_and_decisions_are_pure() -> None:
     assert outcome.changed and outcome.updates["acked_by"] == "U1"
     taken = dataclasses.replace(incident, acked_by="U2")
     assert not decide_action(taken, Action("ack", "U1"), now).changed
+
+
+def test_an_app_token_slack_refuses_is_said_in_readyz_and_the_daemon_still_alerts(
+    world: World,
+) -> None:
+    """The deploy kit's placeholder app token ended the daemon at start with a traceback:
+    now Slack's refusal is /readyz's 503, naming the setting, and alerts still go out."""
+    with FakeSlack(clock=world.clock) as fake:
+        daemon: Daemon = world.daemon(fake, app_token="xapp-replace-me")
+        receiver = daemon.socket_mode
+        assert receiver is not None
+        try:
+            receiver.start()
+            refused = "Slack refused the app token: invalid_auth (slack.app_token)"
+            wait_for(lambda: receiver.problem() == refused, 10, "the refusal")
+            assert receiver.note() is None
+            assert daemon.probes.readiness() == refused
+            assert "xapp-replace-me" not in refused
+            script(world, daemon, 0)
+            settle(daemon, world.clock, "opened")
+            assert len(fake.roots()) == 1
+        finally:
+            receiver.stop()
+            daemon.databases.close()
+        assert not receiver._thread.is_alive()
+
+
+def test_a_slack_not_reached_for_socket_mode_is_a_note_until_it_connects(world: World) -> None:
+    with FakeSlack(clock=world.clock) as fake, FakeSocketMode() as socket_server:
+        fake.socket_url = socket_server.url
+        fake.fail_next("apps.connections.open", "error_500")
+        daemon: Daemon = world.daemon(fake, app_token=APP_TOKEN)
+        receiver = daemon.socket_mode
+        assert receiver is not None
+        receiver.first_retry = 0.5
+        try:
+            receiver.start()
+            wait_for(lambda: receiver.note() is not None, 10, "the failed connect")
+            note = receiver.note()
+            assert note is not None and note.startswith("Slack did not open Socket Mode: ")
+            assert note.endswith("(slack.app_token)")
+            assert note in str(daemon.probes.readiness_note())
+            assert receiver.problem() is None
+            wait_for(lambda: socket_server.connections == 1, 10, "the connect retried")
+            wait_for(lambda: receiver.note() is None, 10, "the note cleared")
+            assert "Socket Mode" not in (daemon.probes.readiness_note() or "")
+        finally:
+            receiver.stop()
+            daemon.databases.close()
