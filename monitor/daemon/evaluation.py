@@ -22,6 +22,7 @@ from monitor.invariants.loader import Invariant
 from monitor.store.claims import Claim, LostClaim
 from monitor.store.context import IncidentContext
 from monitor.store.records import StoredEvent
+from monitor.store.state import RemovedWhileRunning
 
 log = logging.getLogger("invmon.daemon")
 
@@ -80,6 +81,14 @@ class Evaluator:
                 )
             except LostClaim as lost:
                 log.warning("run not stored: %s by another daemon", lost)
+                return None
+            except RemovedWhileRunning as removed:
+                log.info(
+                    "run of %s not stored: %s",
+                    inv.name,
+                    removed,
+                    extra={"fields": {"invariant": inv.name}},
+                )
                 return None
         self.metrics.observe(result, finished.timestamp())
         log.info(

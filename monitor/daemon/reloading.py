@@ -191,10 +191,8 @@ class Reloader:
         for name, inv in running.items():
             slot = latest_slot(inv.schedule, now)
             self.metrics.scheduled(name, inv.target, period(inv.schedule, slot).total_seconds())
-        for name in change.removed:
-            self.metrics.forget(name)
+        removed = change.removed
         with self.health.guard("recording what the reload changed"):
-            removed = change.removed
             if valid or invalid:
                 # Also a file no load installed (removed while no daemon ran, as a restart
                 # is how many deploys reload; or invalid since the start, never running) is
@@ -203,6 +201,10 @@ class Reloader:
                 # deleted invalid file's incident stayed open there.
                 removed = sorted(set(removed) | set(self._orphans(valid, invalid)))
             self._record(valid.keys(), invalid, removed, now)
+        # Every one retired, orphans too: a run of one in flight at its removal had put its
+        # series back, and they stayed until a restart.
+        for name in removed:
+            self.metrics.forget(name)
         if change.added or change.updated or change.removed:
             log.info(
                 "invariants loaded",

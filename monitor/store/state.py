@@ -46,10 +46,15 @@ from monitor.store.writes import (
     lock_subject,
     maybe_clear_ack,
     open_incident,
+    removed_since,
     resolve,
 )
 
 REPLICA_SUBJECT = "(replica)"
+
+
+class RemovedWhileRunning(Exception):
+    """The run's file was removed after the run began: the run is not stored."""
 
 
 def replica_subject(target: str) -> str:
@@ -103,7 +108,11 @@ class StateStore(StateQueries):
         """Store the run, move the incidents on, and write the events: all or nothing.
         `context` is kept with any incident this run opens. With a `claim` (the daemon's
         scheduled runs) the claim is closed in the same transaction, and LostClaim is
-        raised, storing nothing, when this daemon no longer holds it."""
+        raised, storing nothing, when this daemon no longer holds it.
+
+        A run that started before its file was last found removed (`retire`) is not
+        stored: RemovedWhileRunning is raised once its claim is closed. Stored, it opened an
+        incident, with its Slack message, for an invariant that no longer exists."""
         seen = Observation(
             status=result.status,
             count=result.count,
@@ -117,34 +126,38 @@ class StateStore(StateQueries):
             if claim is not None and not finish(tx, claim, finished_at):
                 raise LostClaim(f"{invariant} at {stamp(claim.slot)} was taken over")
             state, last_run = load_state(tx, invariant, now)
-            decision = decide(state, seen, for_runs, error_threshold)
-            if (
-                last_run is not None
-                and held_quietly(result, decision)
-                and extend_stretch(tx, last_run, result, finished_at, claim)
-            ):
-                run_id = last_run
-            else:
-                run_id = insert_run(tx, invariant, result, finished_at, claim)
-            tx.run(
-                "UPDATE invariant_state SET consecutive_violations = ?, consecutive_errors = ?,"
-                " last_run_id = ?, updated_at = ? WHERE invariant = ?",
-                (
-                    decision.state.consecutive_violations,
-                    decision.state.consecutive_errors,
-                    run_id,
-                    now,
-                    invariant,
-                ),
-            )
-            incident_ids = apply(tx, invariant, state, decision, result, now, context)
-            drafts = decision.events
-            if decision.keys_appeared and state.violation is not None:
-                drafts = [maybe_clear_ack(tx, state.violation.id, d) for d in drafts]
-            return [
-                insert_event(tx, incident_ids[draft.incident], invariant, draft, now, run_id)
-                for draft in drafts
-            ]
+            removed = removed_since(tx, invariant, result.started_at)
+            if removed is None:
+                decision = decide(state, seen, for_runs, error_threshold)
+                if (
+                    last_run is not None
+                    and held_quietly(result, decision)
+                    and extend_stretch(tx, last_run, result, finished_at, claim)
+                ):
+                    run_id = last_run
+                else:
+                    run_id = insert_run(tx, invariant, result, finished_at, claim)
+                tx.run(
+                    "UPDATE invariant_state SET consecutive_violations = ?,"
+                    " consecutive_errors = ?, last_run_id = ?, updated_at = ? WHERE invariant = ?",
+                    (
+                        decision.state.consecutive_violations,
+                        decision.state.consecutive_errors,
+                        run_id,
+                        now,
+                        invariant,
+                    ),
+                )
+                incident_ids = apply(tx, invariant, state, decision, result, now, context)
+                drafts = decision.events
+                if decision.keys_appeared and state.violation is not None:
+                    drafts = [maybe_clear_ack(tx, state.violation.id, d) for d in drafts]
+                return [
+                    insert_event(tx, incident_ids[draft.incident], invariant, draft, now, run_id)
+                    for draft in drafts
+                ]
+        # Committed: the claim closed, nothing else written.
+        raise RemovedWhileRunning(f"its file was removed at {removed}, while it ran")
 
     def record_condition(
         self,
@@ -274,14 +287,18 @@ class StateStore(StateQueries):
             return outcome
 
     def retire(self, invariant: str, at: datetime) -> list[StoredEvent]:
-        """The invariant's file was removed: close what it had open so no incident stays
-        open forever for a check that no longer runs. Closed as `retired`, never resolved:
-        nothing was fixed, it stopped being looked at, and its messages say what still stood
-        (the rows still offending, or that it could not be evaluated)."""
+        """The invariant's file was removed: marked so (`removed_at`: a run in flight is
+        then not stored, and `status` leaves it out), and what it had open closed so no
+        incident stays open forever for a check that no longer runs. Closed as `retired`,
+        never resolved: nothing was fixed, it stopped being looked at, and its messages say
+        what still stood (the rows still offending, or that it could not be evaluated)."""
         now = stamp(at)
         events = []
         with self._db.transaction() as tx:
             lock_subject(tx, invariant, now)
+            tx.run(
+                "UPDATE invariant_state SET removed_at = ? WHERE invariant = ?", (now, invariant)
+            )
             tx.run("DELETE FROM quarantines WHERE invariant = ?", (invariant,))
             for kind in RETIRABLE:
                 current = open_incident(tx, invariant, kind)

@@ -145,12 +145,17 @@ class StateQueries:
         return self._runs("JOIN invariant_state s ON s.last_run_id = r.id ORDER BY r.invariant", ())
 
     def retired(self) -> set[str]:
-        """The invariants retired since their last run: their file was removed while an
-        incident was open (StateStore.retire), and nothing has run them since. A file removed
-        while it held leaves no mark in the store."""
+        """The invariants removed since their last run: their file was found gone
+        (StateStore.retire marks `removed_at`), and nothing has run them since. On a store
+        that retired some before it had that mark, a retired incident says so, as before."""
         with self._db.transaction() as tx:
             found = tx.rows(
-                "SELECT DISTINCT i.invariant FROM incidents i"
+                "SELECT s.invariant FROM invariant_state s"
+                " LEFT JOIN runs r ON r.id = s.last_run_id"
+                " WHERE s.removed_at IS NOT NULL"
+                " AND (r.id IS NULL OR s.removed_at >= r.finished_at)"
+                " UNION"
+                " SELECT i.invariant FROM incidents i"
                 " JOIN invariant_state s ON s.invariant = i.invariant"
                 " JOIN runs r ON r.id = s.last_run_id"
                 " WHERE i.ended_as = 'retired' AND i.resolved_at >= r.finished_at"

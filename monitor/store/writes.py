@@ -57,6 +57,17 @@ def lock_subject(tx: Tx, subject: str, now: str) -> tuple[int, int, int | None]:
     return int(violations), int(errors), None if last_run is None else int(last_run)
 
 
+def removed_since(tx: Tx, invariant: str, started_at: datetime | None) -> str | None:
+    """When the invariant's file was found removed, if that was at or after `started_at`
+    (a run that began before it ran the file that was removed); None otherwise."""
+    if started_at is None:
+        return None
+    [(removed,)] = tx.rows(
+        "SELECT removed_at FROM invariant_state WHERE invariant = ?", (invariant,)
+    )
+    return str(removed) if removed is not None and str(removed) >= stamp(started_at) else None
+
+
 def load_state(tx: Tx, invariant: str, now: str) -> tuple[InvariantState, int | None]:
     """The invariant's state, locked, and its latest run's id."""
     violations, errors, last_run = lock_subject(tx, invariant, now)

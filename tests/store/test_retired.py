@@ -9,9 +9,11 @@ import json
 import re
 import signal
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 from builders import process_config, slack_to
 from fake_slack import FakeSlack
@@ -33,7 +35,7 @@ from monitor.execution.results import RunResult
 from monitor.store.incidents import retired_reason, while_open
 from monitor.store.migrations import migrations
 from monitor.store.records import Incident, as_document
-from monitor.store.state import StateStore
+from monitor.store.state import RemovedWhileRunning, StateStore
 from monitor.store.storage import PostgresStorage, SqliteStorage, Storage, migrate
 from monitor.web.detail_views import event_line, invariant_page
 from monitor.web.formats import summary_of
@@ -601,3 +603,92 @@ def test_a_retired_invariant_s_page_says_retired_not_violated(store: StateStore)
         "Retired: no longer evaluated",
         1,
     )
+
+
+def _waiting_on_a_lock(dsn: str, application_name: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = %s AND wait_event_type = 'Lock'",
+            (application_name,),
+        ).fetchone()
+    return bool(found and found[0])
+
+
+def test_a_run_in_flight_when_its_file_is_removed_is_not_stored(world: World) -> None:
+    """From an SRE's review: the run under way when SIGHUP retired the incident finished two
+    seconds later, was stored, and opened a new incident (with its Slack root) for an
+    invariant that no longer existed; /metrics kept its series until a restart."""
+    # An emptied folder (an unmounted volume) retires nothing: another file stays.
+    (world.folder / "other.sql").write_text("-- description: x holds\nSELECT 1 AS id WHERE false\n")
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        try:
+            script(world, daemon, 0)  # bad_items violated: its incident opens
+            settle(daemon, world.clock, "opened")
+            [opened] = world.store.open_incidents()
+            assert b'invariant="bad_items"' in daemon.metrics.render()
+            with psycopg.connect(world.dsn) as holder:
+                holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+                world.clock.advance(60)
+                with ThreadPoolExecutor(1) as pool:
+                    run = pool.submit(daemon.evaluate, "bad_items")
+                    wait_for(
+                        lambda: _waiting_on_a_lock(world.dsn, "invmon:bad_items"),
+                        10,
+                        "the run waiting on the lock",
+                    )
+                    world.clock.advance(1)
+                    (world.folder / "bad_items.sql").unlink()
+                    daemon.reload()  # retires the open incident
+                    holder.rollback()  # the run goes on, and finds the rows still bad
+                    assert run.result(timeout=30) is None
+            settle(daemon, world.clock, "retired")
+        finally:
+            daemon.databases.close()
+    assert world.store.open_incidents() == []
+    assert [e.kind for e in world.store.events("bad_items")] == ["opened", "retired"]
+    assert [i.id for i in world.store.incidents("bad_items")] == [opened.id]
+    assert b'invariant="bad_items"' not in daemon.metrics.render()
+    assert world.store.retired() == {"bad_items"}
+    assert len(fake.roots()) == 1
+
+
+def test_status_leaves_out_an_invariant_removed_while_it_held(tmp_path: Path) -> None:
+    """A reviewer saw `status` list a file removed while it held as "✅ ok" for good: only
+    a retired incident marked a removal. Added back and run, it is listed again."""
+    store = StateStore.open(path=tmp_path / "state.db")
+    store.record_run("shop/holds", RunResult.counted("shop/holds", 0, [], []), OPENED)
+    store.record_run("shop/other", RunResult.counted("shop/other", 0, [], []), OPENED)
+    assert store.retire("shop/holds", NOW) == []  # nothing open, but marked removed
+    (tmp_path / "invmon.yaml").write_text(f"state:\n  path: {tmp_path / 'state.db'}\n")
+
+    def listed() -> list[str]:
+        shown = cli("status", "--config", str(tmp_path / "invmon.yaml"), "--format", "json")
+        return [r["invariant"] for r in json.loads(shown.stdout)["last_runs"]]
+
+    assert listed() == ["shop/other"]
+    added_back = NOW + timedelta(minutes=1)
+    rerun = RunResult.counted("shop/holds", 0, [], [], started_at=added_back)
+    store.record_run("shop/holds", rerun, added_back + timedelta(seconds=1))
+    assert listed() == ["shop/holds", "shop/other"]
+    store.close()
+
+
+def test_a_run_that_began_before_the_removal_is_refused_and_one_after_is_stored(
+    store: StateStore,
+) -> None:
+    began = OPENED
+    store.retire("shop/gone", began + timedelta(seconds=5))
+    late = RunResult.counted("shop/gone", 1, ["id"], [{"id": 1}], started_at=began)
+    with pytest.raises(RemovedWhileRunning) as refused:
+        store.record_run("shop/gone", late, began + timedelta(seconds=9))
+    assert str(refused.value) == (
+        "its file was removed at 2026-12-01T11:59:30.000000Z, while it ran"
+    )
+    assert (store.open_incidents(), store.runs("shop/gone")) == ([], [])
+    after = RunResult.counted(
+        "shop/gone", 1, ["id"], [{"id": 1}], started_at=began + timedelta(seconds=6)
+    )
+    store.record_run("shop/gone", after, began + timedelta(seconds=7))
+    assert [i.invariant for i in store.open_incidents()] == ["shop/gone"]
