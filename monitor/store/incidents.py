@@ -44,6 +44,7 @@ EventKind = Literal[
     "opened",
     "keys_appeared",
     "keys_gone",
+    "count_changed",
     "resolved",
     "cannot_evaluate",
     "recovered",
@@ -86,8 +87,11 @@ RETIRED_EVENT: EventKind = "retired"
 OPENING_EVENTS: frozenset[EventKind] = frozenset(OPEN_EVENT.values())
 CLOSING_EVENTS: frozenset[EventKind] = frozenset(CLOSE_EVENT.values()) | {RETIRED_EVENT}
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
-# The events told in an open incident's thread: every kind but the openings.
-FOLLOWING_EVENTS: frozenset[EventKind] = frozenset(EVENT_KINDS) - OPENING_EVENTS
+# A violation's count moved with no row known to come or go (a key repeated over rows, no
+# `key:` past the sample, rows past track_keys): only its root changes, to the live count.
+ROOT_ONLY_EVENTS: frozenset[EventKind] = frozenset({"count_changed"})
+# The events told in an open incident's thread: every kind but the openings and those.
+FOLLOWING_EVENTS: frozenset[EventKind] = frozenset(EVENT_KINDS) - OPENING_EVENTS - ROOT_ONLY_EVENTS
 
 
 def event_kind(text: str) -> EventKind:
@@ -142,12 +146,19 @@ class OpenIncident:
     # Whether its last run brought back every offending row's key; None: not recorded (an
     # incident opened before schema step 18).
     complete: bool | None = None
+    # The count of the run that wrote `complete`; None: written by an earlier release.
+    complete_count: int | None = None
 
     def knew_every_row(self) -> bool:
         """Whether its open keys are exactly the rows that offended at its last run: only
         then is a key not among them new, and are the keys that go all the rows that went.
         A run that saw only some keys cannot say which of the rest went, so they stay open
         and may include rows long gone; no count can tell that apart."""
+        if self.complete is not None and self.complete_count is not None:
+            # The flag of the run that wrote the count (a daemon of an earlier release
+            # sharing the store moves the count on, not this): trusted as it is. Comparing
+            # the count with the keys said no wherever a key repeats over several rows.
+            return self.complete and self.complete_count == self.count
         counts_agree = self.count is None or self.count <= len(self.keys)
         # Both must say so when both are known: a daemon of an earlier release sharing the
         # store (a rolling upgrade) moves the count on and leaves the flag as it was.
@@ -270,6 +281,9 @@ def decide(
                 },
             )
         )
+    if not events and state.violation.count not in (None, seen.count):
+        # Nothing else to say, yet the root shows the count: it moves on to this one.
+        events.append(EventDraft("count_changed", "violation", {"count": seen.count}))
     return Decision(
         state,
         keys_appeared=appeared,

@@ -82,13 +82,13 @@ def load_state(tx: Tx, invariant: str, now: str) -> tuple[InvariantState, int | 
 
 def open_incident(tx: Tx, invariant: str, kind: IncidentKind) -> OpenIncident | None:
     found = tx.rows(
-        "SELECT id, opened_at, last_count, last_complete FROM incidents"
+        "SELECT id, opened_at, last_count, last_complete, complete_count FROM incidents"
         " WHERE invariant = ? AND kind = ? AND resolved_at IS NULL",
         (invariant, kind),
     )
     if not found:
         return None
-    incident_id, opened_at, last_count, last_complete = found[0]
+    incident_id, opened_at, last_count, last_complete, complete_count = found[0]
     keys = tx.rows(
         "SELECT offending_key FROM incident_keys WHERE incident_id = ? AND gone_at IS NULL",
         (incident_id,),
@@ -100,6 +100,7 @@ def open_incident(tx: Tx, invariant: str, kind: IncidentKind) -> OpenIncident | 
         frozenset(k for (k,) in keys),
         None if last_count is None else int(last_count),
         None if last_complete is None else bool(last_complete),
+        None if complete_count is None else int(complete_count),
     )
 
 
@@ -183,8 +184,8 @@ def insert_incident(
     )
     [(incident_id,)] = tx.rows(
         "INSERT INTO incidents (invariant, kind, opened_at, first_count, last_count,"
-        " last_seen_at, detail, context_json, opening_json, target, last_complete)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        " last_seen_at, detail, context_json, opening_json, target, last_complete,"
+        " complete_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (
             invariant,
             kind,
@@ -197,6 +198,7 @@ def insert_incident(
             rows,
             target,
             None if opening is None else int(opening.keys_complete),
+            None if opening is None else count,
         ),
     )
     return int(incident_id)
@@ -252,9 +254,9 @@ def apply(
             # Only a run that counted moves the figures on: an error or a stale run
             # evaluated nothing, so the last count and when it was seen stay.
             tx.run(
-                "UPDATE incidents SET last_count = ?, last_seen_at = ?, last_complete = ?"
-                " WHERE id = ?",
-                (result.count, now, int(result.keys_complete), violation.id),
+                "UPDATE incidents SET last_count = ?, last_seen_at = ?, last_complete = ?,"
+                " complete_count = ? WHERE id = ?",
+                (result.count, now, int(result.keys_complete), result.count, violation.id),
             )
             for key in decision.keys_gone:
                 tx.run(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from builders import build_daemon, daemon_config, quick_slack
-from fake_slack import FakeSlack
+from fake_slack import FakeSlack, Message
 from helpers import sql
 from scenario import World, csv_rows, script, settle
 
@@ -202,3 +202,50 @@ def test_a_row_that_offended_all_along_untracked_is_never_called_new(world: Worl
         daemon.databases.close()
     # Row 2's going cannot be told either (4 offend, 3 compared): the resolution alone.
     assert replies == ["✅ Resolved after 20m: the query returns no rows."]
+
+
+def _offending_rows_field(message: Message) -> str:
+    fields = [
+        f["text"]
+        for block in message.blocks
+        for f in block.get("fields", [])
+        if f["text"].startswith("*Offending rows*")
+    ]
+    assert len(fields) == 1, fields
+    return str(fields[0])
+
+
+def test_the_root_shows_the_live_count_when_no_row_is_known_to_come_or_go(
+    world: World,
+) -> None:
+    """From the message-truth review: keyed on `k`, four rows share two keys; two rows of
+    key 1 went, and the root said 4 for good (and listed rows gone), as only a key that
+    came or went moved the root. The count moving is enough now, and says nothing in the
+    thread."""
+    sql(
+        world.dsn,
+        "CREATE TABLE nk (k int, n int); INSERT INTO nk VALUES (1, 1), (1, 2), (1, 3), (2, 4)",
+    )
+    (world.folder / "nk.sql").write_text(
+        "-- description: nk is empty\n-- key: [k]\nSELECT k, n FROM nk\n"
+    )
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        try:
+            daemon.evaluate("nk")
+            settle(daemon, world.clock, "opened")
+            [root] = fake.roots()
+            assert _offending_rows_field(root) == "*Offending rows*\n4"
+            replies = len(fake.thread(root))
+            sql(world.dsn, "DELETE FROM nk WHERE n IN (1, 2)")
+            world.clock.advance(60)
+            daemon.evaluate("nk")
+            settle(daemon, world.clock, "count moved")
+        finally:
+            daemon.databases.close()
+    [root] = fake.roots()
+    assert _offending_rows_field(root) == "*Offending rows*\n2"
+    tables = [b["text"]["text"] for b in root.blocks if "```" in b.get("text", {}).get("text", "")]
+    assert tables == ["```k  n\n1  3\n2  4```"]  # the rows the database holds now
+    assert len(fake.thread(root)) == replies  # the root changed; the thread did not
+    assert [e.kind for e in world.store.events("nk")] == ["opened", "count_changed"]

@@ -213,3 +213,28 @@ def test_keys_not_tracked_say_nothing_of_which_rows_are_new_or_gone(store: State
     assert store.record_run("jobs", untracked, opened)[0].kind == "opened"
     events = store.record_run("jobs", _keys_run([1, 2, 3], 3), opened + timedelta(minutes=1))
     assert [(e.kind, e.payload["keys"]) for e in events] == []
+
+
+def test_a_key_repeated_over_several_rows_still_tells_new_and_gone_rows(
+    store: StateStore,
+) -> None:
+    """From the message-truth review: keyed on `k`, rows (1, a), (1, b) and (2, c) offend.
+    Key 3 arrived and no reply said so; key 2 went and the reply blamed daemon.track_keys,
+    since three rows outnumbered two keys though every row's key had been read."""
+    opened = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def run(keys: list[int], count: int) -> RunResult:
+        found = {f"[{k}]": {"k": k} for k in keys}
+        return RunResult.counted("jobs", count, ["k"], [], keys=found, keys_complete=True)
+
+    runs = [run([1, 2], 3), run([1, 2, 3], 4), run([1, 3], 3)]
+    events = [
+        [(e.kind, e.payload["keys"], e.payload["complete"]) for e in found]
+        for n, each in enumerate(runs)
+        if (found := store.record_run("jobs", each, opened + timedelta(minutes=n)))
+    ]
+    assert events == [
+        [("opened", ["[1]", "[2]"], True)],
+        [("keys_appeared", ["[3]"], True)],
+        [("keys_gone", ["[2]"], True)],
+    ]
