@@ -88,10 +88,11 @@ def require_every_target(config: Config) -> None:
 
 def require_database(config: Config, purpose: str) -> str:
     require(config, "dsn")
-    if not config.dsn:
+    dsn = config.default_dsn()
+    if not dsn:
         fail(f"no database to {purpose}: pass --dsn, set INVMON_DSN, or set dsn in invmon.yaml")
     require_folder(config)
-    return config.dsn
+    return dsn
 
 
 def require_folder(config: Config) -> None:

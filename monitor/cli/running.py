@@ -65,7 +65,7 @@ def run(config_path: Path | None, dsn: str | None, invariants_dir: Path | None, 
         try:
             daemon = assemble(
                 config,
-                config.dsn,
+                config.default_dsn(),
                 store,
                 signals=signals,
                 reread=lambda: reread_config(config_path, dsn, invariants_dir),
@@ -134,7 +134,7 @@ def _run_once(config: Config) -> int:
 
     lock = _single_daemon_lock(config)
     store = open_store(config)
-    daemon = assemble(config, config.dsn, store)
+    daemon = assemble(config, config.default_dsn(), store)
     try:
         change, results = daemon.run_once()
         waiting = daemon.alerter.ledger.counts()

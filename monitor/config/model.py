@@ -79,6 +79,14 @@ class Config(Model):
             )
         return self
 
+    def default_dsn(self) -> str | None:
+        """The target named default's database: the top-level `dsn:` (or --dsn, INVMON_DSN),
+        or `targets.default.dsn`, which names the same target."""
+        if self.dsn:
+            return self.dsn
+        default = self.targets.get(DEFAULT_TARGET)
+        return default.dsn if default is not None else None
+
     def resolved_targets(self) -> dict[str, Target]:
         """Every target by name; the top-level `dsn:` (or no targets at all) is `default`."""
         configured = dict(self.targets)

@@ -106,7 +106,7 @@ def invmon_dsn(pytestconfig: pytest.Config, invmon_project: Project) -> str:
     from monitor.config.values import check_dsn
 
     given = pytestconfig.getoption("--invmon-dsn") or os.environ.get("INVMON_DSN")
-    dsn = given or invmon_project.config.dsn
+    dsn = given or invmon_project.config.default_dsn()
     if not dsn:
         pytest.fail(
             "invmon: no test database for the invariants: pass --invmon-dsn, set INVMON_DSN, "

@@ -403,3 +403,27 @@ def test_every_reading_command_has_a_json_document_with_its_documented_keys(
     for command, keys in commands.items():
         done = cli(*command, "--format", "json", cwd=tmp_path)
         assert set(json.loads(done.stdout)) == keys, (command, done.stdout[:300], done.stderr)
+
+
+def test_a_target_named_default_is_the_database_every_command_uses(
+    database: str, tmp_path: Path
+) -> None:
+    """The manual says `dsn:` is the target named default; written as `targets.default`,
+    check, explain and run --once all said there was no database to check (from the
+    newcomer's review)."""
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "one.sql").write_text("-- description: one row\nSELECT 1 AS id\n")
+    config = tmp_path / "invmon.yaml"
+    config.write_text(
+        f"invariants: invariants\nstate:\n  path: state.db\n"
+        f"targets:\n  default:\n    dsn: {database}\n    allow_privileged_role: true\n"
+    )
+    checked = cli("check", "--config", str(config), "--format", "json")
+    assert checked.returncode == 1, checked.stderr
+    [result] = json.loads(checked.stdout)["results"]
+    assert (result["invariant"], result["status"], result["count"]) == ("one", "violated", 1)
+    explained = cli("explain", "--config", str(config))
+    assert explained.returncode == 0, explained.stderr
+    once = cli("run", "--once", "--config", str(config))
+    assert once.returncode == 1, once.stderr
