@@ -67,10 +67,10 @@ def json_safe(value: Any) -> JsonValue:
     """A value json.dumps accepts without losing meaning.
 
     Decimals become strings so money keeps its exact digits, written out as PostgreSQL
-    writes them (0.0000001, never 1E-7); timestamps become ISO 8601; intervals (read as
-    text: execute._Interval) stay as PostgreSQL wrote them, a timedelta as seconds; a
-    float's NaN and infinities their SQL spelling; bytes become base64; arrays keep their
-    structure, as json and jsonb values do where exact_json kept it.
+    writes them (0.0000001, never 1E-7); timestamps become ISO 8601, a timestamptz in UTC;
+    intervals (read as text: execute._Interval) stay as PostgreSQL wrote them, a timedelta
+    as seconds; a float's NaN and infinities their SQL spelling; bytes become base64;
+    arrays keep their structure, as json and jsonb values do where exact_json kept it.
     """
     if value is None or isinstance(value, bool | int | str):
         return value
@@ -82,6 +82,11 @@ def json_safe(value: Any) -> JsonValue:
         return value
     if isinstance(value, decimal.Decimal):
         return format(value, "f")
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        # A timestamptz is an instant: said in UTC, whatever the session's TimeZone, so a key
+        # and a message are the same from a database, a daemon (PGTZ) or a replica set to
+        # another zone. In the session's zone, one instant read as a new row and a gone one.
+        return value.astimezone(dt.UTC).isoformat()
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, dt.timedelta):

@@ -559,3 +559,18 @@ def test_a_fault_inside_invmon_is_that_run_s_error_and_the_others_still_run(
     [record] = [r for r in caplog.records if r.name == "invmon.runner"]
     assert record.getMessage().startswith("evaluating ids failed inside invmon: invmon could")
     assert "in load" in record.getMessage()  # the frames, down to the loader
+
+
+def test_a_timestamptz_reads_the_same_whatever_the_session_time_zone(database: str) -> None:
+    """From the message-truth review: keyed on a timestamptz, the database's TimeZone set
+    to Asia/Kathmandu between two runs made one unchanged row read as a new one and a gone
+    one (+05:45 against +00:00). An instant is said in UTC."""
+    name = conninfo_to_dict(database)["dbname"]
+    query = "SELECT '2026-01-01 00:00:00+00'::timestamptz AS at"
+    seen = []
+    for zone in ("UTC", "Asia/Kathmandu", "America/St_Johns"):
+        sql(database, f"ALTER DATABASE {name} SET timezone = '{zone}'")
+        with Runner(database, track_keys=10) as fresh:
+            result = fresh.run_one(invariant("at", query, key=("at",)))
+        seen.append((result.rows, sorted(result.keys)))
+    assert seen == [([{"at": "2026-01-01T00:00:00+00:00"}], ['["2026-01-01T00:00:00+00:00"]'])] * 3
