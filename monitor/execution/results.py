@@ -26,6 +26,8 @@ class RunResult:
     # for up to `track_keys` rows. Filled only when the runner tracks keys (the daemon).
     keys: dict[str, Any] = field(default_factory=dict)
     keys_complete: bool = True  # False when more rows offend than were brought back
+    # What its keys are made of (rows.keyed_by): the `key:` columns, or the whole row's.
+    keyed_by: str | None = None
     cut_values: int = 0  # values in `rows` the database cut to `cell_bytes`
     cell_bytes: int = 0
     rows_withheld: int = 0  # sample rows left out to keep the run within its byte budget

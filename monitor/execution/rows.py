@@ -127,6 +127,14 @@ def key_values(key: str) -> JsonValue:
         return key  # written by an older version, or not a key: shown as it is
 
 
+def keyed_by(key_columns: Sequence[str], columns: Sequence[str]) -> str:
+    """What offending_key makes its keys of: the key columns, else every column of the row.
+    Two runs whose keys are made alike can say which rows came and went; others cannot."""
+    if key_columns:
+        return json.dumps({"key": list(key_columns)}, ensure_ascii=False)
+    return json.dumps({"row": sorted(columns)}, ensure_ascii=False)
+
+
 def offending_key(row: dict[str, JsonValue], key_columns: Sequence[str]) -> str:
     """A stable identity for one offending row: its key columns, else the whole row."""
     if key_columns:

@@ -48,6 +48,7 @@ from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimit
 from monitor.execution.redaction import NO_REDACTION, Masker, Redaction
 from monitor.execution.replica import ReplicaStatus, read_replica_status
 from monitor.execution.results import RunResult
+from monitor.execution.rows import keyed_by
 from monitor.execution.temp_files import TEMP_FILE_LIMIT_HINT
 from monitor.fence.allowances import TRUST_NOTHING, Allowances
 from monitor.fence.role_check import RoleFacts, read_role
@@ -574,6 +575,7 @@ class Runner:
                     # Dropped (track_keys 0), the keys are complete only when none offend.
                     keys_complete=evaluation.keys_complete
                     and (bool(self.track_keys) or not evaluation.count),
+                    keyed_by=keyed_by(invariant.key, evaluation.columns),
                     cut_values=evaluation.cut_values,
                     cell_bytes=evaluation.cell_bytes,
                     rows_withheld=evaluation.rows_withheld,

@@ -134,6 +134,7 @@ class Observation:
     keys_complete: bool = True  # False when more rows offend than were tracked
     error: str | None = None
     unreachable: bool = False  # its target could not take the run (the target's incident)
+    keyed_by: str | None = None  # what its keys are made of; None: not said
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class OpenIncident:
     complete: bool | None = None
     # The count of the run that wrote `complete`; None: written by an earlier release.
     complete_count: int | None = None
+    keyed_by: str | None = None  # what its keys are made of; None: not recorded
 
     def knew_every_row(self) -> bool:
         """Whether its open keys are exactly the rows that offended at its last run: only
@@ -190,6 +192,9 @@ class Decision:
     # Still offending: their last_seen moves on, and a key this run fetched whole gets its
     # row as it is now (a message shows a key's stored row; it was the first run's forever).
     keys_seen: dict[str, Any] = field(default_factory=dict)  # key -> its row now, or None
+    # The keys are made another way than the open ones were: those are dropped, and
+    # `keys_appeared` holds the keys made anew (no row is said to come or go).
+    rekeyed: bool = False
     open_cannot_evaluate: bool = False
     resolve_cannot_evaluate: bool = False
     events: list[EventDraft] = field(default_factory=list)
@@ -246,6 +251,21 @@ def decide(
             events=events,
         )
 
+    if None not in (seen.keyed_by, state.violation.keyed_by) and (
+        seen.keyed_by != state.violation.keyed_by
+    ):
+        # The file's `key:` changed (or, without one, its columns): keys made one way say
+        # nothing of keys made the other, so no row is new or gone; said as "2 new, 2 gone"
+        # for rows that never changed. The keys are made again, and the root shows the count.
+        if state.violation.count != seen.count:
+            events.append(EventDraft("count_changed", "violation", {"count": seen.count}))
+        return Decision(
+            state,
+            keys_appeared=dict(seen.keys),
+            rekeyed=True,
+            resolve_cannot_evaluate=resolve_cannot,
+            events=events,
+        )
     known = state.violation.keys
     appeared = {k: v for k, v in seen.keys.items() if k not in known}
     # Keys beyond the tracked window may still offend, so "gone" is only claimed when the

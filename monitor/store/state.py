@@ -120,6 +120,7 @@ class StateStore(StateQueries):
             keys_complete=result.keys_complete,
             error=result.error,
             unreachable=result.unreachable,
+            keyed_by=result.keyed_by,
         )
         now = stamp(finished_at)
         with self._db.transaction() as tx:

@@ -82,13 +82,14 @@ def load_state(tx: Tx, invariant: str, now: str) -> tuple[InvariantState, int | 
 
 def open_incident(tx: Tx, invariant: str, kind: IncidentKind) -> OpenIncident | None:
     found = tx.rows(
-        "SELECT id, opened_at, last_count, last_complete, complete_count FROM incidents"
+        "SELECT id, opened_at, last_count, last_complete, complete_count, keyed_by"
+        " FROM incidents"
         " WHERE invariant = ? AND kind = ? AND resolved_at IS NULL",
         (invariant, kind),
     )
     if not found:
         return None
-    incident_id, opened_at, last_count, last_complete, complete_count = found[0]
+    incident_id, opened_at, last_count, last_complete, complete_count, keyed_by = found[0]
     keys = tx.rows(
         "SELECT offending_key FROM incident_keys WHERE incident_id = ? AND gone_at IS NULL",
         (incident_id,),
@@ -101,6 +102,7 @@ def open_incident(tx: Tx, invariant: str, kind: IncidentKind) -> OpenIncident | 
         None if last_count is None else int(last_count),
         None if last_complete is None else bool(last_complete),
         None if complete_count is None else int(complete_count),
+        None if keyed_by is None else str(keyed_by),
     )
 
 
@@ -185,7 +187,7 @@ def insert_incident(
     [(incident_id,)] = tx.rows(
         "INSERT INTO incidents (invariant, kind, opened_at, first_count, last_count,"
         " last_seen_at, detail, context_json, opening_json, target, last_complete,"
-        " complete_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        " complete_count, keyed_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (
             invariant,
             kind,
@@ -199,6 +201,7 @@ def insert_incident(
             target,
             None if opening is None else int(opening.keys_complete),
             None if opening is None else count,
+            None if opening is None else opening.keyed_by,
         ),
     )
     return int(incident_id)
@@ -255,9 +258,18 @@ def apply(
             # evaluated nothing, so the last count and when it was seen stay.
             tx.run(
                 "UPDATE incidents SET last_count = ?, last_seen_at = ?, last_complete = ?,"
-                " complete_count = ? WHERE id = ?",
-                (result.count, now, int(result.keys_complete), result.count, violation.id),
+                " complete_count = ?, keyed_by = COALESCE(?, keyed_by) WHERE id = ?",
+                (
+                    result.count,
+                    now,
+                    int(result.keys_complete),
+                    result.count,
+                    result.keyed_by,
+                    violation.id,
+                ),
             )
+            if decision.rekeyed:  # made another way: made again below (keys_appeared)
+                tx.run("DELETE FROM incident_keys WHERE incident_id = ?", (violation.id,))
             for key in decision.keys_gone:
                 tx.run(
                     "UPDATE incident_keys SET gone_at = ? WHERE incident_id = ?"

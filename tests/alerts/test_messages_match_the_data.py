@@ -249,3 +249,36 @@ def test_the_root_shows_the_live_count_when_no_row_is_known_to_come_or_go(
     assert tables == ["```k  n\n1  3\n2  4```"]  # the rows the database holds now
     assert len(fake.thread(root)) == replies  # the root changed; the thread did not
     assert [e.kind for e in world.store.events("nk")] == ["opened", "count_changed"]
+
+
+def test_a_key_edited_while_open_says_no_row_came_or_went(world: World) -> None:
+    """From the SRE review: `key: [id]` edited to `key: [id, note]` while rows 1 and 2
+    offended posted "2 new offending rows" and "2 rows no longer offend": nothing in
+    the data had changed. The keys are made again, silently; later changes are told."""
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        try:
+            script(world, daemon, 0)  # rows 1 and 2 offend
+            settle(daemon, world.clock, "opened")
+            [root] = fake.roots()
+            replies = len(fake.thread(root))
+            path = world.folder / "bad_items.sql"
+            path.write_text(path.read_text().replace("-- key: [id]", "-- key: [id, note]"))
+            daemon.reload()
+            world.clock.advance(60)
+            daemon.evaluate("bad_items")
+            settle(daemon, world.clock, "re-keyed")
+            assert len(fake.thread(root)) == replies
+            [incident] = world.store.open_incidents()
+            keys = {k.key for k in world.store.incident_keys(incident.id) if k.gone_at is None}
+            assert keys == {'[1, "item 1"]', '[2, "item 2"]'}
+            script(world, daemon, 1)  # rows 2 and 3: 3 is new, 1 is gone
+            settle(daemon, world.clock, "changed")
+        finally:
+            daemon.databases.close()
+    told = [(e.kind, e.payload.get("keys")) for e in world.store.events("bad_items")]
+    assert told == [
+        ("opened", ["[1]", "[2]"]),
+        ("keys_appeared", ['[3, "item 3"]']),
+        ("keys_gone", ['[1, "item 1"]']),
+    ]
