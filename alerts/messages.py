@@ -17,7 +17,7 @@ from monitor.clock import shown
 from monitor.durations import human_duration
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.store.incidents import EventKind, retired_reason, while_open
-from monitor.text import counted, cut, shown_value
+from monitor.text import counted, cut, cut_distinct, shown_text, shown_value
 
 SECTION_LIMIT = 3000
 HEADER_LIMIT = 150
@@ -25,6 +25,8 @@ TEXT_LIMIT = 300  # the notification text; the blocks carry the detail
 CELL_WIDTH = 24
 TABLE_WIDTH = 110
 MAX_KEYS_LISTED = 20
+KEY_WIDTH = 80  # one key in a reply, before escaping
+KEYS_BUDGET = SECTION_LIMIT - 400  # one reply's list of keys, as Slack receives it
 
 SEVERITY_MARK = {"critical": "🔴 CRITICAL", "warning": "🟠 WARNING", "info": "🔵 INFO"}
 
@@ -72,7 +74,9 @@ def slack_date(moment: datetime) -> str:
 
 
 def _cell(value: Any) -> str:
-    return cut(shown_value(value).replace("`", "'"), CELL_WIDTH)
+    # A backtick would end the code block: written as its escape (shown_value), and a value
+    # cut to the width ends with a digest, so no two values of a column look alike.
+    return cut_distinct(shown_value(value, escaped="`"), CELL_WIDTH)
 
 
 def rows_table(columns: Sequence[str], rows: Sequence[dict[str, Any]], total: int | None) -> str:
@@ -326,16 +330,30 @@ def _actions(view: IncidentView) -> dict[str, Any]:
     }
 
 
-def _keys(keys: Sequence[str]) -> str:
-    listed = ", ".join(f"`{cut(k, 80).replace('`', chr(39))}`" for k in keys[:MAX_KEYS_LISTED])
-    more = len(keys) - MAX_KEYS_LISTED
-    return escape(listed) + (f" and {more:,} more" if more > 0 else "")
+def _keys(keys: Sequence[str], budget: int) -> str:
+    """Keys in inline code, as many as fit `budget` characters as Slack receives them (an
+    escaped `<` is four long), then how many more: cut after escaping, a long list lost the
+    end of its reply, and another part of it. Each key as its rows are shown (a backtick or
+    a hidden character as its escape, a long one cut with a digest), so none looks like
+    another."""
+    listed: list[str] = []
+    used = 0
+    for key in keys[:MAX_KEYS_LISTED]:
+        item = escape(f"`{cut_distinct(shown_text(key, escaped='`'), KEY_WIDTH)}`")
+        if listed and used + len(item) + 2 > budget:
+            break
+        listed.append(item)
+        used += len(item) + 2
+    more = len(keys) - len(listed)
+    return ", ".join(listed) + (f" and {more:,} more" if more > 0 else "")
 
 
-def reply_message(kind: EventKind, payload: dict[str, Any], view: IncidentView) -> Message:
+def reply_message(
+    kind: EventKind, payload: dict[str, Any], view: IncidentView, key_budget: int = KEYS_BUDGET
+) -> Message:
     """A thread reply for an event after the opening: one wording for each kind in
     FOLLOWING_EVENTS (a test holds the table to that set)."""
-    text = reply_wording(payload, view)[kind]
+    text = reply_wording(payload, view, key_budget)[kind]
     return Message(cut(text, TEXT_LIMIT), [_section(text)])
 
 
@@ -345,7 +363,9 @@ TRACKED_ONLY = (
 )
 
 
-def reply_wording(payload: dict[str, Any], view: IncidentView) -> dict[EventKind, str]:
+def reply_wording(
+    payload: dict[str, Any], view: IncidentView, key_budget: int = KEYS_BUDGET
+) -> dict[EventKind, str]:
     """Slack's wording table, keyed by event kind, for one event's payload."""
     count = payload.get("count")
     total = "" if count is None else f" (now {count:,} in total)"
@@ -358,10 +378,10 @@ def reply_wording(payload: dict[str, Any], view: IncidentView) -> dict[EventKind
     beyond = "" if payload.get("complete", True) else TRACKED_ONLY
     return {
         "keys_appeared": f"➕ {bound}{counted(len(keys), 'new offending row')}{total}{beyond}: "
-        f"{_keys(keys)}",
+        f"{_keys(keys, key_budget)}",
         "keys_gone": f"➖ {bound}{counted(len(keys), 'row')} no longer "
         f"{'offends' if len(keys) == 1 and not bound else 'offend'}{total}{beyond}: "
-        f"{_keys(keys)}",
+        f"{_keys(keys, key_budget)}",
         "resolved": f"✅ Closed after {took}: {reason}; it is no longer evaluated."
         if reason
         else f"✅ Resolved after {took}: the query returns no rows.",

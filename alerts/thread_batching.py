@@ -137,12 +137,16 @@ def changes_message(payload: dict[str, Any], view: IncidentView) -> Message:
         ("keys_appeared", "appeared"),
         ("keys_gone", "gone"),
     )
+    # Each part its share of the section, so that a long list of new rows never pushes
+    # the rows that went out of the reply.
+    parts = sum(1 for _, field in changed if payload.get(field))
+    budget = (SECTION_LIMIT - len(head) - 400) // max(parts, 1)
     for kind, field in changed:
         keys = payload.get(field)
         if keys:
             # The lone-change wording, without its total (said once, above).
             wording = {"keys": list(keys), "complete": payload.get("complete", True)}
-            part = reply_message(kind, wording, view)
+            part = reply_message(kind, wording, view, budget)
             lines.append(str(part.blocks[0]["text"]["text"]))
     if len(lines) == 1:
         lines.append("No net change: the same rows offend as at the previous reply.")

@@ -3,6 +3,7 @@ that could forge a log line or move a terminal's cursor, and no unbounded echo o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import unicodedata
@@ -46,18 +47,32 @@ def _hidden(ch: str) -> bool:
     return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")
 
 
-def shown_value(value: Any) -> str:
+def shown_value(value: Any, escaped: str = "") -> str:
     """A row's value as one line of text that no other value shows as: NULL is NULL_MARK; a
     string is itself when that is unambiguous, else its JSON literal (`""`, `" a"`, `"∅"`,
     `"a  b"`, `"a\\nb"`); any other value its JSON; a hidden character (above) is always
-    written as its escape, `\\u202e`. One rule for every table: Slack's, the command
-    line's, the status page's."""
+    written as its escape, `\\u202e`, and so is each of `escaped` (a backtick, where the
+    text goes in Slack's code: replaced by a quote, ``a`b`` showed as `a'b` did). One rule
+    for every table: Slack's, the command line's, the status page's."""
     if value is None:
         return NULL_MARK
-    if isinstance(value, str) and _plain(value):
+    if isinstance(value, str) and _plain(value) and not any(c in escaped for c in value):
         return value
-    text = json.dumps(value, ensure_ascii=False)
-    return "".join(f"\\u{ord(ch):04x}" if _hidden(ch) else ch for ch in text)
+    return shown_text(json.dumps(value, ensure_ascii=False), escaped)
+
+
+def shown_text(text: str, escaped: str = "") -> str:
+    """`text` with each hidden character, and each of `escaped`, written as its escape."""
+    return "".join(f"\\u{ord(ch):04x}" if _hidden(ch) or ch in escaped else ch for ch in text)
+
+
+def cut_distinct(text: str, width: int) -> str:
+    """`text` in at most `width` characters; one longer is cut and ends with a digest of the
+    whole, so that two values that differ past the cut never show alike."""
+    if len(text) <= width:
+        return text
+    digest = hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()[:8]
+    return f"{text[: width - 10]}…#{digest}"
 
 
 def _plain(text: str) -> bool:

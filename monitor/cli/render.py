@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections import Counter
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from monitor.clock import shown
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.problems import Problem
-from monitor.text import counted, printable, shown_value
+from monitor.text import counted, cut_distinct, printable, shown_value
 
 if TYPE_CHECKING:  # for the annotations only: `lint` renders without the store's records
     from monitor.execution.results import RunResult
@@ -89,7 +88,7 @@ def _cell(value: Any, width: int = _CELL_WIDTH, of_a_row: bool = False) -> str:
     another value), or one of invmon's own (a name, a status, a time) on one line; either
     way no escape sequence reaches the terminal."""
     if of_a_row:
-        return _row_cell(shown_value(value), max(width, _ROW_CELL_WIDTH))
+        return cut_distinct(shown_value(value), max(width, _ROW_CELL_WIDTH))
     # invmon's own times are shown to the second; the JSON output keeps them whole.
     stamp = _ISO_TIMESTAMP.match(value) if isinstance(value, str) else None
     if stamp:
@@ -105,13 +104,6 @@ _NAME_WIDTH = 100  # names are what a reader copies into the next command: cut o
 # that looks like one as its text); one longer than this is cut, and then ends with a digest
 # of the whole, so that two values that differ past the cut never show alike.
 _ROW_CELL_WIDTH = 40
-
-
-def _row_cell(text: str, width: int) -> str:
-    if len(text) <= width:
-        return text
-    digest = hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()[:8]
-    return f"{text[: width - 10]}…#{digest}"
 
 
 def text_table(

@@ -17,9 +17,12 @@ from alerts.messages import (
     digest_message,
     reply_message,
     root_message,
+    rows_table,
 )
+from alerts.thread_batching import changes_message
 
 NOW = datetime(2026, 5, 1, 9, 30, tzinfo=UTC)
+VIEW = IncidentView(4, "shop/paid_twice", "violation", opened_at=NOW - timedelta(hours=1))
 
 
 def wide_rows(count: int) -> tuple[list[str], list[dict[str, object]]]:
@@ -216,3 +219,50 @@ def test_a_closed_root_no_longer_says_the_trouble_is_still_there() -> None:
         )
         assert "again" in said or "lifted" in said, (kind, said)
         assert "not being evaluated" not in said and "is not scheduled" not in said, kind
+
+
+def test_a_long_change_reply_keeps_its_gone_rows_whatever_the_new_ones_take() -> None:
+    """From the message-truth review: 20 new keys of 100 `<` each (escaped, 400 characters
+    apiece) filled the section, and the reply lost its "no longer offend" part entirely,
+    cut mid-entity with no "and N more"."""
+    appeared = [json.dumps(["<" * 100 + str(n)]) for n in range(20)]
+    payload = {
+        "changes": 1,
+        "count": 20,
+        "appeared": appeared,
+        "gone": ['["plain-gone"]'],
+        "complete": True,
+    }
+    text = changes_message(payload, VIEW).blocks[0]["text"]["text"]
+    assert len(text) <= SECTION_LIMIT
+    assert text.endswith('➖ 1 row no longer offends: `["plain-gone"]`')
+    assert "➕ 20 new offending rows: " in text
+    listed = text.count("…#")  # each new key is cut to 80 characters, with a digest
+    assert 0 < listed < 20 and f"and {20 - listed} more" in text
+    assert "&lt…" not in text and "&l…" not in text  # never cut inside an entity
+
+
+def test_keys_and_cells_that_differ_never_show_alike() -> None:
+    """A backtick shown as a quote, a cut at a fixed width and a bidi override shown raw:
+    keys `a`b` and `a'b`, two long keys differing at the end, and a reversed key looked
+    alike, or looked like something else."""
+    keys = [
+        '["a`b"]',
+        '["a\'b"]',
+        json.dumps(["x" * 100 + "END1"]),
+        json.dumps(["x" * 100 + "END2"]),
+    ]
+    shown = reply_message("keys_appeared", {"keys": keys, "count": 4}, VIEW).blocks[0]["text"][
+        "text"
+    ]
+    items = shown.split(": ", 1)[1].split(", ")
+    assert len(set(items)) == 4
+    assert items[0] == '`["a\\u0060b"]`' and items[1] == '`["a\'b"]`'
+    rtl = reply_message("keys_gone", {"keys": ['["ab\u202ecd"]'], "count": 1}, VIEW)
+    assert "\u202e" not in rtl.blocks[0]["text"]["text"]
+    assert '`["ab\\u202ecd"]`' in rtl.blocks[0]["text"]["text"]
+    table = rows_table(
+        ["v"], [{"v": "a`b"}, {"v": "a'b"}, {"v": "y" * 30 + "1"}, {"v": "y" * 30 + "2"}], 4
+    )
+    lines = table.strip("`").splitlines()[1:]
+    assert len(set(lines)) == 4 and "a'b" in lines and '"a\\u0060b"' in lines
