@@ -80,7 +80,8 @@ def _keys(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str, str, 
         elif mapping is not None:
             yield from _keys(mapping, key + ".NAME.")
         else:
-            yield key, _type_name(info.annotation), _default(info), comments.get(name, "")
+            kind = _type_name(info.annotation) + _bounds(info)
+            yield key, kind, _default(info), comments.get(name, "")
 
 
 def _model_of(info: FieldInfo) -> type[BaseModel] | None:
@@ -101,7 +102,33 @@ def _mapped_model(info: FieldInfo) -> type[BaseModel] | None:
 def _type_name(kind: Any) -> str:
     text = kind.__name__ if isinstance(kind, type) else str(kind)
     text = re.sub(r"\b(typing|datetime|pathlib|monitor\.[\w.]+)\.", "", text)
+    # Literal['text', 'json']: the words the key takes, as a reader writes them (text/json).
+    text = re.sub(
+        r"Literal\[([^\]]*)\]",
+        lambda m: "/".join(w.strip(" '\"") for w in m.group(1).split(",")),
+        text,
+    )
     return text.replace("timedelta", "duration").replace("NoneType", "null")
+
+
+def _bounds(info: FieldInfo) -> str:
+    """The range a number must be in, as its Field says (`ge=1, le=64`: ` (1 to 64)`): the
+    config refuses a value outside it, so the reference says it."""
+    said = {}
+    for rule in info.metadata:
+        for name in ("ge", "gt", "le", "lt"):
+            value = getattr(rule, name, None)
+            if value is not None:
+                said[name] = value
+    low = f"{said['ge']}" if "ge" in said else f"above {said['gt']}" if "gt" in said else None
+    high = f"{said['le']}" if "le" in said else f"below {said['lt']}" if "lt" in said else None
+    if low and high:
+        return f" ({low} to {high})"
+    if low:
+        return f" (at least {low})" if "ge" in said else f" ({low})"
+    if high:
+        return f" (at most {high})" if "le" in said else f" ({high})"
+    return ""
 
 
 def _default(info: FieldInfo) -> str:

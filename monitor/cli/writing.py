@@ -283,11 +283,19 @@ def init(directory: Path) -> None:
     kit = shipped_folder("deploy/ci", "monitor.ci_kit")
     roles = shipped_folder("deploy", "monitor.role_scripts")
     has_invariants = any((directory / "invariants").rglob("*.sql"))
-    write_planned(directory, repository(kit, roles, invmon_source(), has_invariants))
+    source = invmon_source()
+    write_planned(directory, repository(kit, roles, source, has_invariants))
     click.echo(
         "\nNext: put the production schema in db/schema.sql (the command is in the file), "
         "then `invmon lint` and `invmon test`; `invmon new NAME` starts the next invariant."
     )
+    if not source:
+        # Only a git install knows the commit it came from; the workflow would stop at once.
+        click.echo(
+            "The PR workflow installs invmon from the repository variable INVMON_SOURCE, "
+            "which this install cannot fill in: set it to a release, e.g. "
+            "'invariant-monitor @ git+https://github.com/your-org/invmon@vX.Y.Z'."
+        )
 
 
 @click.command()

@@ -179,7 +179,7 @@ class HttpConfig(Model):
 class LogConfig(Model):
     # Log lines on stderr as text, or as one JSON object a line.
     format: Literal["text", "json"] = "text"
-    # The least severe log level written.
+    # The least severe log level written, in any case (`info` is INFO).
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("level", mode="before")
@@ -357,7 +357,8 @@ class TargetConfig(Model):
     channel: str | None = None  # its incidents' default channel (a file's own wins)
     owner: str | None = None  # its invariants' default owner
     schema_path: Path | None = Field(default=None, alias="schema")  # for lint and test
-    # `database.temp_file_limit` for this target (null here too: the session's own).
+    # `database.temp_file_limit` for this target. Left out, the database section's
+    # applies; written as null, the session's own setting.
     temp_file_limit: str | None = None
     # `database.allow_privileged_role` for this target: the role it connects as may be one
     # that can change the database (see DatabaseConfig).

@@ -220,6 +220,8 @@ def _describe(split: SplitFile, error: Any, first: int) -> tuple[int, str]:
     if error["type"] == "missing":
         return line, f"header key {field!r} is required"
     reason = str(error["msg"]).removeprefix("Value error, ")
+    if ", got " in reason or "(got " in reason:  # the reason quotes what it was given
+        return line, f"header key {field!r}: {reason}"
     return line, f"header key {field!r}: {reason} (got {shorten(error.get('input'), 60)})"
 
 

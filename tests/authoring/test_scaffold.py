@@ -20,6 +20,12 @@ def test_init_makes_a_repository_whose_checks_pass_as_written(
 ) -> None:
     made = cli("init", str(tmp_path))
     assert made.returncode == 0
+    # An editable install knows no commit to install from: the workflow would stop at once.
+    assert made.stdout.rstrip().endswith(
+        "The PR workflow installs invmon from the repository variable INVMON_SOURCE, which "
+        "this install cannot fill in: set it to a release, e.g. "
+        "'invariant-monitor @ git+https://github.com/your-org/invmon@vX.Y.Z'."
+    )
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
         ".github/CODEOWNERS",
         ".github/pull_request_template.md",

@@ -248,3 +248,11 @@ def test_lint_refuses_a_nul_byte_at_its_path_and_line(tmp_path: Path) -> None:
 def test_the_fence_refuses_a_text_with_a_nul_byte_wherever_it_comes_from() -> None:
     [problem] = analyze("SELECT 1 AS x\n\0; SELECT pg_sleep(10)").problems
     assert (problem.line, problem.message) == (2, NUL_MESSAGE)
+
+
+def test_a_message_that_quotes_the_value_does_not_quote_it_twice(tmp_path: Path) -> None:
+    write(tmp_path, "x.sql", "-- description: x\n-- schedule: every 0s\nSELECT 1 AS a\n")
+    [problem] = load_directory(tmp_path).problems
+    assert problem.message == (
+        "header key 'schedule': a duration must be positive and under 100 years, got '0s'"
+    )
