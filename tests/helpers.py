@@ -187,6 +187,18 @@ def require_libxml(dsn: str) -> None:
             pytest.skip("this server is built without libxml")
 
 
+def lock_waits(dsn: str, application: str) -> int:
+    """How many sessions of `application` (a LIKE pattern: `invmon:bad_rows`,
+    `invmon-state`) wait for a lock now, in the database `dsn` names only."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        [(n,)] = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s"
+            " AND datname = current_database() AND wait_event_type = 'Lock'",
+            (application,),
+        ).fetchall()
+    return int(n)
+
+
 def active_runs(dsn: str, invariant: str = "%", query: str = "%") -> int:
     """How many of invmon's runs (of `invariant`, whose text is like `query`) are active in
     the database `dsn` names now. Only that database: pg_stat_activity is the whole

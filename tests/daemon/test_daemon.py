@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from builders import build_daemon, daemon_config
-from helpers import PRIVILEGED, FakeClock, items_table, sql, wait_for
+from helpers import PRIVILEGED, FakeClock, items_table, lock_waits, sql, wait_for
 
 from monitor.clock import Clock, utc_now
 from monitor.config import DaemonConfig
@@ -291,18 +291,14 @@ def test_shutdown_cancels_queries_still_running_after_the_grace_period(
     )
     daemon = build_daemon(config, dsn, store)
 
-    def waiting_on_lock() -> bool:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            found = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'invmon:bad_rows'"
-                " AND wait_event_type = 'Lock' AND datname = current_database()"
-            ).fetchone()
-        return found == (1,)
-
     with psycopg.connect(dsn) as holder:
         holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
         daemon.start()
-        wait_for(waiting_on_lock, 10, "the first run to block on the lock")
+        wait_for(
+            lambda: lock_waits(dsn, "invmon:bad_rows") == 1,
+            10,
+            "the first run to block on the lock",
+        )
         # Without the cancel, this run would wait an hour for the lock.
         daemon.request_stop()
         daemon.shutdown()

@@ -157,6 +157,16 @@ def test_an_event_kind_or_delivery_state_this_version_does_not_know_is_an_error(
         delivery_state("sent")
 
 
+def _told(store: StateStore, runs: list[RunResult]) -> list[list[tuple[str, object, object]]]:
+    """The events each run that wrote any wrote, a minute apart: (kind, keys, complete)."""
+    opened = datetime(2026, 1, 1, tzinfo=UTC)
+    return [
+        [(e.kind, e.payload["keys"], e.payload["complete"]) for e in found]
+        for n, run in enumerate(runs)
+        if (found := store.record_run("jobs", run, opened + timedelta(minutes=n)))
+    ]
+
+
 def _keys_run(keys: list[int], count: int) -> RunResult:
     """A violated run that brought back the keys of its first `keys` rows, of `count`."""
     rows = [{"id": k} for k in keys]
@@ -177,14 +187,8 @@ def test_a_row_untracked_through_an_incomplete_run_is_never_called_new(
     are tracked, and new); then 5 and 6 offend. Row 5 offended at the run before, beyond
     the tracked keys: it is not new, though the open keys (1 to 4, since the incomplete run
     could not say 1 and 2 went) outnumber the rows that run counted."""
-    opened = datetime(2026, 1, 1, tzinfo=UTC)
     runs = [_keys_run([1, 2], 2), _keys_run([3, 4], 3), _keys_run([5, 6], 2)]
-    events = [
-        [(e.kind, e.payload["keys"], e.payload["complete"]) for e in found]
-        for n, run in enumerate(runs)
-        if (found := store.record_run("jobs", run, opened + timedelta(minutes=n)))
-    ]
-    assert events == [
+    assert _told(store, runs) == [
         [("opened", ["[1]", "[2]"], True)],
         [("keys_appeared", ["[3]", "[4]"], False)],
         [("keys_gone", ["[1]", "[2]", "[3]", "[4]"], False)],
@@ -221,19 +225,13 @@ def test_a_key_repeated_over_several_rows_still_tells_new_and_gone_rows(
     """From the message-truth review: keyed on `k`, rows (1, a), (1, b) and (2, c) offend.
     Key 3 arrived and no reply said so; key 2 went and the reply blamed daemon.track_keys,
     since three rows outnumbered two keys though every row's key had been read."""
-    opened = datetime(2026, 1, 1, tzinfo=UTC)
 
     def run(keys: list[int], count: int) -> RunResult:
         found = {f"[{k}]": {"k": k} for k in keys}
         return RunResult.counted("jobs", count, ["k"], [], keys=found, keys_complete=True)
 
     runs = [run([1, 2], 3), run([1, 2, 3], 4), run([1, 3], 3)]
-    events = [
-        [(e.kind, e.payload["keys"], e.payload["complete"]) for e in found]
-        for n, each in enumerate(runs)
-        if (found := store.record_run("jobs", each, opened + timedelta(minutes=n)))
-    ]
-    assert events == [
+    assert _told(store, runs) == [
         [("opened", ["[1]", "[2]"], True)],
         [("keys_appeared", ["[3]"], True)],
         [("keys_gone", ["[2]"], True)],

@@ -17,7 +17,15 @@ import psycopg
 import pytest
 from builders import process_config, slack_to
 from fake_slack import FakeSlack
-from helpers import cli, http_get, items_table, listening_url, start_daemon, wait_for
+from helpers import (
+    cli,
+    http_get,
+    items_table,
+    listening_url,
+    lock_waits,
+    start_daemon,
+    wait_for,
+)
 from scenario import World, script, settle
 
 from alerts.alerter import summary_group
@@ -605,16 +613,6 @@ def test_a_retired_invariant_s_page_says_retired_not_violated(store: StateStore)
     )
 
 
-def _waiting_on_a_lock(dsn: str, application_name: str) -> bool:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        found = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE application_name = %s AND wait_event_type = 'Lock'",
-            (application_name,),
-        ).fetchone()
-    return bool(found and found[0])
-
-
 def test_a_run_in_flight_when_its_file_is_removed_is_not_stored(world: World) -> None:
     """From an SRE's review: the run under way when SIGHUP retired the incident finished two
     seconds later, was stored, and opened a new incident (with its Slack root) for an
@@ -634,7 +632,7 @@ def test_a_run_in_flight_when_its_file_is_removed_is_not_stored(world: World) ->
                 with ThreadPoolExecutor(1) as pool:
                     run = pool.submit(daemon.evaluate, "bad_items")
                     wait_for(
-                        lambda: _waiting_on_a_lock(world.dsn, "invmon:bad_items"),
+                        lambda: lock_waits(world.dsn, "invmon:bad_items") == 1,
                         10,
                         "the run waiting on the lock",
                     )

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from builders import build_daemon, daemon_config
 from freezing_proxy import FreezingProxy
-from helpers import FakeClock, invariant, stopped, wait_for
+from helpers import FakeClock, invariant, lock_waits, stopped, wait_for
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from monitor.authoring.pgtemp import scratch_database
@@ -132,7 +132,11 @@ def test_a_peer_stopped_inside_a_transaction_loses_its_session_and_frees_its_loc
             assert locked.wait(timeout=30)
             waiting = pool.submit(waiter)
             # It does wait on the peer's lock (not before the peer took it, nor past it) ...
-            wait_for(lambda: lock_waits(store_dsn) or None, 30, "the waiter to wait on the lock")
+            wait_for(
+                lambda: lock_waits(store_dsn, "invmon-state") or None,
+                30,
+                "the waiter to wait on the lock",
+            )
             # ... and gets it while the peer is still stopped: the server ended the peer.
             assert waiting.result(timeout=30) == (0, 0, None)
             assert not let_go.is_set()
@@ -144,16 +148,6 @@ def test_a_peer_stopped_inside_a_transaction_loses_its_session_and_frees_its_loc
     assert not thread.is_alive()
     [error] = peer_error
     assert "idle-in-transaction timeout" in str(error)
-
-
-def lock_waits(dsn: str) -> int:
-    """How many of the store's connections wait for a lock now."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        [(n,)] = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'invmon-state'"
-            " AND datname = current_database() AND wait_event_type = 'Lock'"
-        ).fetchall()
-    return int(n)
 
 
 def test_a_healthy_transaction_is_never_cut_however_long_and_its_waiters_wait_for_it(
