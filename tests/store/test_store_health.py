@@ -286,10 +286,14 @@ def test_a_scrape_reads_the_store_once_and_never_waits_on_it_past_its_bound(
     before = len(reads)
     scrape()
     assert len(reads) == before + 1  # one read for the whole page
+    scraped.observe_deliveries({"SENT": 15}, 0)  # the alerts turn's last counts
+    assert 'invmon_deliveries{state="SENT"} 15.0' in scrape()
     ok[0] = False  # the store failing: not asked at all
     failing = scrape()
     assert "invmon_state_store_ok 0.0" in failing and "invmon_open_incidents NaN" in failing
-    assert len(reads) == before + 1
+    assert len(reads) == before + 2
+    # The ledger's counts are the store's too: not passed off as current (an SRE's review).
+    assert 'invmon_deliveries{state="SENT"} NaN' in failing
 
 
 def test_the_store_working_again_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
