@@ -293,6 +293,20 @@ class Alerter:
         incident = self.store.incident(event.incident_id)
         return incident is not None and is_quiet(incident, now)
 
+    def count_moved(self, incident_id: int, invariant: str, seen_at: str) -> None:
+        """Queue the root's update after a run whose count moved with nothing else to say:
+        no row known to come or go (a key shared by several rows, a file without `key:` past
+        its sample, rows past daemon.track_keys, keys made again after an edit). The root
+        shows the live count and rows; the thread says nothing. No event: one for each such
+        run filled the pages' event lists, and a daemon of the previous release reads the
+        events and knows no new kind. `seen_at` (the run's stamp) keys the update."""
+        now = self.clock()
+        with self.store.storage.transaction() as tx:
+            for channel in self.roots.channels(tx, incident_id):
+                key = delivery_key(incident_id, "count", seen_at, channel)
+                spec = Spec("update_root", key, True, {"kind": "count"})
+                self.planned.enqueue(tx, None, invariant, incident_id, channel, [spec], now)
+
     def after_action(self, tx: Tx, incident: Incident, action_id: int) -> None:
         """Queue the root message's update after an ack, unack or snooze (same transaction)."""
         now = self.clock()

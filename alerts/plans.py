@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from monitor.store.incidents import OPENING_EVENTS, ROOT_ONLY_EVENTS
+from monitor.store.incidents import OPENING_EVENTS
 from monitor.store.records import StoredEvent
 
 Action = Literal[
@@ -59,10 +59,10 @@ def plan_event(event: StoredEvent, channel: str) -> list[Spec]:
         if event.kind == "opened":
             specs.append(Spec("upload_csv", delivery_key(*base, "csv"), True, payload))
         return specs
-    update = Spec("update_root", delivery_key(*base, "update"), True, payload)
-    if event.kind in ROOT_ONLY_EVENTS:
-        return [update]
-    return [Spec("post_reply", delivery_key(*base, "reply"), True, payload), update]
+    return [
+        Spec("post_reply", delivery_key(*base, "reply"), True, payload),
+        Spec("update_root", delivery_key(*base, "update"), True, payload),
+    ]
 
 
 def summary_spec(channel: str, day: str, groups: dict[str, list[int]]) -> Spec:

@@ -15,7 +15,6 @@ from alerts.bursts import Decision
 from alerts.observed import DeliveryMetrics
 from monitor.clock import Clock
 from monitor.execution.rows import key_values
-from monitor.store.incidents import ROOT_ONLY_EVENTS
 from monitor.store.records import StoredEvent
 from monitor.store.state import StateStore
 from monitor.store.store_health import StoreHealth
@@ -72,9 +71,7 @@ class DeliveryPump:
             # Where its root goes and which rule chose it, so a misrouted alert can be
             # explained from the log alone (alerts/routing.py).
             route = self.alerter.route(self.store.incident(event.incident_id), event.invariant)
-            # A count that moved (a root's edit, no message) at every run is no warning.
-            log.log(
-                logging.INFO if event.kind in ROOT_ONLY_EVENTS else logging.WARNING,
+            log.warning(
                 "event %s: %s",
                 event.kind,
                 event.invariant,

@@ -99,6 +99,11 @@ class SocketModeReceiver:
                 self._stopped.wait(wait)
                 wait = min(wait * 2, LAST_RETRY)
                 continue
+            if self._stopped.is_set():
+                # Connected after stop() gave up waiting and closed the client: a session
+                # left open would take Slack's clicks and answer none of them.
+                self.client.close()
+                return
             with self._lock:
                 self._failure = None
             log.info("Socket Mode connected")

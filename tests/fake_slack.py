@@ -115,6 +115,9 @@ class FakeSlack:
         self.usergroups: dict[str, list[str]] = {}
         self.socket_url: str | None = None  # what apps.connections.open hands out
         self.scripted: dict[str, list[str]] = {}  # method -> faults for its next calls
+        # method -> an Event its calls wait for (up to 30 s) before answering: a Slack that
+        # answers late, released by the test when it chooses.
+        self.gates: dict[str, threading.Event] = {}
         self.archived: set[str] = set()  # channel ids: listed no more, info says archived
         # Channel ids the bot is not a member of: conversations.info answers as ever, a post
         # is refused with not_in_channel (a public channel without chat:write.public).
@@ -454,6 +457,9 @@ class FakeSlack:
                     )
                 if fault == "slow":
                     time.sleep(0.05)
+                gate = fake.gates.get(method)
+                if gate is not None:
+                    gate.wait(30)
                 with fake.lock:
                     answer = fake._strip(method, fake.call(method, args))
                 if fault == "error_500_applied":

@@ -16,6 +16,7 @@ from websockets.sync.server import ServerConnection, serve
 class FakeSocketMode:
     def __init__(self) -> None:
         self.connections = 0
+        self._open = 0  # sessions not ended yet
         self.acks: list[str] = []
         self._outbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._lock = threading.Lock()
@@ -51,9 +52,21 @@ class FakeSocketMode:
         """Ask the client to reconnect, as Slack does every few hours."""
         self._outbox.put({"type": "disconnect", "reason": "refresh_requested"})
 
+    def open_connections(self) -> int:
+        with self._lock:
+            return self._open
+
     def _session(self, websocket: ServerConnection) -> None:
         with self._lock:
             self.connections += 1
+            self._open += 1
+        try:
+            self._serve(websocket)
+        finally:
+            with self._lock:
+                self._open -= 1
+
+    def _serve(self, websocket: ServerConnection) -> None:
         websocket.send(
             json.dumps(
                 {"type": "hello", "num_connections": 1, "connection_info": {"app_id": "AFAKE"}}

@@ -103,7 +103,7 @@ class Daemon:
             lambda: store.counts(clock()), lambda: self.store_health.problem is None
         )
         services = Services(store, store_health, self.metrics, clock)
-        self.evaluator = Evaluator(databases, config.daemon, services)
+        self.evaluator = Evaluator(databases, config.daemon, services, alerter.count_moved)
         self.pump = DeliveryPump(
             alerter,
             store,

@@ -8,10 +8,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from monitor.clock import stamp
 from monitor.config import DaemonConfig, Target
 from monitor.daemon.databases import Databases
 from monitor.daemon.services import Services
@@ -44,8 +45,12 @@ class Evaluator:
         databases: Databases,
         settings: DaemonConfig,
         services: Services,
+        count_moved: Callable[[int, str, str], None] = lambda *_: None,
     ) -> None:
         self.databases = databases
+        # Alerting's (Alerter.count_moved): the root of a violation whose count moved with
+        # no event of its own to edit it.
+        self.count_moved = count_moved
         self.settings = settings
         self.store, self.health = services.store, services.health
         self.metrics, self.clock = services.metrics, services.clock
@@ -65,7 +70,10 @@ class Evaluator:
             if reason is not None and not (closed and self._silent(inv)):
                 self.quarantine(inv, reason)
         events: list[StoredEvent] = []
+        before = None
         with self.health.guard(f"recording a run of {inv.name}"):
+            if result.status == "violated":
+                before = self.store.open_violation(inv.name)
             try:
                 events = self.store.record_run(
                     inv.name,
@@ -90,6 +98,14 @@ class Evaluator:
                     extra={"fields": {"invariant": inv.name}},
                 )
                 return None
+        if (
+            before is not None
+            and before[1] != result.count
+            and not any(e.incident_id == before[0] for e in events)
+        ):
+            # The root shows the count: no event of this violation edits it this time.
+            with self.health.guard(f"updating the root of {inv.name}"):
+                self.count_moved(before[0], inv.name, stamp(finished))
         self.metrics.observe(result, finished.timestamp())
         log.info(
             "evaluated %s: %s",

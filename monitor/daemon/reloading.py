@@ -128,16 +128,17 @@ class Reloader:
                 )
 
     def _orphans(self, valid: dict[str, Invariant], invalid: dict[str, list[Problem]]) -> list[str]:
-        """Invariants with an incident open that no file in the folder names any more."""
+        """Invariants the store knows that no file in the folder names any more: with an
+        incident open, or run and not yet marked removed since (a file deleted while no
+        daemon ran, as a restart is how many deploys reload: `status` kept listing it)."""
+        known = {i.invariant for i in self.store.open_incidents() if i.kind in RETIRABLE}
+        known |= self.store.known_invariants() - self.store.retired()
         return sorted(
-            {
-                i.invariant
-                for i in self.store.open_incidents()
-                if i.kind in RETIRABLE
-                and i.invariant not in valid
-                and i.invariant not in invalid
-                and not i.invariant.startswith(RESERVED_PREFIX)  # invmon's own: no file
-            }
+            name
+            for name in known
+            if name not in valid
+            and name not in invalid
+            and not name.startswith(RESERVED_PREFIX)  # invmon's own: no file
         )
 
     def _invalid_context(self, name: str, problems: list[Problem]) -> IncidentContext:

@@ -44,7 +44,6 @@ EventKind = Literal[
     "opened",
     "keys_appeared",
     "keys_gone",
-    "count_changed",
     "resolved",
     "cannot_evaluate",
     "recovered",
@@ -87,11 +86,8 @@ RETIRED_EVENT: EventKind = "retired"
 OPENING_EVENTS: frozenset[EventKind] = frozenset(OPEN_EVENT.values())
 CLOSING_EVENTS: frozenset[EventKind] = frozenset(CLOSE_EVENT.values()) | {RETIRED_EVENT}
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
-# A violation's count moved with no row known to come or go (a key repeated over rows, no
-# `key:` past the sample, rows past track_keys): only its root changes, to the live count.
-ROOT_ONLY_EVENTS: frozenset[EventKind] = frozenset({"count_changed"})
-# The events told in an open incident's thread: every kind but the openings and those.
-FOLLOWING_EVENTS: frozenset[EventKind] = frozenset(EVENT_KINDS) - OPENING_EVENTS - ROOT_ONLY_EVENTS
+# The events told in an open incident's thread: every kind but the openings.
+FOLLOWING_EVENTS: frozenset[EventKind] = frozenset(EVENT_KINDS) - OPENING_EVENTS
 
 
 def event_kind(text: str) -> EventKind:
@@ -256,9 +252,7 @@ def decide(
     ):
         # The file's `key:` changed (or, without one, its columns): keys made one way say
         # nothing of keys made the other, so no row is new or gone; said as "2 new, 2 gone"
-        # for rows that never changed. The keys are made again, and the root shows the count.
-        if state.violation.count != seen.count:
-            events.append(EventDraft("count_changed", "violation", {"count": seen.count}))
+        # for rows that never changed. The keys are made again, silently.
         return Decision(
             state,
             keys_appeared=dict(seen.keys),
@@ -301,9 +295,6 @@ def decide(
                 },
             )
         )
-    if not events and state.violation.count not in (None, seen.count):
-        # Nothing else to say, yet the root shows the count: it moves on to this one.
-        events.append(EventDraft("count_changed", "violation", {"count": seen.count}))
     return Decision(
         state,
         keys_appeared=appeared,

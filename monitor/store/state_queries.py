@@ -102,6 +102,19 @@ class StateQueries:
     def open_incidents(self) -> list[Incident]:
         return self._incidents("WHERE resolved_at IS NULL ORDER BY opened_at, id", ())
 
+    def open_violation(self, invariant: str) -> tuple[int, int | None] | None:
+        """The invariant's open violation: its id and its count at its last counted run."""
+        with self._db.transaction() as tx:
+            found = tx.rows(
+                "SELECT id, last_count FROM incidents WHERE invariant = ? AND kind = 'violation'"
+                " AND resolved_at IS NULL",
+                (invariant,),
+            )
+        if not found:
+            return None
+        incident_id, count = found[0]
+        return int(incident_id), None if count is None else int(count)
+
     def incident(self, incident_id: int) -> Incident | None:
         found = self._incidents("WHERE id = ?", (incident_id,))
         return found[0] if found else None
@@ -143,6 +156,13 @@ class StateQueries:
 
     def latest_runs(self) -> list[Run]:
         return self._runs("JOIN invariant_state s ON s.last_run_id = r.id ORDER BY r.invariant", ())
+
+    def known_invariants(self) -> set[str]:
+        """Every invariant the store holds a state of (a run, an incident): not the replica's
+        or a target's subjects, `(replica)`, `(target …)`."""
+        with self._db.transaction() as tx:
+            found = tx.rows("SELECT invariant FROM invariant_state")
+        return {str(name) for (name,) in found if not str(name).startswith("(")}
 
     def retired(self) -> set[str]:
         """The invariants removed since their last run: their file was found gone

@@ -125,10 +125,6 @@ def event_wording(p: dict[str, Any]) -> dict[EventKind, tuple[str, str]]:
         "opened": ("⚑", f"Opened{total}"),
         "keys_appeared": ("+", f"{counted(len(keys), 'new offending row')}{total}"),
         "keys_gone": ("−", f"{counted(len(keys), 'row')} no longer offending{total}"),
-        "count_changed": (
-            "#",
-            f"Now {counted(count, 'offending row')}" if isinstance(count, int) else "Count changed",
-        ),
         "resolved": (
             "✔",
             f"Closed after {took}: {p['reason']}"

@@ -391,3 +391,33 @@ def test_a_slack_not_reached_for_socket_mode_is_a_note_until_it_connects(world: 
         finally:
             receiver.stop()
             daemon.databases.close()
+
+
+def test_a_connect_that_completes_after_the_stop_leaves_no_session_open(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a review: Slack answered the socket's URL after stop() had stopped waiting;
+    the connect then completed, and a session stayed open that took clicks and answered
+    none. It is closed as soon as the connect returns."""
+    from alerts import socket_mode
+
+    monkeypatch.setattr(socket_mode, "STOP_WAIT", 0.2)
+    with FakeSlack(clock=world.clock) as fake, FakeSocketMode() as socket_server:
+        fake.socket_url = socket_server.url
+        late = threading.Event()
+        fake.gates["apps.connections.open"] = late
+        daemon: Daemon = world.daemon(fake, app_token=APP_TOKEN)
+        receiver = daemon.socket_mode
+        assert receiver is not None
+        try:
+            receiver.start()
+            wait_for(
+                lambda: any(m == "apps.connections.open" for m, _ in fake.calls), 10, "the call"
+            )
+            receiver.stop()  # gives up waiting after 0.2 s
+            late.set()
+            wait_for(lambda: not receiver._thread.is_alive(), 15, "the connect to return")
+            wait_for(lambda: socket_server.open_connections() == 0, 10, "the session closed")
+            assert not receiver.client.is_connected()
+        finally:
+            daemon.databases.close()

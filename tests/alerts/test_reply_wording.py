@@ -5,12 +5,7 @@ incident rules without wording fails here, not in front of the on-call."""
 from __future__ import annotations
 
 from alerts.messages import IncidentView, reply_message, reply_wording
-from monitor.store.incidents import (
-    EVENT_KINDS,
-    FOLLOWING_EVENTS,
-    OPENING_EVENTS,
-    ROOT_ONLY_EVENTS,
-)
+from monitor.store.incidents import EVENT_KINDS, FOLLOWING_EVENTS, OPENING_EVENTS
 from monitor.web.detail_views import event_wording
 
 VIEW = IncidentView(3, "orders/paid_twice", "quarantined")
@@ -18,8 +13,7 @@ VIEW = IncidentView(3, "orders/paid_twice", "quarantined")
 
 def test_slack_words_every_event_that_follows_an_opening_and_only_those() -> None:
     assert set(reply_wording({}, VIEW)) == set(FOLLOWING_EVENTS)
-    # A count that moved changes the root only (plans.py), never the thread.
-    assert set(EVENT_KINDS) == FOLLOWING_EVENTS | OPENING_EVENTS | ROOT_ONLY_EVENTS
+    assert set(EVENT_KINDS) == FOLLOWING_EVENTS | OPENING_EVENTS
     for kind in sorted(FOLLOWING_EVENTS):
         text = reply_message(kind, {"lasted_seconds": 60}, VIEW).text
         assert kind not in text, (kind, text)  # a sentence, never the bare word

@@ -690,3 +690,22 @@ def test_a_run_that_began_before_the_removal_is_refused_and_one_after_is_stored(
     )
     store.record_run("shop/gone", after, began + timedelta(seconds=7))
     assert [i.invariant for i in store.open_incidents()] == ["shop/gone"]
+
+
+def test_a_file_that_held_removed_while_no_daemon_ran_is_marked_removed_at_the_start(
+    world: World,
+) -> None:
+    """A reviewer's restart (the way many deploys reload): `held.sql` ran and held, was
+    deleted while no daemon ran, and `status` listed it as "ok" for good; only an open
+    incident was looked for at the start."""
+    (world.folder / "held.sql").write_text("-- description: x holds\nSELECT 1 AS id WHERE false\n")
+    with FakeSlack(clock=world.clock) as fake:
+        first = world.daemon(fake)
+        assert first.evaluate("held") is not None
+        first.databases.close()
+        (world.folder / "held.sql").unlink()
+        world.clock.advance(60)
+        second = world.daemon(fake)  # reloads at its start
+        second.databases.close()
+    assert world.store.retired() == {"held"}  # `status` leaves it out of its last runs
+    assert world.store.known_invariants() == {"held"}
