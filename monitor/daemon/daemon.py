@@ -296,6 +296,34 @@ class Daemon:
 
     # --- the long-running part -----------------------------------------------------------
 
+    def turns(self) -> Turns:
+        """What the jobs call. The turns that call Slack outside the alerts turn (the check
+        of the alert path, reminders, the daily summary) are each bounded like it: a Slack
+        that trickles its answer held them for good, unwatched, with /healthz at 200."""
+        return Turns(
+            tick=self.tick,
+            tick_in=self._next_tick_in,
+            tick_woken=self._tick_woken,
+            beat=self.beat,
+            beat_every=self.scheduler.beat_every,
+            deliver=self.deliver,
+            deliver_in=lambda: self.pump.next_turn_in(TICK.total_seconds()),
+            deliver_woken=self.pump.woken,
+            delivery_path=self._watched("the check of the alert path", self.delivery.tick),
+            remind=self._watched("the reminders", self.housekeeping.remind),
+            prune=self.housekeeping.prune,
+            prune_claims=self.housekeeping.prune_claims,
+            summarise=self._watched("the daily summary", self.housekeeping.summarise),
+            daily_summary=self.config.slack.daily_summary,
+        )
+
+    def _watched(self, part: str, turn: Callable[[], object]) -> Callable[[], object]:
+        def watched() -> object:
+            with self.liveness.busy(part, ALERTS_LIMIT.total_seconds()):
+                return turn()
+
+        return watched
+
     def start(self) -> None:
         if self.config.http.listen:
             # Bound first: a port in use stops start-up before anything runs.
@@ -305,24 +333,7 @@ class Daemon:
         self.databases.start_workers()
         self._started = True
         self.reload()  # every loaded invariant is due at once: the first run is at start-up
-        self.jobs.start(
-            Turns(
-                tick=self.tick,
-                tick_in=self._next_tick_in,
-                tick_woken=self._tick_woken,
-                beat=self.beat,
-                beat_every=self.scheduler.beat_every,
-                deliver=self.deliver,
-                deliver_in=lambda: self.pump.next_turn_in(TICK.total_seconds()),
-                deliver_woken=self.pump.woken,
-                delivery_path=self.delivery.tick,
-                remind=self.housekeeping.remind,
-                prune=self.housekeeping.prune,
-                prune_claims=self.housekeeping.prune_claims,
-                summarise=self.housekeeping.summarise,
-                daily_summary=self.config.slack.daily_summary,
-            )
-        )
+        self.jobs.start(self.turns())
         self.liveness.expect("the scheduler's tick", HEARTBEAT_LIMIT.total_seconds())
         self.liveness.expect(
             "the fleet's heartbeat", 3 * self.scheduler.beat_every.total_seconds() + 15

@@ -99,6 +99,12 @@ class Loaded:
     timeout: timedelta  # the longest a run may take, its sources' listings included
 
 
+# A last run recorded further than this ahead of the daemon's clock: the wall clock stepped
+# back (NTP, a VM restored), and every slot until then counts as run already (claims.py), so
+# nothing runs until the clock gets there. Fleet daemons' clocks differ by less.
+AHEAD_LIMIT = timedelta(minutes=1)
+
+
 def stalled(
     loaded: Mapping[str, Loaded],
     last_recorded: Mapping[str, datetime],
@@ -116,12 +122,23 @@ def stalled(
         last = last_recorded.get(name)
         had = since.get(name, now)
         quiet_since = max(last, had) if last is not None else had
+        why = None
         if now - quiet_since > 2 * every + inv.timeout + min(max_jitter, every / 10):
+            why = "no run recorded for over two intervals"
+        elif last is not None and last - now > AHEAD_LIMIT:
+            # Never "late" by the rule above (now - last is negative), and silent for as long.
+            why = (
+                f"its last run is recorded {format_duration(last - now)} ahead of this "
+                "daemon's clock: the wall clock stepped back, and its slots until then count "
+                "as run"
+            )
+        if why is not None:
             out.append(
                 {
                     "invariant": name,
                     "last_run": stamp(last) if last else None,
                     "expected_every": format_duration(every),
+                    "why": why,
                 }
             )
     return out

@@ -4,9 +4,11 @@ dead man's switch outside it; each said like any other invariant."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from builders import build_daemon, daemon_config, slack_to
 from fake_slack import FakeSlack
 from fake_switch import Pings
@@ -30,12 +32,37 @@ def test_an_invariant_is_stalled_after_two_intervals_and_its_timeout_without_a_r
     assert stalled(EVERY_15M, last, had, on_time, jitter) == []
     late = T0 + timedelta(minutes=30, seconds=41)
     assert stalled(EVERY_15M, last, had, late, jitter) == [
-        {"invariant": "refunds", "last_run": "2026-11-30T12:00:00.000000Z", "expected_every": "15m"}
+        {
+            "invariant": "refunds",
+            "last_run": "2026-11-30T12:00:00.000000Z",
+            "expected_every": "15m",
+            "why": "no run recorded for over two intervals",
+        }
     ]
     # Never run: counted from when the daemon had it (its start, or the reload adding it).
     assert [r["invariant"] for r in stalled(EVERY_15M, {}, had, late, jitter)] == ["refunds"]
     added = {"refunds": T0 + timedelta(minutes=20)}
     assert stalled(EVERY_15M, {}, added, late, jitter) == []
+
+
+def test_a_last_run_ahead_of_the_clock_is_a_stall_a_step_back_would_hide() -> None:
+    """From a liveness review: the wall clock stepped back 30 minutes (an NTP step); every
+    slot until then counted as run, nothing ran, and `schedule_stalled` said ok, since
+    "now - last run" was negative. A minute of skew between a fleet's daemons is none."""
+    jitter = timedelta(seconds=10)
+    had = {"refunds": T0 - timedelta(hours=1)}
+    skewed = {"refunds": T0 + timedelta(seconds=59)}
+    assert stalled(EVERY_15M, skewed, had, T0, jitter) == []
+    stepped = {"refunds": T0 + timedelta(minutes=30)}
+    assert stalled(EVERY_15M, stepped, had, T0, jitter) == [
+        {
+            "invariant": "refunds",
+            "last_run": "2026-11-30T12:30:00.000000Z",
+            "expected_every": "15m",
+            "why": "its last run is recorded 30m ahead of this daemon's clock: the wall clock "
+            "stepped back, and its slots until then count as run",
+        }
+    ]
 
 
 def test_a_run_is_stuck_a_minute_past_its_timeout() -> None:
@@ -193,3 +220,31 @@ def test_the_failed_deliveries_check_does_not_count_its_own_failures(world: Worl
     # bad_items' root and CSV; nothing of the self-check's own is counted.
     assert counts[2:] == [counts[2]] * 4, counts
     assert failed[2:] == [failed[2]] * 4, failed
+
+
+def test_a_slack_call_held_in_a_reminder_turn_is_a_stall_healthz_says(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a liveness review: a Slack that trickled its answer to one call held the turn
+    of reminders (and the daily summary, and the check of the alert path) for good, with
+    /healthz at 200 and nothing logged. Each is bounded like the alerts turn now."""
+    from monitor.daemon import daemon as daemon_module
+
+    monkeypatch.setattr(daemon_module, "ALERTS_LIMIT", timedelta(milliseconds=200))
+    with FakeSlack(clock=world.clock) as fake:
+        daemon = world.daemon(fake)
+        held = threading.Event()
+        monkeypatch.setattr(type(daemon.housekeeping), "remind", lambda _self: held.wait(30))
+        turn = threading.Thread(target=daemon.turns().remind)
+        turn.start()
+        try:
+            wait_for(
+                lambda: (daemon.liveness.problem() or "").startswith("the reminders"),
+                10,
+                "the held turn to be said",
+            )
+        finally:
+            held.set()
+            turn.join(10)
+            daemon.databases.close()
+        assert daemon.liveness.problem() is None
