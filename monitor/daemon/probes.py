@@ -55,6 +55,7 @@ class Probes:
                 http,
                 self.services.clock,
                 roles=self.databases.role_notes,
+                store_problem=lambda: self.services.health.problem,
             ),
         )
 
