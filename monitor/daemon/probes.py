@@ -55,7 +55,6 @@ class Probes:
                 http,
                 self.services.clock,
                 roles=self.databases.role_notes,
-                store_problem=lambda: self.services.health.problem,
             ),
         )
 

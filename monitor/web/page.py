@@ -118,12 +118,8 @@ class StatusPage:
         clock: Clock,
         monotonic: Callable[[], float] = time.monotonic,
         roles: Callable[[], list[str]] = list,
-        store_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.store = store
-        # The store's known failure (StoreHealth): a page is not tried against it, and the
-        # answer says what failed, at once, not after a connect timeout.
-        self.store_problem = store_problem
         self.roles = roles  # the targets' role notes (databases.role_notes)
         self.loaded = loaded
         self.settle(http)
@@ -182,9 +178,6 @@ class StatusPage:
                 window = parse_window(query)
         except QueryTooLong as exc:
             return self._error(400, str(exc).capitalize() + ".")
-        problem = self.store_problem()
-        if problem is not None:
-            return self._error(503, f"The state store cannot be read now: {problem}.")
         key = (path, filters, window)
         return self._cached(key, lambda: self._build(key))
 
@@ -262,10 +255,11 @@ class StatusPage:
         try:
             return self._page(*key)
         except Busy:
+            # The store's read (shared by every page) did not finish in time: a slow or hung
+            # store, which "being built for others" hid.
             return self._error(
                 503,
-                f"The state store did not answer within {WAIT_SECONDS:g} s; try again in "
-                "a moment.",
+                f"The state store did not answer within {WAIT_SECONDS:g} s; try again in a moment.",
                 (("Retry-After", "2"),),
             )
         except STORE_ERRORS as exc:  # said once a minute by StoreHealth: one line here

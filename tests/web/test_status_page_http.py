@@ -391,28 +391,3 @@ def timed(call: Callable[[], tuple[int, str, Message]]) -> float:
     status, _, _ = call()
     assert status == 200
     return time.monotonic() - started
-
-
-def test_a_store_known_to_fail_is_said_at_once(tmp_path: Path) -> None:
-    """From an SRE's review: with the state store refusing connections, `/` took 10 s (a
-    connect timeout) to answer 503, and a store that hung read "being built for others".
-    A failure the daemon knows of is said at once, with what failed."""
-    store = StateStore.open(path=tmp_path / "state.db")
-    problem = ["failed while claiming a slot: connection refused"]
-    page = StatusPage(
-        store,
-        dict,
-        HttpConfig(),
-        lambda: START,
-        store_problem=lambda: problem[0] or None,
-    )
-    reply = page("GET", "/", "", {})
-    assert reply is not None and reply.status == 503
-    assert (
-        "The state store cannot be read now: failed while claiming a slot: connection refused."
-        in reply.body.decode()
-    )
-    problem[0] = ""
-    again = page("GET", "/", "", {})
-    assert again is not None and again.status == 200
-    store.close()
