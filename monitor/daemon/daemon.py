@@ -309,7 +309,9 @@ class Daemon:
             deliver=self.deliver,
             deliver_in=lambda: self.pump.next_turn_in(TICK.total_seconds()),
             deliver_woken=self.pump.woken,
-            delivery_path=self._watched("the check of the alert path", self.delivery.tick),
+            delivery_path=self._watched(
+                "the check of the alert path", self.delivery.tick, self._path_check_limit()
+            ),
             remind=self._watched("the reminders", self.housekeeping.remind),
             prune=self.housekeeping.prune,
             prune_claims=self.housekeeping.prune_claims,
@@ -317,9 +319,18 @@ class Daemon:
             daily_summary=self.config.slack.daily_summary,
         )
 
-    def _watched(self, part: str, turn: Callable[[], object]) -> Callable[[], object]:
+    def _path_check_limit(self) -> timedelta:
+        """The check of the alert path makes a few Slack calls per channel it names, each
+        up to slack.timeout: with a raised timeout, or a big workspace's channel list, 5
+        minutes could be a working check's time, and a bound that ended it a restart."""
+        return max(ALERTS_LIMIT, 30 * self.config.slack.timeout)
+
+    def _watched(
+        self, part: str, turn: Callable[[], object], limit: timedelta | None = None
+    ) -> Callable[[], object]:
         def watched() -> object:
-            with self.liveness.busy(part, ALERTS_LIMIT.total_seconds()):
+            bound = ALERTS_LIMIT if limit is None else limit
+            with self.liveness.busy(part, bound.total_seconds()):
                 return turn()
 
         return watched

@@ -111,11 +111,15 @@ def stalled(
     since: Mapping[str, datetime],
     now: datetime,
     max_jitter: timedelta,
+    read_at: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Invariants with no recorded run for over two of their intervals, plus their timeout
     and their start's jitter, counted from their last run or from `since[name]`: when this
     daemon first had it (its start, or the reload that added its file; from the start, a
-    file a reload added was stalled before it had had two intervals to run in)."""
+    file a reload added was stalled before it had had two intervals to run in). Also those
+    whose last run is AHEAD_LIMIT past `read_at`, the clock when `last_recorded` was read
+    (a slow read or a pause in between is no step back of the clock)."""
+    read_at = now if read_at is None else read_at
     out = []
     for name, inv in sorted(loaded.items()):
         every = period(inv.schedule, latest_slot(inv.schedule, now))
@@ -125,10 +129,10 @@ def stalled(
         why = None
         if now - quiet_since > 2 * every + inv.timeout + min(max_jitter, every / 10):
             why = "no run recorded for over two intervals"
-        elif last is not None and last - now > AHEAD_LIMIT:
+        elif last is not None and last - read_at > AHEAD_LIMIT:
             # Never "late" by the rule above (now - last is negative), and silent for as long.
             why = (
-                f"its last run is recorded {format_duration(last - now)} ahead of this "
+                f"its last run is recorded {format_duration(last - read_at)} ahead of this "
                 "daemon's clock: the wall clock stepped back, and its slots until then count "
                 "as run"
             )

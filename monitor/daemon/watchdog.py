@@ -103,7 +103,7 @@ class Watchdog:
             self._disturbances = disturbances
             self._had_since = dict.fromkeys(loaded, now)
         last = self.store.last_recorded()
-        late = stalled(loaded, last, self._had_since, now, self.max_jitter)
+        late = stalled(loaded, last, self._had_since, now, self.max_jitter, self.clock())
         results.append(RunResult.of_rows(STALLED, late, now, "invariant"))
         results.append(
             RunResult.of_rows(STUCK, stuck(self.in_flight(), loaded, now), now, "invariant")

@@ -157,13 +157,6 @@ class StateQueries:
     def latest_runs(self) -> list[Run]:
         return self._runs("JOIN invariant_state s ON s.last_run_id = r.id ORDER BY r.invariant", ())
 
-    def known_invariants(self) -> set[str]:
-        """Every invariant the store holds a state of (a run, an incident): not the replica's
-        or a target's subjects, `(replica)`, `(target …)`."""
-        with self._db.transaction() as tx:
-            found = tx.rows("SELECT invariant FROM invariant_state")
-        return {str(name) for (name,) in found if not str(name).startswith("(")}
-
     def retired(self) -> set[str]:
         """The invariants removed since their last run: their file was found gone
         (StateStore.retire marks `removed_at`), and nothing has run them since. On a store

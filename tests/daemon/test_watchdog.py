@@ -53,6 +53,10 @@ def test_a_last_run_ahead_of_the_clock_is_a_stall_a_step_back_would_hide() -> No
     had = {"refunds": T0 - timedelta(hours=1)}
     skewed = {"refunds": T0 + timedelta(seconds=59)}
     assert stalled(EVERY_15M, skewed, had, T0, jitter) == []
+    # Recorded while the store was read slowly (or the process paused): not ahead of the
+    # clock when the read ended.
+    slow_read = {"refunds": T0 + timedelta(seconds=90)}
+    assert stalled(EVERY_15M, slow_read, had, T0, jitter, T0 + timedelta(seconds=95)) == []
     stepped = {"refunds": T0 + timedelta(minutes=30)}
     assert stalled(EVERY_15M, stepped, had, T0, jitter) == [
         {

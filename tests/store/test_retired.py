@@ -692,20 +692,26 @@ def test_a_run_that_began_before_the_removal_is_refused_and_one_after_is_stored(
     assert [i.invariant for i in store.open_incidents()] == ["shop/gone"]
 
 
-def test_a_file_that_held_removed_while_no_daemon_ran_is_marked_removed_at_the_start(
-    world: World,
-) -> None:
-    """A reviewer's restart (the way many deploys reload): `held.sql` ran and held, was
-    deleted while no daemon ran, and `status` listed it as "ok" for good; only an open
-    incident was looked for at the start."""
-    (world.folder / "held.sql").write_text("-- description: x holds\nSELECT 1 AS id WHERE false\n")
+def test_a_fleet_member_with_an_older_folder_marks_no_file_it_never_had(world: World) -> None:
+    """A rolling deploy: one daemon has the new `added.sql` and ran it; another, with the
+    folder before it, reloads. Marking every stored invariant its folder lacks (tried, and
+    found by a review) marked `added` removed, and the newer daemon's run in flight was not
+    stored. Only what a daemon had, or an open incident, is retired."""
+    (world.folder / "added.sql").write_text("-- description: x holds\nSELECT 1 AS id WHERE false\n")
     with FakeSlack(clock=world.clock) as fake:
-        first = world.daemon(fake)
-        assert first.evaluate("held") is not None
-        first.databases.close()
-        (world.folder / "held.sql").unlink()
+        newer = world.daemon(fake)
+        assert newer.evaluate("added") is not None
+        (world.folder / "added.sql").unlink()  # the older member's folder
         world.clock.advance(60)
-        second = world.daemon(fake)  # reloads at its start
-        second.databases.close()
-    assert world.store.retired() == {"held"}  # `status` leaves it out of its last runs
-    assert world.store.known_invariants() == {"held"}
+        older = world.daemon(fake)  # reloads at its start
+        older.databases.close()
+        assert world.store.retired() == set()  # `status` still lists it; a run would be stored
+        (world.folder / "added.sql").write_text(
+            "-- description: x holds\nSELECT 1 AS id WHERE false\n"
+        )
+        world.clock.advance(60)
+        newer.reload()
+        after = newer.evaluate("added")
+        newer.databases.close()
+    assert after is not None and after.status == "ok"
+    assert world.store.retired() == set()
