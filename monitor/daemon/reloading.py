@@ -8,6 +8,7 @@ as retired (never resolved: nothing says what they found was fixed).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Set
 from datetime import datetime
 
@@ -29,6 +30,7 @@ from monitor.invariants.loader import (
 from monitor.problems import Problem
 from monitor.store.context import IncidentContext
 from monitor.store.incidents import RETIRABLE
+from monitor.text import counted
 
 log = logging.getLogger("invmon.daemon")
 
@@ -52,6 +54,10 @@ class Reloader:
         self.store, self.health = services.store, services.health
         self.metrics, self.clock = services.metrics, services.clock
         self.memo = LoadMemo()  # a reload parses only the files that changed
+        # Guards _said_invalid: each invalid file's problems as last logged, so an unchanged
+        # one is not logged again in full at every SIGHUP (an SRE's review), only named.
+        self._said_lock = threading.Lock()
+        self._said_invalid: dict[str, tuple[str, ...]] = {}
 
     def reload(self) -> Reload:
         directory = self.config.invariants
@@ -181,7 +187,21 @@ class Reloader:
         now = self.clock()
         running, change = diff(self.definitions.current, valid, invalid)
         self.install(running)
+        now_said = {name: tuple(str(p) for p in problems) for name, problems in invalid.items()}
+        with self._said_lock:
+            unchanged = sorted(n for n, s in now_said.items() if self._said_invalid.get(n) == s)
+            self._said_invalid = now_said
+        if unchanged:
+            listed = ", ".join(unchanged[:20]) + (" …" if len(unchanged) > 20 else "")
+            log.warning(
+                "%s still invalid, as logged before: %s",
+                counted(len(unchanged), "file"),
+                listed,
+                extra={"fields": {"invariants": unchanged}},
+            )
         for name, problems in invalid.items():
+            if name in unchanged:
+                continue
             for problem in problems:
                 log.error(
                     "invalid invariant file: %s",

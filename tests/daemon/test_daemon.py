@@ -399,3 +399,36 @@ def test_a_fault_inside_a_run_is_logged_and_the_next_run_goes_ahead(
     daemon.clock.advance(60)  # type: ignore[attr-defined]
     after = daemon.evaluate("bad_rows")
     assert after is not None and after.status == "ok"
+
+
+def test_an_unchanged_invalid_file_is_named_at_a_reload_not_logged_again_in_full(
+    daemon: Daemon, monitored: tuple[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An SRE's review: each SIGHUP logged every unchanged invalid file's problems again.
+    A changed one is logged in full; an unchanged one is named in one line."""
+    _, folder = monitored
+    (folder / "broken.sql").write_text("-- description: x\nSELECT FROM\n")
+    caplog.clear()
+    daemon.reload()
+
+    def said() -> list[tuple[str, str]]:
+        found = [
+            (r.levelname, r.getMessage())
+            for r in caplog.records
+            if r.name == "invmon.daemon"
+            and (
+                r.getMessage().startswith("invalid invariant file")
+                or "still invalid" in r.getMessage()
+            )
+        ]
+        caplog.clear()
+        return found
+
+    [(level, first)] = said()
+    assert level == "ERROR" and first.startswith("invalid invariant file: ")
+    daemon.reload()
+    assert said() == [("WARNING", "1 file still invalid, as logged before: broken")]
+    (folder / "broken.sql").write_text("-- description: x\n-- severty: high\nSELECT 1 AS a\n")
+    daemon.reload()
+    [(level, again)] = said()
+    assert level == "ERROR" and again != first
