@@ -28,7 +28,7 @@ from monitor.config.sections import (
     TargetConfig,
     WatchdogConfig,
 )
-from monitor.config.values import ConfigError, Model, check_dsn, unset_message
+from monitor.config.values import ConfigError, Model, check_dsn, secret, unset_message
 from monitor.fence.allowances import FencePolicy
 from monitor.invariants.header import DEFAULT_TARGET
 from monitor.invariants.loader import Defaults, Loading
@@ -38,7 +38,7 @@ from monitor.text import shorten
 class Config(Model):
     # The monitored database (a read replica), for the target named `default`; `--dsn` and
     # `INVMON_DSN` win over it.
-    dsn: str | None = None
+    dsn: str | None = secret()
     # The folder of invariant files (`.sql`, subfolders allowed).
     invariants: Path = Path("invariants")
     # The production schema (e.g. `pg_dump --schema-only`), for `invmon test` and

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import secrets
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +29,7 @@ from monitor.config.values import (
     checked_temp_file_limit,
     is_loopback,
     parse_listen,
+    secret,
 )
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, MIN_CELL, RowLimits
 from monitor.execution.redaction import DEFAULT_COLUMNS, DETECTORS, Detector, Redaction
@@ -69,7 +70,7 @@ class StateConfig(Model):
     """Where the daemon keeps runs, incidents and events: never the monitored database."""
 
     path: Path = Path("invmon-state.db")  # SQLite file, used unless dsn is set
-    dsn: str | None = None  # PostgreSQL, for a shared store (several daemons, HA)
+    dsn: str | None = secret()  # PostgreSQL, for a shared store (several daemons, HA)
     # Runs older than this are pruned (each invariant's last is kept), and finished alert
     # deliveries of incidents closed before it (every open incident's thread is kept).
     retention: timedelta = timedelta(days=30)
@@ -120,7 +121,7 @@ class WatchdogConfig(Model):
 
     interval: timedelta = timedelta(minutes=1)  # how often the self-checks run
     slo: timedelta = timedelta(minutes=10)  # an alert still undelivered after this is one
-    ping_url: str | None = None  # dead man's switch (healthchecks.io style); ${…} it
+    ping_url: str | None = secret()  # dead man's switch (healthchecks.io style); ${…} it
 
     _t = field_validator("interval", "slo", mode="before")(as_duration)
 
@@ -139,7 +140,7 @@ class HttpConfig(Model):
     listen: str | None = "127.0.0.1:9187"  # /healthz, /readyz, /metrics; null disables
     # The status page (/) asks for this as a bearer token or a basic-auth password; without
     # it the page is served only on a loopback listener. Use ${INVMON_PAGE_TOKEN}.
-    page_token: str | None = None
+    page_token: str | None = secret()
     page_refresh: timedelta = timedelta(seconds=30)  # the page reloads its tables this often
 
     _t = field_validator("page_refresh", mode="before")(as_duration)
@@ -196,7 +197,7 @@ class RoutesConfig(Model):
 class SlackConfig(Model):
     """Alert delivery. Without a token, alerts are written to stdout and the log."""
 
-    token: str | None = None  # bot token (xoxb-…); use ${SLACK_BOT_TOKEN}
+    token: str | None = secret()  # bot token (xoxb-…); use ${SLACK_BOT_TOKEN}
     api_url: str = "https://slack.com/api/"  # point at a proxy or a test server
     channel: str = "#invariants"  # default channel
     routes: RoutesConfig = RoutesConfig()
@@ -227,8 +228,8 @@ class SlackConfig(Model):
     max_backoff: timedelta = timedelta(minutes=5)  # longest wait between retries
     # Buttons (acknowledge, snooze): clicks arrive over Socket Mode when app_token is set,
     # else on the daemon's listener at /slack/actions, verified with signing_secret.
-    app_token: str | None = None  # xapp-…; use ${SLACK_APP_TOKEN}
-    signing_secret: str | None = None  # use ${SLACK_SIGNING_SECRET}
+    app_token: str | None = secret()  # xapp-…; use ${SLACK_APP_TOKEN}
+    signing_secret: str | None = secret()  # use ${SLACK_SIGNING_SECRET}
     # The acknowledgement meanings offered as buttons: until_resolved, until_new_rows.
     ack_modes: list[AckMode] = Field(default_factory=lambda: list(ACK_MODES), min_length=1)
     ack_allowlist: list[str] = Field(default_factory=list)  # user (U…) or group (S…) ids
@@ -333,7 +334,7 @@ class RedactConfig(Model):
     values: list[Detector] = Field(default_factory=lambda: list(DETECTORS))
     # The key of the masking hash; use ${file:…} or ${VAR}. Unset: the daemon keeps a random
     # one in its state store (so masks are stable across restarts), `check` makes one a run.
-    key: str | None = None
+    key: str | None = secret()
 
     @field_validator("key", mode="before")
     @classmethod
@@ -348,7 +349,7 @@ class RedactConfig(Model):
 class TargetConfig(Model):
     """One monitored database (config `targets:`); unset fields take the top-level ones."""
 
-    dsn: str | None = None  # this database (a read replica); required for `invmon run`
+    dsn: str | None = secret()  # this database (a read replica); required for `invmon run`
     concurrency: int | None = Field(default=None, ge=1, le=64)  # else the top-level one
     max_replica_lag: timedelta | None = None  # else daemon.max_replica_lag
     connect_timeout: timedelta | None = None  # else database.connect_timeout
@@ -376,7 +377,7 @@ class Target:
     """A target with every setting resolved (its own, else the top-level one)."""
 
     name: str
-    dsn: str | None
+    dsn: str | None = field(repr=False)  # a secret: never in a repr
     concurrency: int
     database: DatabaseConfig
     max_replica_lag: timedelta

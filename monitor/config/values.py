@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
 )
 
 from monitor.durations import parse_duration
@@ -87,6 +88,13 @@ def safe_to_show(value: Any) -> bool:
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def secret() -> Any:
+    """The default of a field that holds a secret (a DSN, a token, a key, a ping URL): unset,
+    and left out of the model's repr, which tracebacks, logs and pytest's failure output
+    (`-vv`, `-l`: a fixture's arguments and a frame's locals) print."""
+    return Field(default=None, repr=False)
 
 
 def checked_temp_file_limit(value: str | None) -> str | None:

@@ -50,7 +50,8 @@ class InvariantChecks:
     """The selected invariants of `project`, run against `dsn`, for the test `case`."""
 
     project: Project
-    dsn: str
+    # A secret: never in a repr, which pytest prints for a failing test's arguments (-l).
+    dsn: str = field(repr=False)
     case: Case
     monotonic: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep

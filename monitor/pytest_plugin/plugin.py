@@ -126,19 +126,27 @@ def invariants(
 ) -> InvariantChecks:
     """The project's invariants against this test's database: `assert_hold()`, `results()`
     and `assert_hold_eventually()`."""
+    # This frame holds the DSN as an argument, which pytest prints for an error raised
+    # through it (-l, or a warning made an error by `filterwarnings = error`); hidden, and
+    # nothing is raised here but through a frame that holds no secret.
+    __tracebackhide__ = True
     from monitor.pytest_plugin.checks import InvariantChecks
 
     flag = request.config.getoption("--invmon-dsn")
     if flag and flag != invmon_dsn:
-        # A conftest's own `invmon_dsn` wins; the flag would otherwise be ignored unsaid.
-        warnings.warn(
-            pytest.PytestWarning(
-                "invmon: --invmon-dsn is not used: this project's invmon_dsn fixture "
-                "returns another database, which wins"
-            ),
-            stacklevel=1,
-        )
+        _flag_not_used()
     return InvariantChecks(invmon_project, invmon_dsn, _case(request, invmon_dsn))
+
+
+def _flag_not_used() -> None:
+    """A conftest's own `invmon_dsn` wins; the flag would otherwise be ignored unsaid."""
+    warnings.warn(
+        pytest.PytestWarning(
+            "invmon: --invmon-dsn is not used: this project's invmon_dsn fixture "
+            "returns another database, which wins"
+        ),
+        stacklevel=1,
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 MAX_AUTHORIZATION = 1024  # a bearer token or user:password, not a payload
@@ -24,7 +24,7 @@ Verdict = Literal["allowed", "ask", "refused"]
 @dataclass(frozen=True)
 class Access:
     local: bool  # the listener is bound to a loopback address
-    token: str | None
+    token: str | None = field(repr=False)  # a secret: never in a repr
 
     def verdict(self, authorization: str | None) -> Verdict:
         if self.token is None:

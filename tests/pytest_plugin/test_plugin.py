@@ -261,6 +261,60 @@ def test_a_dsn_flag_the_conftest_fixture_overrides_is_said_and_left_out_of_the_r
     assert "rerun this case alone: python -m pytest 'test_soak.py::test_refunds[7]'" in out
 
 
+def test_no_password_is_printed_with_a_failing_tests_arguments_and_locals(
+    pytester: pytest.Pytester,
+    project: Path,
+    schema_database: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pytest prints a failing test's arguments and each frame's locals (-vv, -l): the
+    `invariants` fixture, the config a project holds (a target's replica DSN, a token) and the
+    fixture's own arguments, when a warning it gives is made an error, show no secret."""
+    from psycopg.conninfo import make_conninfo
+
+    # The servers the tests use trust their clients: a password is accepted and ignored.
+    test_db = make_conninfo(schema_database, password="TESTDB-PW-1")
+    pytester.makeconftest(
+        (project / "conftest.py").read_text()
+        + f"\n@pytest.fixture\ndef invmon_dsn():\n    return {test_db!r}\n"
+    )
+    (project / "invmon.yaml").write_text(
+        "targets: {default: {}, replica: {dsn: '${REPLICA_DSN}'}}\n"
+        "slack: {token: '${SLACK_BOT_TOKEN}'}\n"
+    )
+    pytester.makepyfile(
+        test_soak="""
+        def test_violated(write, invariants):
+            write.good_rows()
+            write.second_settlement()
+            invariants.assert_hold()
+
+        def test_its_own_assertion(write, invariants):
+            config = invariants.project.config
+            assert config.resolved_targets() == {}
+        """
+    )
+    secrets = ["TESTDB-PW-1", "REPLICA-PW-2", "xoxb-TOKEN-3", "FLAG-PW-4"]
+    env = {
+        "REPLICA_DSN": "postgresql://monitor:REPLICA-PW-2@replica.invalid/app",
+        "SLACK_BOT_TOKEN": "xoxb-TOKEN-3",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    failing = pytester.runpytest_subprocess("-vv", "-l", "--tb=long")
+    failing.assert_outcomes(failed=2)
+    # A warning made an error inside the fixture that holds the DSN as an argument.
+    pytester.makeini("[pytest]\ninvmon_invariants = invariants\nfilterwarnings =\n    error\n")
+    flagged = pytester.runpytest_subprocess(
+        "-vv", "-l", "--tb=long", "--invmon-dsn", "postgresql://x:FLAG-PW-4@127.0.0.1:1/db"
+    )
+    flagged.assert_outcomes(errors=2)
+    assert "--invmon-dsn is not used" in flagged.stdout.str()
+    for result in (failing, flagged):
+        out = result.stdout.str() + result.stderr.str()
+        assert [s for s in secrets if s in out] == []
+
+
 def test_rows_in_a_failure_are_masked_as_configured(
     pytester: pytest.Pytester, project: Path
 ) -> None:
