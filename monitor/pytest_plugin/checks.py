@@ -17,6 +17,7 @@ from monitor.config import Config
 from monitor.execution.check import run_loaded
 from monitor.execution.redaction import Redaction
 from monitor.execution.results import RunResult
+from monitor.execution.runner import missing_relation_hint
 from monitor.invariants.loader import Invariant, LoadResult
 from monitor.invariants.selection import NothingSelected, select
 from monitor.pytest_plugin.verdicts import Case, Cut, Settling, cut_short, failure_text, not_holding
@@ -99,8 +100,9 @@ class InvariantChecks:
             allow_privileged_role=True,
             redaction=self.project.redaction,
         )
-        self.history.append(found.results)
-        return found.results, cut
+        results = [_in_the_test_database(r) for r in found.results]
+        self.history.append(results)
+        return results, cut
 
     def assert_hold(self, select: Selection = None) -> None:
         """Every selected invariant returns zero rows; else one failure naming each that does
@@ -155,11 +157,32 @@ class InvariantChecks:
         if chosen is None:
             return list(invariants)
         selectors = [chosen] if isinstance(chosen, str) else list(chosen)
+        if not any(selectors):
+            # As the marker says it (verdicts.marker_options): an empty selection, often a
+            # list computed empty, would check every invariant while meaning none.
+            raise ValueError("select= is empty; leave it out to check every invariant")
         try:
             return select(invariants, selectors, self.project.directory)
         except NothingSelected as exc:
             # The loader says it of the command line's flag; here it was `select=`.
             raise ValueError(str(exc).replace("--select ", "select=", 1)) from None
+
+
+# Where a relation missing from the test database is looked for, instead of the runner's
+# hint (a target's dsn, which a soak never uses).
+TEST_DATABASE_HINT = (
+    "not in the test database, where every target's invariants run; select this target's "
+    "invariants only in tests whose database has its tables (select=, --invmon-select), or "
+    "check the test database's schema is migrated"
+)
+
+
+def _in_the_test_database(result: RunResult) -> RunResult:
+    """`result`, with the runner's hint for a missing relation said of the test database."""
+    hint = missing_relation_hint(result.target)
+    if result.error is None or not result.error.endswith(f": {hint}"):
+        return result
+    return replace(result, error=result.error[: -len(hint)] + TEST_DATABASE_HINT)
 
 
 def _copied(activity: object) -> object:

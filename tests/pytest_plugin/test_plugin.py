@@ -16,6 +16,8 @@ import pytest
 from conftest import INVARIANTS
 from helpers import SLOW_INVARIANT, active_runs, interruptible, wait_for
 
+from monitor.pytest_plugin.checks import TEST_DATABASE_HINT
+
 pytestmark = pytest.mark.usefixtures("schema_database")
 
 # One settled refund per dispute, and a credit whose ledger entry matches: every shipped
@@ -491,7 +493,9 @@ def test_an_invariant_the_database_cannot_run_is_not_a_pass(
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "InvariantsNotEvaluated: 1 invariant could not be evaluated after" in out
-    assert 'relation "no_such_table" does not exist' in out
+    # Said of the test database: a target's dsn, which the runner's hint names, is not used.
+    assert f'relation "no_such_table" does not exist: {TEST_DATABASE_HINT}' in out
+    assert "dsn" not in out
 
 
 def test_a_watched_list_that_grows_in_place_counts_as_activity(
@@ -555,14 +559,27 @@ def test_a_conftest_fixture_names_the_database_and_select_narrows(
     )
     pytester.makepyfile(
         """
+        import pytest
+
         def test_it(invariants):
             assert [r.invariant for r in invariants.results("tag:money")] == [
                 "balance_ledger_drift", "duplicate_settled_refunds"
             ]
+
+        # As the marker refuses it: an empty selection (a list computed empty) would check
+        # every invariant while meaning none.
+        @pytest.mark.parametrize("empty", [[], (), "", [""]])
+        def test_empty(invariants, empty):
+            with pytest.raises(ValueError) as raised:
+                invariants.assert_hold(select=empty)
+            assert str(raised.value) == (
+                "select= is empty; leave it out to check every invariant"
+            )
+            assert invariants.history == []
         """
     )
     result = pytester.runpytest_subprocess("--invmon-select", "tag:money")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=5)
 
 
 def test_a_session_selection_by_tag_never_leaves_out_a_file_that_did_not_load(
