@@ -45,7 +45,8 @@ class DatabaseConfig(Model):
 
     # How long reaching a database (monitored or state store) may take before it is an error.
     connect_timeout: timedelta = timedelta(seconds=10)
-    # A query waiting this long on a lock gives up instead of queueing behind it.
+    # A query waiting this long on a lock gives up instead of queueing behind it (at most
+    # nine tenths of its timeout, so that a wait for a lock is said to be one).
     lock_timeout: timedelta = timedelta(seconds=5)
     # A standby cancels queries that conflict with replay; such a run is retried.
     recovery_conflict_retries: int = Field(default=3, ge=0, le=10)

@@ -215,12 +215,25 @@ def _ms(delta: timedelta) -> str:
     return f"{max(1, int(delta.total_seconds() * 1000))}ms"
 
 
+# The share of a statement's timeout a lock wait may take at most (lock_bound).
+LOCK_SHARE = 0.9
+
+
+def lock_bound(timeout: timedelta, lock_timeout: timedelta) -> timedelta:
+    """The lock timeout a run is given: `database.lock_timeout`, but never more than
+    LOCK_SHARE of its statement timeout. A lock timeout no shorter than the timeout never
+    fires (the statement timeout does first), and a run blocked by a lock for all its time
+    was then said to have run past its timeout, with advice to raise it. Pure."""
+    return min(lock_timeout, timeout * LOCK_SHARE)
+
+
 def read_only_settings(
     timeout: timedelta, lock_timeout: timedelta, application_name: str
 ) -> sql.Composed:
     """READ ONLY and the limits of what follows in the transaction, all `SET LOCAL` (the
     monitoring role needs no EXECUTE on `set_config`, which deploy/readonly-role.sql
-    revokes): a statement timeout, a lock timeout, and an idle limit IDLE_MARGIN past it."""
+    revokes): a statement timeout, a lock timeout (lock_bound), and an idle limit
+    IDLE_MARGIN past it."""
     # standard_conforming_strings on: the server must read backslashes in '…' as the fence's
     # parser did (off, 'x\\'' would end the string elsewhere and hide a call after it).
     # DateStyle ISO: the only output psycopg reads a date or time from ('Postgres, DMY', set
@@ -234,7 +247,7 @@ def read_only_settings(
         "SET LOCAL application_name = {}"
     ).format(
         sql.Literal(_ms(timeout)),
-        sql.Literal(_ms(lock_timeout)),
+        sql.Literal(_ms(lock_bound(timeout, lock_timeout))),
         sql.Literal(_ms(timeout + IDLE_MARGIN)),
         sql.Literal(application_name[:63]),
     )

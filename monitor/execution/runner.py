@@ -37,10 +37,12 @@ from monitor.execution.deadlines import (
 )
 from monitor.execution.execute import (
     CLIENT_ENCODING,
+    LOCK_SHARE,
     LiveFence,
     Refused,
     Unrunnable,
     execute,
+    lock_bound,
     read_only_settings,
     register_loaders,
 )
@@ -87,7 +89,7 @@ def explained(
     it was and its value; for a missing relation, the target it was looked for on."""
     message = describe_error(exc)
     if exc.sqlstate == pg_errors.LockNotAvailable.sqlstate and lock_timeout is not None:
-        return f"{message}: {lock_timeout_hint(lock_timeout, target)}"
+        return f"{message}: {lock_timeout_hint(lock_timeout, target, invariant.timeout)}"
     if exc.sqlstate == pg_errors.ConfigurationLimitExceeded.sqlstate and (
         "temp_file_limit" in message
     ):
@@ -123,15 +125,23 @@ def timeout_hint(invariant: Invariant, target: str) -> str:
     )
 
 
-def lock_timeout_hint(lock_timeout: timedelta, target: str) -> str:
-    """Why a run waited on a lock past its bound, and which setting the bound is."""
+def lock_timeout_hint(lock_timeout: timedelta, target: str, timeout: timedelta) -> str:
+    """Why a run waited on a lock past its bound, and which setting the bound is (the
+    configured one, or a share of the run's `timeout` when that is shorter: lock_bound)."""
     setting = _setting("lock_timeout", target)
     # format_duration keeps whole seconds, and a lock timeout is often under one.
-    shown = precise_duration(lock_timeout)
+    bound = lock_bound(timeout, lock_timeout)
+    shown = f"{precise_duration(lock_timeout)} ({setting})"
+    if bound < lock_timeout:
+        shown = (
+            f"{precise_duration(bound)} ({LOCK_SHARE:.0%} of the query's timeout, "
+            f"{precise_duration(timeout)}; {setting}, {precise_duration(lock_timeout)}, is "
+            "longer)"
+        )
     return (
         f"another session held a lock the query needs for longer than the lock timeout, "
-        f"{shown} ({setting}): a migration, or a transaction left open on the table (in a "
-        "test, often the test's own, not yet committed)"
+        f"{shown}: a migration, or a transaction left open on the table (in a test, often "
+        "the test's own, not yet committed)"
     )
 
 

@@ -184,6 +184,27 @@ def test_a_table_locked_by_someone_else_fails_fast_on_the_lock_timeout(database:
     )
 
 
+def test_a_lock_wait_as_long_as_the_timeout_is_said_to_be_one(database: str) -> None:
+    """With a timeout no longer than database.lock_timeout, the statement timeout fired
+    first, and a run blocked by a lock all along was told to raise its timeout."""
+    sql(database, "CREATE TABLE t (id int)")
+    with psycopg.connect(database) as holder, Runner(database) as runner:
+        holder.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+        result = runner.run_one(invariant("locked", "SELECT id FROM t", timeout=2))
+        shown = runner.run_one(
+            invariant("shown", "SELECT current_setting('lock_timeout') AS lt", timeout=2)
+        )
+        holder.rollback()
+    assert (result.status, result.error) == (
+        "error",
+        "canceling statement due to lock timeout: another session held a lock the query needs "
+        "for longer than the lock timeout, 1.8s (90% of the query's timeout, 2s; "
+        "database.lock_timeout, 5s, is longer): a migration, or a transaction left open on the "
+        "table (in a test, often the test's own, not yet committed)",
+    )
+    assert shown.rows == [{"lt": "1800ms"}]
+
+
 RECOVERY_CONFLICT = """
 CREATE OR REPLACE FUNCTION replica_rows() RETURNS SETOF int LANGUAGE plpgsql STABLE AS $$
 BEGIN
