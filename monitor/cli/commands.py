@@ -118,7 +118,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "store": (
         "monitor.cli.store_commands",
         "store",
-        "The state store: its schema version and size, migrations, a backup.",
+        "The state store: its schema version and size, migrations, a backup and its restore.",
     ),
 }
 

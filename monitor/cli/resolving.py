@@ -225,14 +225,15 @@ class _ToStderr(logging.Handler):
         click.echo(f"invmon: {redact(record.getMessage())}", err=True)
 
 
-def read_store(config: Config, reading: Callable[[StateStore], T]) -> T:
-    """What a reading command needs from the store, or one sentence saying why not."""
+def read_store(config: Config, reading: Callable[[StateStore], T], empty_ok: bool = False) -> T:
+    """What a reading command needs from the store, or one sentence saying why not (a store
+    no daemon has started on is one, unless `empty_ok`: `store migrate` fills it)."""
     from monitor.store.inspection import applied_version
     from monitor.store.store_health import STORE_ERRORS
 
     store = open_store(config, must_exist=True, read_only=True)
     try:
-        if applied_version(store.storage) == 0:
+        if not empty_ok and applied_version(store.storage) == 0:
             # Not a broken store: `relation "incidents" does not exist`, and a pointer to
             # recovering one, sent a reviewer after a fault there was none of.
             fail(

@@ -1,7 +1,8 @@
-"""`invmon store status|migrate|backup`: the state store, inspectable, migrated ahead of a
-rollout, copied. What is read is in monitor/store/inspection.py; this module opens the
-store the config names, prints and picks the exit code. Nothing here changes a store
-except `migrate` without `--check`.
+"""`invmon store status|migrate|backup|restore`: the state store, inspectable, migrated
+ahead of a rollout, copied and put back. What is read is in monitor/store/inspection.py, a
+restore in monitor/store/restore.py; this module opens the store the config names, prints
+and picks the exit code. Nothing here changes a store but `migrate` without `--check`, and
+`restore`.
 
 The store modules are imported inside the commands: `invmon --help` stays light.
 """
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 @click.group("store")
 def store() -> None:
-    """The state store: its schema version and size, migrations, a backup."""
+    """The state store: its schema version and size, migrations, a backup and its restore."""
 
 
 @store.command("status")
@@ -139,15 +140,18 @@ def migrate(config_path: Path | None, check: bool) -> None:
     config = resolve_config(config_path)
     where = store_where(config)
     known = schema_version()
-    before = read_store(config, lambda s: applied_version(s.storage))
+    # An empty store (a database made for it, before any daemon) is migrated from nothing:
+    # the step a first deploy takes before starting its daemons.
+    before = read_store(config, lambda s: applied_version(s.storage), empty_ok=True)
     if before > known:
         fail(f"cannot migrate the state store ({where}): {StoreTooNew.at(before, known)}")
     if before == known:
         click.echo(f"state store up to date at schema version {known} ({where})")
         return
     if check:
+        now = "holds nothing yet" if before == 0 else f"at schema version {before}"
         click.echo(
-            f"state store at schema version {before}, this invmon knows {known}: "
+            f"state store {now}, this invmon knows {known}: "
             f"{counted(known - before, 'migration')} pending ({where}); "
             "apply with `invmon store migrate`"
         )
@@ -164,6 +168,15 @@ def migrate(config_path: Path | None, check: bool) -> None:
         return
     # What this process applied: several run together, each says only its own steps.
     click.echo(f"state store migrated {applied[0] - 1}→{applied[-1]} ({where})")
+
+
+# How a PostgreSQL store's pg_dump is put back. Not over the store itself: pg_restore then
+# fails on every table it already holds, and with --clean a table a newer schema step added
+# would stay beside the older copy and stop its migration.
+PG_RESTORE = (
+    "restore it, with every daemon stopped, into an empty database: pg_restore --dbname "
+    '"$EMPTY_DATABASE_DSN" {file}, then point state.dsn at that database'
+)
 
 
 @store.command("backup")
@@ -186,7 +199,7 @@ def backup(config_path: Path | None, file: Path) -> None:
             f"`invmon store backup` copies a SQLite store; this one is PostgreSQL ({where}): "
             "back it up with pg_dump, e.g. "
             f'pg_dump --format=custom --file {target} "$INVMON_STATE_DSN" (the DSN of '
-            f'state.dsn), and restore with pg_restore --dbname "$INVMON_STATE_DSN" {target}'
+            f"state.dsn); {PG_RESTORE.format(file=target)}"
         )
     if file.exists():
         fail(f"{str(file)!r} exists already: a backup never overwrites; name a new file")
@@ -202,4 +215,46 @@ def backup(config_path: Path | None, file: Path) -> None:
     click.echo(
         f"wrote {str(file)!r}: {_size(copy.size_bytes)}, schema version {copy.schema_version}, "
         f"{counted(rows, 'row')} in {counted(len(copy.rows), 'table')} (from {where})"
+    )
+
+
+@store.command("restore")
+@CONFIG
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+def restore(config_path: Path | None, file: Path) -> None:
+    """Put a backup FILE in a SQLite store's place, every daemon on it stopped.
+
+    Through SQLite's backup API: copying the file over the store is undone by the `-wal` a
+    killed daemon leaves beside it. Refuses a FILE that is not an intact invmon store or was
+    migrated by a newer release, and a store a daemon is running on. A FILE of an older
+    schema version is migrated when the store is next opened. A PostgreSQL store is
+    restored with pg_restore (the refusal says how)."""
+    from monitor.clock import utc_now
+    from monitor.store.restore import RestoreRefused, restore_sqlite
+    from monitor.store.store_health import STORE_ERRORS
+
+    config = resolve_config(config_path)
+    require(config, "state")
+    where = store_where(config)
+    if config.state.dsn:
+        fail(
+            f"`invmon store restore` writes a SQLite store; this one is PostgreSQL ({where}): "
+            f"{PG_RESTORE.format(file=shlex.quote(str(file)))}"
+        )
+    try:
+        done = restore_sqlite(file, config.state.path, utc_now(), alive_within=config.daemon.lease)
+    except RestoreRefused as exc:
+        fail(f"nothing restored to the state store ({where}): {redact(str(exc))}")
+    except STORE_ERRORS as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        fail(f"cannot restore {str(file)!r} to the state store ({where}): {redact(reason)}")
+    held = "it had no file before"
+    if done.replaced is not None:
+        rows = sum(done.replaced.rows.values())
+        held = f"it held schema version {done.replaced.schema_version}, {counted(rows, 'row')}"
+    rows = sum(done.backup.rows.values())
+    click.echo(
+        f"restored {str(file)!r} to the state store ({where}): schema version "
+        f"{done.backup.schema_version}, {counted(rows, 'row')} in "
+        f"{counted(len(done.backup.rows), 'table')} ({held})"
     )

@@ -9,11 +9,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -23,6 +27,7 @@ from helpers import PRIVILEGED, cli, invmon, wait_for
 from psycopg.conninfo import make_conninfo
 
 from monitor.authoring.pgtemp import scratch_database
+from monitor.clock import stamp, utc_now
 from monitor.store.inspection import invmon_tables
 from monitor.store.migrations import schema_version
 from monitor.store.state import StateStore
@@ -218,6 +223,40 @@ def test_an_older_store_is_shown_checked_migrated_and_then_up_to_date(
     assert newest == f"schema  version {known}, the newest this invmon knows"
 
 
+def test_an_empty_store_is_checked_and_migrated_before_any_daemon_starts(place: Place) -> None:
+    """A first deploy migrates the database made for the store before starting its daemons:
+    `store migrate` refused it ("holds nothing yet … or `invmon store migrate`")."""
+    if place.path is not None:
+        place.path.touch()  # an empty file, as `touch` or a volume's first mount leaves it
+    known = schema_version()
+    checked = cli("store", "migrate", "--check", cwd=place.home)
+    assert (checked.returncode, checked.stdout, checked.stderr) == (
+        1,
+        f"state store holds nothing yet, this invmon knows {known}: {known} migrations pending "
+        f"({place.where}); apply with `invmon store migrate`\n",
+        "",
+    )
+    if place.path is not None:
+        assert place.path.stat().st_size == 0  # only told: nothing written
+    else:
+        with psycopg.connect(place.dsn or "") as conn:
+            assert conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchall() == [(0,)]
+    done = cli("store", "migrate", cwd=place.home)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        f"state store migrated 0→{known} ({place.where})\n",
+        "",
+    )
+    assert place.versions() == list(range(1, known + 1))
+    again = cli("store", "migrate", "--check", cwd=place.home)
+    assert (again.returncode, again.stdout) == (
+        0,
+        f"state store up to date at schema version {known} ({place.where})\n",
+    )
+
+
 def test_a_store_newer_than_this_release_is_shown_and_never_migrated(place: Place) -> None:
     known = schema_version()
     at_version(place, known)
@@ -393,6 +432,123 @@ def test_a_backup_without_a_store_says_so_and_writes_nothing(tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["invmon.yaml"]
 
 
+# A daemon killed after its last checkpoint: its writes are only in the store's -wal.
+KILLED_WRITER = """
+import os, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA wal_autocheckpoint=0")
+conn.execute("BEGIN")
+for i in range(50):
+    conn.execute(
+        "INSERT INTO runs (invariant, started_at, finished_at, status, count)"
+        " VALUES ('after_the_backup', '2026-12-01', '2026-12-01', 'ok', 0)"
+    )
+conn.execute("COMMIT")
+os._exit(0)
+"""
+
+
+def test_a_restore_replaces_what_a_killed_daemon_left_and_waits_for_daemons_to_stop(
+    tmp_path: Path,
+) -> None:
+    """Copying a backup over the store was undone by the -wal a killed daemon left: SQLite
+    replayed it over the copy, and nothing said the restore had not taken."""
+    place = Place("sqlite", tmp_path, tmp_path / "state.db", None)
+    config_file(tmp_path, state={"path": "state.db"})
+    at_version(place, schema_version())
+    assert cli("store", "backup", "copy.db", cwd=tmp_path).returncode == 0
+    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(place.path)], check=True)
+    assert (tmp_path / "state.db-wal").stat().st_size > 0
+
+    def runs() -> int:
+        storage = place.open()
+        try:
+            with storage.transaction() as tx:
+                [(count,)] = tx.rows("SELECT count(*) FROM runs")
+            return int(count)
+        finally:
+            storage.close()
+
+    def daemon_seen(ago: timedelta) -> None:
+        storage = place.open()
+        try:
+            with storage.transaction() as tx:
+                tx.run("DELETE FROM daemons")
+                seen = stamp(utc_now() - ago)
+                tx.run(
+                    "INSERT INTO daemons (id, host, pid, started_at, seen_at)"
+                    " VALUES ('d1', 'box', 4242, ?, ?)",
+                    (seen, seen),
+                )
+        finally:
+            storage.close()
+
+    daemon_seen(timedelta(seconds=2))  # a running daemon renews its row every 10 s
+    refused = cli("store", "restore", "copy.db", cwd=tmp_path)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert re.fullmatch(
+        r"invmon: nothing restored to the state store \(state.path 'state.db'\): a daemon is "
+        r"running on it \(box, pid 4242, seen [23]s ago\): stop every daemon on the store "
+        r"first\n",
+        refused.stderr,
+    ), refused.stderr
+    assert runs() == len(RUNS) + 50
+
+    def rows_in(path: Path) -> int:
+        """Every row of invmon's tables in the file, read by the sqlite3 module itself."""
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return sum(
+                conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in invmon_tables()
+            )
+        finally:
+            conn.close()
+
+    in_copy, in_store = rows_in(tmp_path / "copy.db"), rows_in(tmp_path / "state.db")
+    assert in_store == in_copy + 50 + 1  # the killed daemon's runs, and its daemons row
+    daemon_seen(timedelta(minutes=5))  # killed: its row stays, unrenewed
+    done = cli("store", "restore", "copy.db", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == (
+        "restored 'copy.db' to the state store (state.path 'state.db'): schema version "
+        f"{schema_version()}, {in_copy} rows in {len(invmon_tables())} tables (it held "
+        f"schema version {schema_version()}, {in_store} rows)\n"
+    )
+    assert runs() == len(RUNS)
+    shown = cli("store", "status", "--format", "json", cwd=tmp_path)
+    assert json.loads(shown.stdout)["rows"]["runs"] == len(RUNS)
+
+
+def test_a_restore_refuses_a_file_that_is_not_an_intact_store_of_this_release_or_older(
+    tmp_path: Path,
+) -> None:
+    config_file(tmp_path, state={"path": "state.db"})
+    StateStore.open(path=tmp_path / "state.db").close()
+    before = (tmp_path / "state.db").read_bytes()
+    (tmp_path / "notes.txt").write_text("not a database")
+    newer = tmp_path / "newer.db"
+    StateStore.open(path=newer).close()
+    with sqlite3.connect(newer) as conn:
+        conn.execute(
+            "INSERT INTO invmon_schema (version, applied_at) VALUES (?, '2027-01-01')",
+            (schema_version() + 1,),
+        )
+    conn.close()
+    prefix = "invmon: nothing restored to the state store (state.path 'state.db'): "
+    expected = {
+        "missing.db": f"{prefix}'missing.db' is not a file\n",
+        "notes.txt": f"{prefix}'notes.txt' cannot be read as a SQLite store: file is not a "
+        "database\n",
+        "newer.db": f"{prefix}'newer.db' is at schema version {schema_version() + 1}, newer "
+        f"than this invmon knows ({schema_version()}): restore it with that release (or "
+        "newer)\n",
+    }
+    for name, refusal in expected.items():
+        done = cli("store", "restore", name, cwd=tmp_path)
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", refusal)
+    assert (tmp_path / "state.db").read_bytes() == before
+
+
 def test_a_postgresql_store_is_not_copied_the_refusal_gives_pg_dump_and_no_password(
     admin_dsn: str, tmp_path: Path
 ) -> None:
@@ -406,8 +562,9 @@ def test_a_postgresql_store_is_not_copied_the_refusal_gives_pg_dump_and_no_passw
     assert done.stderr == (
         "invmon: `invmon store backup` copies a SQLite store; this one is PostgreSQL "
         f"(state.dsn, {server_address(dsn)}): back it up with pg_dump, e.g. pg_dump "
-        "--format=custom --file 'state copy.dump' \"$INVMON_STATE_DSN\" (the DSN of state.dsn), "
-        "and restore with pg_restore --dbname \"$INVMON_STATE_DSN\" 'state copy.dump'\n"
+        "--format=custom --file 'state copy.dump' \"$INVMON_STATE_DSN\" (the DSN of state.dsn); "
+        "restore it, with every daemon stopped, into an empty database: pg_restore --dbname "
+        "\"$EMPTY_DATABASE_DSN\" 'state copy.dump', then point state.dsn at that database\n"
     )
     assert not (tmp_path / "state copy.dump").exists()
     assert shown.returncode == 0
