@@ -379,7 +379,8 @@ class Alerter:
         """Remove the finished deliveries nothing needs any more (alerts/ledger.py says
         which), finished before `before` and at least a day ago whatever the retention (a
         daily summary's key is its day), with the alert_roots rows of the threads they
-        rooted; in batches, each its own transaction. Returns how many went."""
+        rooted; in batches, each its own transaction. Then the SENT count is made again
+        from the rows (Ledger.recount_sent). Returns how many went."""
         cutoff = min(before, self.clock() - DAY)
         removed = 0
         after: int | None = 0
@@ -389,6 +390,7 @@ class Alerter:
                 self.roots.forget(tx, [i for i, _ in doomed])
                 self.ledger.delete(tx, doomed)
             removed += len(doomed)
+        self.ledger.recount_sent()
         return removed
 
     def deliver(self) -> int:

@@ -119,8 +119,10 @@ _READY = (
 # idempotency keys can come back (an open incident's reminders are keyed by their number,
 # and its thread needs its root). Each `?` is the cutoff.
 def _done(row: str) -> str:
+    # `state || ''`: an expression, so that no planner reads the state off deliveries_due
+    # (nearly every row is SENT: that index would be read whole, for a batch of 500).
     return (
-        f"{row}.state IN ('SENT', 'FAILED') AND {row}.updated_at < ?"
+        f"({row}.state || '') IN ('SENT', 'FAILED') AND {row}.updated_at < ?"
         f" AND ({row}.incident_id IS NULL OR EXISTS ("
         f"SELECT 1 FROM incidents i WHERE i.id = {row}.incident_id AND i.resolved_at < ?"
         " AND NOT EXISTS (SELECT 1 FROM events e WHERE e.incident_id = i.id"
@@ -128,11 +130,14 @@ def _done(row: str) -> str:
     )
 
 
-# The candidates, in id order from where the last batch stopped: each row is looked at once
-# however many batches a prune takes.
-_CANDIDATES = (
-    f"SELECT d.id, d.state FROM deliveries d WHERE d.id > ? AND {_done('d')} ORDER BY d.id LIMIT ?"
-)
+# The next rows, in id order from where the last batch stopped, then which of them may go:
+# each row is looked at once however many batches a prune takes, and a batch reads only its
+# own rows by their key. Asked in one statement, the planners (SQLite's and PostgreSQL's)
+# read `state IN (…)` off deliveries_due and sorted every finished row by id for each batch:
+# the first prune after an upgrade from a release that never pruned (2M rows) took hours,
+# holding a SQLite store's one connection.
+_NEXT_IDS = "SELECT id FROM deliveries WHERE id > ? ORDER BY id LIMIT ?"
+_CANDIDATES = f"SELECT d.id, d.state FROM deliveries d WHERE d.id BETWEEN ? AND ? AND {_done('d')}"
 # Of the candidates (`{ids}`), those something kept still needs: a row threaded under them
 # that is not done, or an incident open (or closed after the cutoff) whose thread they root
 # (a digest roots each incident it lists). Looked up by root, one candidate at a time
@@ -444,19 +449,23 @@ class Ledger:
     def prunable(
         self, tx: Tx, before: datetime, after: int, limit: int
     ) -> tuple[list[tuple[int, str]], int | None]:
-        """Of the next `limit` finished rows past id `after` that may go (see _done), those
-        nothing kept still needs, as (id, state); and the last id looked at, None when no
-        row is left past it."""
+        """Of the next `limit` rows past id `after`, those that may go (finished: see _done)
+        and that nothing kept still needs, as (id, state); and the last id looked at, None
+        when no row is left past it."""
         cutoff = stamp(before)
-        found = tx.rows(_CANDIDATES, [after, cutoff, cutoff, limit])
-        if not found:
+        looked = [int(i) for (i,) in tx.rows(_NEXT_IDS, [after, limit])]
+        if not looked:
             return [], None
+        last = looked[-1] if len(looked) == limit else None
+        found = tx.rows(_CANDIDATES, [looked[0], looked[-1], cutoff, cutoff])
+        if not found:
+            return [], last
         ids = [int(i) for i, _ in found]
         marks = ", ".join("?" for _ in ids)
         needed = tx.rows(_STILL_ROOTS.format(ids=marks), [*ids, cutoff, cutoff, *ids, cutoff])
         kept = {int(i) for (i,) in needed}
-        doomed = [(int(i), str(state)) for i, state in found if int(i) not in kept]
-        return doomed, ids[-1] if len(found) == limit else None
+        doomed = [(int(i), str(state)) for i, state in sorted(found) if int(i) not in kept]
+        return doomed, last
 
     def delete(self, tx: Tx, rows: list[tuple[int, str]]) -> None:
         """Remove these rows (their alert_roots rows gone first), and their count."""
@@ -467,6 +476,22 @@ class Ledger:
         sent = sum(state == "SENT" for _, state in rows)
         if sent:
             count_sent(tx, -sent)
+
+    def recount_sent(self) -> None:
+        """The SENT count made again from the rows. A daemon of the previous release,
+        running beside this one on a migrated store through a rolling upgrade, marks rows
+        SENT without counting them, and this one's pruning then took them off: the metric
+        drifted, and went below zero. The counter's row is locked first, and counted after:
+        a writer changes it last in its transaction, so every change to a SENT row is
+        either committed and counted here, or not yet and counted by its writer after."""
+        with self.storage.transaction() as tx:
+            tx.rows("SELECT n FROM delivery_counts WHERE state = 'SENT'" + self._for_update())
+            [(sent,)] = tx.rows("SELECT count(*) FROM deliveries WHERE state = 'SENT'")
+            tx.run("UPDATE delivery_counts SET n = ? WHERE state = 'SENT'", (int(sent),))
+
+    def _for_update(self) -> str:
+        # SQLite's transactions are one at a time (BEGIN IMMEDIATE); it knows no FOR UPDATE.
+        return " FOR UPDATE" if self.storage.kind == "postgresql" else ""
 
     def next_due(self) -> datetime | None:
         """When the earliest row a worker could claim becomes due (its lease included)."""

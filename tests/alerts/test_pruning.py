@@ -113,6 +113,10 @@ def test_only_finished_deliveries_nothing_needs_are_pruned_after_the_retention(
         assert {d.state for d in before if not needed(d)} == {"SENT", "FAILED"}
 
         assert daemon.housekeeping.retention == RETENTION
+        # A daemon of the previous release, beside this one through a rolling upgrade, marked
+        # rows SENT without counting them: pruning them took the metric below zero.
+        with world.store.storage.transaction() as tx:
+            tx.run("UPDATE delivery_counts SET n = 2 WHERE state = 'SENT'")
         daemon.housekeeping.prune()  # the daemon's job, every six hours
         assert {d.idem_key for d in daemon.alerter.ledger.all()} == kept
         digest_listed = {incident_of(world, f"burst_{n}") for n in range(5)}
@@ -160,3 +164,27 @@ def test_nothing_is_pruned_within_the_retention_nor_within_a_day(aged: World) ->
         assert daemon.alerter.ledger.counts() == {}
         daemon.databases.close()
     assert len(fake.roots()) == 2  # the incident's root and the summary, once each
+
+
+def test_a_prune_batch_reads_its_own_rows_by_key_not_every_finished_row(tmp_path: Path) -> None:
+    """Each batch read every SENT row off deliveries_due and sorted them by id: the first
+    prune after an upgrade from a release that never pruned took hours on 2M rows. The plan
+    SQLite makes for a batch's candidates, on a ledger of finished rows."""
+    from alerts.ledger import _CANDIDATES
+
+    store = StateStore.open(path=tmp_path / "state.db")
+    try:
+        with store.storage.transaction() as tx:
+            for n in range(200):
+                tx.run(
+                    "INSERT INTO deliveries (idem_key, invariant, channel, action, state,"
+                    " next_attempt_at, created_at, updated_at) VALUES (?, 'i', '#c', 'post_root',"
+                    " 'SENT', '2026-01-01', '2026-01-01', '2026-01-01')",
+                    (f"k{n}",),
+                )
+            plan = tx.rows(f"EXPLAIN QUERY PLAN {_CANDIDATES}", (1, 100, "2026-06", "2026-06"))
+    finally:
+        store.close()
+    steps = [str(row[-1]) for row in plan]
+    assert steps[0] == "SEARCH d USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)", steps
+    assert [s for s in steps if "deliveries_due" in s] == []
