@@ -190,7 +190,7 @@ def open_store(
         )
     try:
         with _migrations_told(announce and not read_only):
-            return StateStore.open(
+            opened = StateStore.open(
                 path=config.state.path,
                 dsn=config.state.dsn,
                 read_only=read_only,
@@ -198,6 +198,15 @@ def open_store(
             )
     except Exception as exc:  # sqlite3 and psycopg errors alike: say where, not a traceback
         fail(f"cannot open the state store ({store_where(config)}): {redact(str(exc))}")
+    unread = opened.storage.unread_wal
+    if unread:
+        click.echo(
+            f"invmon: warning: the state store ({store_where(config)}) is on a read-only "
+            f"mount, where SQLite cannot read the {unread:,} bytes of its -wal file: what the "
+            "last writes hold is not shown",
+            err=True,
+        )
+    return opened
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 
 from monitor.store.migrations import migrations, schema_version
-from monitor.store.storage import SqliteStorage, Storage, Tx
+from monitor.store.storage import SqliteStorage, Storage, Tx, open_read_only
 
 SCHEMA_TABLE = "invmon_schema"
 _CREATED = re.compile(r"\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_]*)", re.I)
@@ -159,7 +159,7 @@ def backup_sqlite(source: Path, target: Path) -> StoreReport:
     is a single file (rollback journal, no -wal beside it), owner-only (0600) like what it
     holds deserves. An existing `target` is refused (BackupTargetExists); a copy that fails
     part way is removed. Returns the copy as read back, opened read-only."""
-    reading = sqlite3.connect(f"file:{source.resolve().as_posix()}?mode=ro", uri=True, timeout=30)
+    reading, _ = open_read_only(source)  # what it cannot read, `store backup` has said
     try:
         try:
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

@@ -99,6 +99,8 @@ class Storage(Protocol):
 
     kind: str  # "sqlite" or "postgresql"
     migrated: tuple[int, ...]  # the schema versions this process applied when it opened it
+    # Bytes of a SQLite store's -wal a read-only open could not read (open_read_only).
+    unread_wal: int
 
     def transaction(self) -> AbstractContextManager[Tx]: ...
 
@@ -143,19 +145,38 @@ class StoreBounds:
         )
 
 
+def open_read_only(path: Path) -> tuple[sqlite3.Connection, int]:
+    """A connection that reads the SQLite store at `path` and can never change it, and the
+    bytes of its -wal it cannot read. `mode=ro`; where SQLite cannot open the store so (in
+    WAL mode it must make the -shm file beside it, which a read-only mount refuses),
+    `immutable=1`, which reads the file as it is and not the -wal beside it."""
+    where = f"file:{path.resolve().as_posix()}?mode=ro"
+    try:
+        conn = _connect_uri(where)
+        conn.execute("SELECT count(*) FROM sqlite_master")  # opening is lazy
+        return conn, 0
+    except sqlite3.OperationalError as exc:
+        if "unable to open" not in str(exc) or not path.is_file():
+            raise
+    wal = path.with_name(path.name + "-wal")
+    return _connect_uri(f"{where}&immutable=1"), wal.stat().st_size if wal.is_file() else 0
+
+
+def _connect_uri(uri: str) -> sqlite3.Connection:
+    return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30)
+
+
 class SqliteStorage:
     kind = "sqlite"
     migrated: tuple[int, ...] = ()
+    unread_wal = 0  # see open_read_only
 
     def __init__(self, path: Path, read_only: bool = False) -> None:
         self.read_only = read_only
         if read_only:
             # For `status` and `history`: a file they may not write (or one mounted read
             # only) must still be readable, and reading must never change it.
-            target = f"file:{path.resolve().as_posix()}?mode=ro"
-            self._conn = sqlite3.connect(
-                target, uri=True, isolation_level=None, check_same_thread=False, timeout=30
-            )
+            self._conn, self.unread_wal = open_read_only(path)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(
@@ -187,6 +208,7 @@ class SqliteStorage:
 class PostgresStorage:
     kind = "postgresql"
     migrated: tuple[int, ...] = ()
+    unread_wal = 0
 
     def __init__(
         self, dsn: str, connect_timeout: float = 10, bounds: StoreBounds | None = None

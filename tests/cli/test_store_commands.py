@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -547,6 +547,56 @@ def test_a_restore_refuses_a_file_that_is_not_an_intact_store_of_this_release_or
         done = cli("store", "restore", name, cwd=tmp_path)
         assert (done.returncode, done.stdout, done.stderr) == (2, "", refusal)
     assert (tmp_path / "state.db").read_bytes() == before
+
+
+@contextmanager
+def read_only_folder(folder: Path) -> Iterator[None]:
+    """`folder` made immutable (chattr +i): no file can be made in it, as on a read-only
+    mount, even by root, which the suite often runs as."""
+    made = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"chattr +i is not supported here: {made.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_status_history_and_backup_read_a_store_on_a_read_only_mount(tmp_path: Path) -> None:
+    """In WAL mode SQLite must make the store's -shm beside it to open it read-only: on a
+    read-only mount `status`, `history` and `store backup` failed ("unable to open database
+    file") and sent the operator to the manual's section promising they work there."""
+    home, mount = tmp_path / "home", tmp_path / "mount"
+    home.mkdir()
+    mount.mkdir()
+    place = Place("sqlite", mount, mount / "state.db", None)
+    config_file(home, state={"path": str(place.path)})
+    at_version(place, schema_version())
+    assert sorted(p.name for p in mount.iterdir()) == ["state.db"]
+    with read_only_folder(mount):
+        shown = cli("store", "status", "--format", "json", cwd=home)
+        history = cli("history", "refunds", "--format", "json", cwd=home)
+        copied = cli("store", "backup", str(home / "copy.db"), cwd=home)
+    assert (shown.returncode, shown.stderr) == (0, "")
+    assert json.loads(shown.stdout)["rows"]["runs"] == len(RUNS)
+    assert (history.returncode, history.stderr) == (0, "")
+    assert len(json.loads(history.stdout)["runs"]) == 2
+    assert (copied.returncode, copied.stderr) == (0, ""), copied.stderr
+    assert sorted(p.name for p in mount.iterdir()) == ["state.db"]  # nothing made there
+
+    # A -wal copied beside it without its -shm: read as the file stands, and said.
+    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(place.path)], check=True)
+    (mount / "state.db-shm").unlink()
+    wal = (mount / "state.db-wal").stat().st_size
+    with read_only_folder(mount):
+        shown = cli("store", "status", "--format", "json", cwd=home)
+    assert shown.returncode == 0
+    assert json.loads(shown.stdout)["rows"]["runs"] == len(RUNS)
+    assert shown.stderr == (
+        f"invmon: warning: the state store (state.path '{place.path}') is on a read-only "
+        f"mount, where SQLite cannot read the {wal:,} bytes of its -wal file: what the last "
+        "writes hold is not shown\n"
+    )
 
 
 def test_a_postgresql_store_is_not_copied_the_refusal_gives_pg_dump_and_no_password(
