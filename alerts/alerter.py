@@ -375,16 +375,19 @@ class Alerter:
                 )
         return queued
 
-    def prune(self, before: datetime) -> int:
+    def prune(self, before: datetime, go_on: Callable[[], bool] = lambda: True) -> int:
         """Remove the finished deliveries nothing needs any more (alerts/ledger.py says
         which), finished before `before` and at least a day ago whatever the retention (a
         daily summary's key is its day), with the alert_roots rows of the threads they
-        rooted; in batches, each its own transaction. Then the SENT count is made again
-        from the rows (Ledger.recount_sent). Returns how many went."""
+        rooted; in batches, each its own transaction, until `go_on` says to stop (a daemon
+        stopping). Then the SENT count is made again from the rows (Ledger.recount_sent).
+        Returns how many went."""
         cutoff = min(before, self.clock() - DAY)
         removed = 0
         after: int | None = 0
         while after is not None:
+            if not go_on():
+                return removed
             with self.store.storage.transaction() as tx:
                 doomed, after = self.ledger.prunable(tx, cutoff, after, PRUNE_BATCH)
                 self.roots.forget(tx, [i for i, _ in doomed])

@@ -143,7 +143,9 @@ class Daemon:
             self.jobs,
             self.socket_mode,
         )
-        self.housekeeping = Housekeeping(services, alerter, self.scheduler, config.state.retention)
+        self.housekeeping = Housekeeping(
+            services, alerter, self.scheduler, config.state.retention, lambda: not self._stopping
+        )
         self.watchdog = Watchdog(
             config.watchdog,
             services,

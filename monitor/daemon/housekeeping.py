@@ -6,6 +6,7 @@ and the daily summary planned. Each goes through the store's guard, so a failing
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -23,12 +24,15 @@ class Housekeeping:
     alerter: Alerter
     scheduler: Scheduler  # its fleet claims are pruned by prune_claims
     retention: timedelta  # state.retention
+    # Whether the daemon goes on: a prune stops between batches once it stops, rather than
+    # run on into the store's closing (and a "store failed" line after "stopped").
+    going_on: Callable[[], bool]
 
     def prune(self) -> None:
         with self.services.health.guard("pruning old runs and deliveries"):
             before = self.services.clock() - self.retention
-            removed = self.services.store.prune_runs(before)
-            deliveries = self.alerter.prune(before)
+            removed = self.services.store.prune_runs(before, self.going_on)
+            deliveries = self.alerter.prune(before, self.going_on)
             if removed or deliveries:
                 log.info(
                     "pruned old runs and deliveries",

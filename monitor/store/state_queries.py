@@ -225,12 +225,13 @@ class StateQueries:
                 counted["mutes_active"] = int(muting)
         return counted
 
-    def prune_runs(self, before: datetime) -> int:
+    def prune_runs(self, before: datetime, go_on: Callable[[], bool] = lambda: True) -> int:
         """Drop old runs, keeping each invariant's latest; incidents and events stay. In
         batches, each its own transaction, so that a big backlog is worked off however many
-        turns it takes, and no transaction holds the store for long."""
+        turns it takes, and no transaction holds the store for long. Stops between batches
+        once `go_on` says so (a daemon stopping: the rest waits for the next turn)."""
         removed = 0
-        while True:
+        while go_on():
             with self._db.transaction() as tx:
                 gone = tx.rows(
                     "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE finished_at < ?"
@@ -240,7 +241,8 @@ class StateQueries:
                 )
             removed += len(gone)
             if len(gone) < PRUNE_BATCH:
-                return removed
+                break
+        return removed
 
     def incident_in(self, tx: Tx, incident_id: int) -> Incident | None:
         """`incident` read inside the caller's transaction."""

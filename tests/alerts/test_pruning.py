@@ -117,6 +117,10 @@ def test_only_finished_deliveries_nothing_needs_are_pruned_after_the_retention(
         # rows SENT without counting them: pruning them took the metric below zero.
         with world.store.storage.transaction() as tx:
             tx.run("UPDATE delivery_counts SET n = 2 WHERE state = 'SENT'")
+        # A daemon stopping: no batch is begun (the store is about to close).
+        ledger = daemon.alerter.ledger.all()
+        assert daemon.alerter.prune(world.clock() - RETENTION, lambda: False) == 0
+        assert daemon.alerter.ledger.all() == ledger
         daemon.housekeeping.prune()  # the daemon's job, every six hours
         assert {d.idem_key for d in daemon.alerter.ledger.all()} == kept
         digest_listed = {incident_of(world, f"burst_{n}") for n in range(5)}

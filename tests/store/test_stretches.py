@@ -158,6 +158,26 @@ def test_pruning_removes_a_backlog_in_batches_each_committed(
     assert [r[0] for r in rows(store)] == ["violated"]
 
 
+def test_a_prune_stops_between_batches_once_told(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon stopping mid-prune: the prune ran on into the store's closing, and logged
+    "the state store failed … Cannot operate on a closed database" after "stopped"."""
+    monkeypatch.setattr(state_queries, "PRUNE_BATCH", 2)
+    for n in range(6):
+        record(store, violated(T0 + n * MINUTE))
+    asked: list[int] = []
+
+    def go_on() -> bool:
+        asked.append(len(asked))
+        return len(asked) <= 2  # two batches, then the daemon stops
+
+    assert store.prune_runs(T0 + 10 * MINUTE, go_on) == 4
+    assert len(asked) == 3
+    assert len(rows(store)) == 2
+    assert store.prune_runs(T0 + 10 * MINUTE) == 1  # the next turn takes the rest
+
+
 # Refuses to delete a run once only two are left: the third batch of a 5-run backlog fails.
 FAIL_THIRD_BATCH = {
     "sqlite": [
