@@ -229,7 +229,6 @@ def restore(config_path: Path | None, file: Path) -> None:
     migrated by a newer release, and a store a daemon is running on. A FILE of an older
     schema version is migrated when the store is next opened. A PostgreSQL store is
     restored with pg_restore (the refusal says how)."""
-    from monitor.clock import utc_now
     from monitor.store.restore import RestoreRefused, restore_sqlite
     from monitor.store.store_health import STORE_ERRORS
 
@@ -242,7 +241,7 @@ def restore(config_path: Path | None, file: Path) -> None:
             f"{PG_RESTORE.format(file=shlex.quote(str(file)))}"
         )
     try:
-        done = restore_sqlite(file, config.state.path, utc_now(), alive_within=config.daemon.lease)
+        done = restore_sqlite(file, config.state.path)
     except RestoreRefused as exc:
         fail(f"nothing restored to the state store ({where}): {redact(str(exc))}")
     except STORE_ERRORS as exc:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from monitor.config import Config
 from monitor.execution.check import run_loaded
+from monitor.execution.execute import lock_bound
 from monitor.execution.redaction import Redaction
 from monitor.execution.results import RunResult
 from monitor.execution.runner import missing_relation_hint
@@ -81,13 +82,19 @@ class InvariantChecks:
             rounds = math.ceil(len(chosen) / config.concurrency)
             given = max(within / rounds, FINAL_POLL)
             share = timedelta(seconds=given)
+            locks = min(config.database.lock_timeout, share)
             cut = Cut(
                 frozenset(i.name for i in chosen if i.timeout > share),
-                config.database.lock_timeout > share,
+                # A run's lock timeout is also a share of its statement's (lock_bound): cut
+                # when the deadline's share lowers it below what the run would have had.
+                any(
+                    lock_bound(min(i.timeout, share), locks)
+                    < lock_bound(i.timeout, config.database.lock_timeout)
+                    for i in chosen
+                ),
                 given,
             )
             chosen = [replace(i, timeout=min(i.timeout, share)) for i in chosen]
-            locks = min(config.database.lock_timeout, share)
             database = config.database.model_copy(update={"lock_timeout": locks})
             config = config.model_copy(update={"database": database})
         loaded = LoadResult(chosen, [])

@@ -6,23 +6,23 @@ the copy when the store is next opened, silently bringing back what the restore 
 undo. SQLite's backup API writes the backup's pages into the store through its own
 connection instead, which first recovers (and then supersedes) whatever `-wal` is there.
 
-Refused, before anything is written: a backup that is not an invmon store, is damaged, or
-was migrated by a newer release; and a store a daemon is running on (one seen in the
-`daemons` table within `alive_within`: a daemon renews its row every third of its lease, and
-a clean stop removes it).
+Refused, before anything is written: a backup that is not an invmon store, is damaged, was
+migrated by a newer release, or is the store itself; and a store a daemon is running on.
+That is the daemon's own lock (storage.hold_single_daemon), held by this restore from its
+check to its end: the kernel drops it when a daemon dies, so a killed daemon never stands
+in the way, and a paused one always does.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 
-from monitor.clock import parse_stamp, stamp
 from monitor.store.inspection import StoreReport, inspect
 from monitor.store.migrations import schema_version
-from monitor.store.storage import SqliteStorage
+from monitor.store.storage import SqliteStorage, StoreInUse, hold_single_daemon
 
 
 class RestoreRefused(Exception):
@@ -35,30 +35,42 @@ class Restored:
     replaced: StoreReport | None  # what the store held before; None when there was no file
 
 
-def restore_sqlite(backup: Path, store: Path, now: datetime, alive_within: timedelta) -> Restored:
+def restore_sqlite(backup: Path, store: Path) -> Restored:
     """Write the backup at `backup` into the SQLite store at `store` (created when absent),
     with SQLite's backup API; RestoreRefused, with nothing written, when it may not be."""
-    copy = _checked_backup(backup)
-    replaced = None
-    if store.exists():
-        replaced = _stopped_store(store, now, alive_within)
-    reading = sqlite3.connect(f"file:{backup.resolve().as_posix()}?mode=ro", uri=True)
+    if store.is_dir():
+        raise RestoreRefused(f"the store's path {str(store)!r} is a folder")
+    copy = _checked_backup(backup, store)
     try:
-        writing = sqlite3.connect(store, isolation_level=None, timeout=30)
+        lock = hold_single_daemon(store)
+    except StoreInUse as exc:
+        raise RestoreRefused(f"a daemon is running on it ({exc.holder}): stop it first") from None
+    try:
+        replaced = _current(store) if store.exists() else None
+        reading = sqlite3.connect(f"file:{backup.resolve().as_posix()}?mode=ro", uri=True)
         try:
-            reading.backup(writing)
-            # A backup is a rollback-journal file (backup_sqlite); the store's mode is WAL.
-            writing.execute("PRAGMA journal_mode=WAL")
+            writing = sqlite3.connect(store, isolation_level=None, timeout=30)
+            try:
+                reading.backup(writing)
+                # A backup is a rollback-journal file (backup_sqlite); the store's mode is WAL.
+                writing.execute("PRAGMA journal_mode=WAL")
+                # Which daemons were alive when the backup was taken is not history: a
+                # daemon started on the store would see them leave the fleet.
+                writing.execute("DELETE FROM daemons")
+            finally:
+                writing.close()
         finally:
-            writing.close()
+            reading.close()
     finally:
-        reading.close()
+        lock.close()
     return Restored(copy, replaced)
 
 
-def _checked_backup(backup: Path) -> StoreReport:
+def _checked_backup(backup: Path, store: Path) -> StoreReport:
     if not backup.is_file():
         raise RestoreRefused(f"{str(backup)!r} is not a file")
+    if store.exists() and os.path.samefile(backup, store):
+        raise RestoreRefused(f"{str(backup)!r} is the store itself")
     try:
         opened = SqliteStorage(backup, read_only=True)
     except sqlite3.Error as exc:
@@ -73,8 +85,8 @@ def _checked_backup(backup: Path) -> StoreReport:
         raise RestoreRefused(f"{str(backup)!r} cannot be read as a SQLite store: {exc}") from None
     finally:
         opened.close()
-    if report.schema_version == 0:
-        raise RestoreRefused(f"{str(backup)!r} is not an invmon state store (no schema version)")
+    if report.schema_version == 0 or "daemons" not in report.rows:
+        raise RestoreRefused(f"{str(backup)!r} is not an invmon state store")
     if report.schema_version > schema_version():
         raise RestoreRefused(
             f"{str(backup)!r} is at schema version {report.schema_version}, newer than this "
@@ -83,29 +95,15 @@ def _checked_backup(backup: Path) -> StoreReport:
     return report
 
 
-def _stopped_store(store: Path, now: datetime, alive_within: timedelta) -> StoreReport:
-    """What the store holds, when no daemon is running on it. Opened for writing, so that a
-    `-wal` left beside it is recovered now, not replayed over the restored pages later."""
+def _current(store: Path) -> StoreReport:
+    """What the store holds. Opened for writing, so that a `-wal` left beside it is
+    recovered now, not replayed over the restored pages later."""
     try:
         opened = SqliteStorage(store)
     except sqlite3.Error as exc:
         raise RestoreRefused(_unreadable(exc)) from None
     try:
-        report = inspect(opened)
-        if "daemons" in report.rows:
-            with opened.transaction() as tx:
-                alive = tx.rows(
-                    "SELECT host, pid, seen_at FROM daemons WHERE seen_at > ? ORDER BY seen_at",
-                    (stamp(now - alive_within),),
-                )
-            if alive:
-                host, pid, seen = alive[-1]
-                ago = max(0, int((now - parse_stamp(seen)).total_seconds()))
-                raise RestoreRefused(
-                    f"a daemon is running on it ({host}, pid {pid}, seen {ago}s ago): stop "
-                    "every daemon on the store first"
-                )
-        return report
+        return inspect(opened)
     except sqlite3.Error as exc:
         raise RestoreRefused(_unreadable(exc)) from None
     finally:

@@ -351,6 +351,10 @@ def _serialise_migrations(storage: Storage, tx: Tx) -> None:
 class StoreInUse(Exception):
     """Another daemon holds this SQLite store."""
 
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder  # as its lock file says it: `pid 4242 on box`
+
 
 def hold_single_daemon(path: Path) -> IO[str]:
     """The lock that keeps a SQLite store to one daemon, held until the returned file is
@@ -367,7 +371,8 @@ def hold_single_daemon(path: Path) -> IO[str]:
         handle.close()
         raise StoreInUse(
             f"another daemon ({holder}) already runs on the SQLite state store {str(path)!r}; "
-            "SQLite serves one daemon: for several, set state.dsn to a PostgreSQL database"
+            "SQLite serves one daemon: for several, set state.dsn to a PostgreSQL database",
+            holder,
         ) from None
     handle.seek(0)
     handle.truncate()

@@ -717,6 +717,31 @@ def test_eventually_ends_near_its_deadline_when_a_poll_runs_long(
     assert float(waited) < 10, out
 
 
+def test_a_lock_wait_the_deadline_cut_short_is_said_to_be_the_deadline_s(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """A lock timeout lowered by the deadline's share (to 90% of the query's share) was
+    said as the query's own lock timeout, quoting the share as "the query's timeout"."""
+    pytester.makepyfile(
+        """
+        import psycopg
+
+        def test_it(invariants, invmon_dsn):
+            with psycopg.connect(invmon_dsn) as holder:  # a migration, mid-way
+                holder.execute("LOCK TABLE refunds IN ACCESS EXCLUSIVE MODE")
+                invariants.assert_hold_eventually(
+                    select="duplicate_settled_refunds", timeout=5.4, poll=0.1, quiet=0.5
+                )
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    out = re.sub(r"(?m)^E {7}", "", result.stdout.str())
+    assert "the system did not settle within 5.4 s: poll 1 was still running at the deadline" in out
+    assert "still running at the deadline (its query was given 5.4 s of the time left)" in out
+    assert "lock timeout" not in out
+
+
 def test_eventually_shares_the_time_left_among_the_rounds_a_poll_needs(
     pytester: pytest.Pytester, project: Path
 ) -> None:
