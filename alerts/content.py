@@ -25,11 +25,12 @@ from alerts.messages import (
     summary_message,
     with_subject,
 )
+from alerts.plans import CHURN
 from alerts.thread_batching import CHANGED, changes_message
 from monitor.clock import Clock
 from monitor.invariants.header import InvariantHeader
 from monitor.links import safe_link
-from monitor.store.acks import ack_line
+from monitor.store.acks import ack_line, is_quiet
 from monitor.store.context import IncidentContext
 from monitor.store.incidents import event_kind
 from monitor.store.records import Incident
@@ -118,6 +119,13 @@ class Views:
         return data, csv_title(incident.invariant, attached, incident.first_count, why)
 
 
+# The thread replies an acknowledgement or a snooze silences (docs/slack.md): reminders and
+# the notices of rows that come and go. Judged again when one is sent, not only when it was
+# planned: a notice held back by thread_update_interval, or a reminder waiting to be retried
+# while Slack was down, went out after the ack, one saying "Nobody has acknowledged it yet".
+QUIETED = frozenset({*CHURN, CHANGED, "reminder"})
+
+
 class Content:
     """A delivery's message or file, built from what `Views` reads at send time."""
 
@@ -150,6 +158,14 @@ class Content:
         """The incident's own message (with its buttons), as its detail post in a digest's
         thread shows it."""
         return root_message(self.views.incident(incident_id), now)
+
+    def silenced(self, delivery: Delivery, now: datetime) -> bool:
+        """A thread reply its incident's acknowledgement or snooze now silences (QUIETED)."""
+        if delivery.action != "post_reply" or delivery.payload.get("kind") not in QUIETED:
+            return False
+        assert delivery.incident_id is not None
+        incident = self.views.store.incident(delivery.incident_id)
+        return incident is not None and is_quiet(incident, now)
 
     def reply(self, delivery: Delivery, now: datetime, in_digest: bool) -> Message:
         """A message in a thread; in a digest's thread it names the incident it is about."""

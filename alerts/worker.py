@@ -184,6 +184,14 @@ class DeliveryWorker:
             self.transport.update(root.channel, str(root.slack_ts), message.text, message.blocks)
             self.ledger.sent(delivery, self.clock())
         elif action in ("post_reply", "post_detail"):
+            if self.content.silenced(delivery, now):
+                # Finished with nothing to post: SENT, with no message of its own.
+                log.info(
+                    "not posted: the incident was acknowledged or snoozed since this was planned",
+                    extra={"fields": {"delivery": delivery.id, "invariant": delivery.invariant}},
+                )
+                self.ledger.sent(delivery, self.clock())
+                return
             message = self.content.reply(delivery, now, in_digest=root.action == "post_digest")
             if not self.may_send(delivery, "chat.postMessage"):
                 return

@@ -18,7 +18,7 @@ import pytest
 from builders import config_file, signed_click, slack_signature
 from fake_slack import APP_TOKEN, FakeSlack
 from fake_socket_mode import FakeSocketMode
-from helpers import invmon, wait_for
+from helpers import invmon, sql, wait_for
 from scenario import World, script, settle
 
 from alerts.interactions import Interactions, parse_clicks
@@ -74,6 +74,21 @@ class Setup:
         [root] = self.fake.roots()
         return json.dumps(root.blocks, ensure_ascii=False)
 
+    def bad(self, *ids: int) -> None:
+        """The items that offend now, then a run."""
+        marked = ",".join(str(i) for i in ids) or "0"
+        sql(self.world.dsn, f"UPDATE items SET bad = id IN ({marked})")
+        self.world.clock.advance(60)
+        self.daemon.evaluate("bad_items")
+
+    def click(self, action_id: str, incident: int) -> int:
+        body, headers = signed_click(click_payload(action_id, incident), SECRET)
+        return post(self.url, body, headers)
+
+    def thread(self) -> list[str]:
+        [root] = self.fake.roots()
+        return [m.text for m in self.fake.thread(root) if not m.files]
+
     def close(self) -> None:
         self.listener.stop()
         self.daemon.databases.close()
@@ -118,6 +133,51 @@ def test_a_signed_ack_click_acks_once_updates_the_message_and_stops_reminders(
     [root] = setup.fake.roots()
     replies = [m.text.split(" ")[0] for m in setup.fake.thread(root) if not m.files]
     assert replies == ["✅"]
+
+
+@pytest.mark.parametrize("click", ["invmon_ack_until_resolved", "invmon_snooze_24h"])
+def test_a_change_notice_held_back_before_an_ack_or_snooze_is_never_posted(
+    setup: Setup, click: str
+) -> None:
+    """A notice held back by thread_update_interval was judged quiet or not only when it
+    was planned: an ack or snooze meanwhile did not stop it."""
+    setup.bad(1, 2)
+    settle(setup.daemon, setup.world.clock, "opened")
+    [incident] = setup.world.store.open_incidents()
+    setup.bad(1, 2, 3)  # the first change: replied at once
+    settle(setup.daemon, setup.world.clock, "first change")
+    before = setup.thread()
+    assert [t.split(" ")[0] for t in before] == ["➕"]
+    setup.bad(1, 2, 3, 4)  # within thread_update_interval: held back
+    setup.daemon.deliver()
+    assert setup.click(click, incident.id) == 200
+    setup.world.clock.advance(6 * 60)
+    settle(setup.daemon, setup.world.clock, "after the click")
+    assert setup.thread() == before
+    assert {d.state for d in setup.daemon.alerter.ledger.all()} == {"SENT"}
+
+
+def test_a_reminder_waiting_on_slack_before_an_ack_from_the_shell_is_never_posted(
+    setup: Setup,
+) -> None:
+    """Slack down: a queued reminder waited for its retry; the on-call acked from the shell
+    (as the manual says to), and the reminder then went out saying "Nobody has
+    acknowledged it yet"."""
+    setup.bad(1, 2)
+    settle(setup.daemon, setup.world.clock, "opened")
+    [incident] = setup.world.store.open_incidents()
+    setup.world.clock.advance(4 * 3600 + 1)
+    for _ in range(3):
+        setup.fake.fail_next("chat.postMessage", "error_500")
+    assert setup.daemon.alerter.remind() == 1
+    setup.daemon.deliver()  # refused: retried later
+    home = setup.world.folder.parent
+    config = config_file(home, state={"path": home / "state.db"})
+    done = invmon("ack", str(incident.id), "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert setup.incident(incident.id).acked_by is not None
+    settle(setup.daemon, setup.world.clock, "after the ack")
+    assert setup.thread() == []
 
 
 @pytest.mark.parametrize(
