@@ -308,12 +308,25 @@ class Alerter:
                 self.planned.enqueue(tx, None, invariant, incident_id, channel, [spec], now)
 
     def after_action(self, tx: Tx, incident: Incident, action_id: int) -> None:
-        """Queue the root message's update after an ack, unack or snooze (same transaction)."""
+        """Queue the root message's update after an ack, unack or snooze (same transaction);
+        after a snooze, another for when it ends, which nothing else would show."""
         now = self.clock()
+        acted = self.store.incident_in(tx, incident.id) or incident
+        ends = acted.snoozed_until if acted.snoozed_until and acted.snoozed_until > now else None
         for channel in self.roots.channels(tx, incident.id):
-            key = delivery_key(incident.id, "action", action_id, channel)
-            spec = Spec("update_root", key, True, {"kind": "action", "action_id": action_id})
-            self.planned.enqueue(tx, None, incident.invariant, incident.id, channel, [spec], now)
+            payload = {"kind": "action", "action_id": action_id}
+            specs = [
+                Spec(
+                    "update_root",
+                    delivery_key(incident.id, "action", action_id, channel),
+                    True,
+                    payload,
+                )
+            ]
+            if ends is not None:
+                key = delivery_key(incident.id, "snooze ends", action_id, channel)
+                specs.append(Spec("update_root", key, True, payload, not_before=ends))
+            self.planned.enqueue(tx, None, incident.invariant, incident.id, channel, specs, now)
 
     def act(self, incident_id: int, action: Action, source: str) -> Outcome:
         """Record an ack/unack/snooze and queue the message update, atomically."""

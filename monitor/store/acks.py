@@ -87,9 +87,15 @@ def decide_action(incident: Incident, action: Action, now: datetime) -> Outcome:
     if action.kind == "unack":
         if not incident.acked_by:
             return Outcome(False, f"{number} is not acknowledged.", {})
+        snoozed = incident.snoozed_until
+        resume = (
+            f"it stays snoozed until {shown(snoozed)}, then reminders resume"
+            if snoozed and snoozed > now
+            else "reminders resume"
+        )
         return Outcome(
             True,
-            f"You removed the acknowledgement of {number}; reminders resume.",
+            f"You removed the acknowledgement of {number}; {resume}.",
             {"acked_by": None, "acked_by_name": None, "acked_at": None, "ack_mode": None},
         )
     assert action.snooze_for is not None
@@ -116,5 +122,6 @@ def ack_line(incident: Incident, now: datetime) -> str | None:
         parts.append(f"👀 Acknowledged by {by} at {_when(incident.acked_at)} ({mode})")
     snoozed = incident.snoozed_until
     if snoozed and snoozed > now:
-        parts.append(f"💤 Snoozed until {_when(snoozed)}")
+        by = f" by {who(incident.snoozed_by, None)}" if incident.snoozed_by else ""
+        parts.append(f"💤 Snoozed until {_when(snoozed)}{by}")
     return " · ".join(parts) or None

@@ -154,7 +154,8 @@ def test_a_change_notice_held_back_before_an_ack_or_snooze_is_never_posted(
     setup.world.clock.advance(6 * 60)
     settle(setup.daemon, setup.world.clock, "after the click")
     assert setup.thread() == before
-    assert {d.state for d in setup.daemon.alerter.ledger.all()} == {"SENT"}
+    replies = [d for d in setup.daemon.alerter.ledger.all() if d.action == "post_reply"]
+    assert {d.state for d in replies} == {"SENT"}  # the held one finished, unposted
 
 
 def test_a_reminder_waiting_on_slack_before_an_ack_from_the_shell_is_never_posted(
@@ -305,11 +306,25 @@ def test_the_cli_acks_snoozes_and_unacks_and_slack_reflects_it(setup: Setup) -> 
     settle(setup.daemon, setup.world.clock, "cli ack")
     assert f"👀 Acknowledged by {getpass.getuser()} (command line) at " in setup.root_text()
     assert invmon("snooze", str(incident), "4h", "--config", str(config)).returncode == 0
-    assert invmon("unack", str(incident), "--config", str(config)).returncode == 0
+    until = setup.incident(incident).snoozed_until
+    assert until is not None
+    unacked = invmon("unack", str(incident), "--config", str(config))
+    assert unacked.returncode == 0
+    # Not "reminders resume": the snooze still silences them (is_quiet).
+    assert unacked.stdout.startswith(
+        f"You removed the acknowledgement of incident #{incident}; it stays snoozed until "
+        f"{until:%Y-%m-%d %H:%M UTC}, then reminders resume."
+    ), unacked.stdout
     settle(setup.daemon, setup.world.clock, "cli unack")
     text = setup.root_text()
     assert "👀 Acknowledged" not in text
-    assert "💤 Snoozed until " in text
+    assert f"💤 Snoozed until {until:%Y-%m-%d %H:%M} UTC by {getpass.getuser()} (command line)" in (
+        text
+    )
+    # When the snooze ends, the message says so: nothing else would update it then.
+    setup.world.clock.advance(4 * 3600 + 60)
+    settle(setup.daemon, setup.world.clock, "the snooze over")
+    assert "💤 Snoozed" not in setup.root_text()
     bad = invmon("snooze", str(incident), "soon", "--config", str(config))
     assert (bad.returncode, bad.stderr.strip()) == (
         2,
