@@ -27,11 +27,23 @@ from alerts.alerter import Alerter
 from alerts.replays import SeenRequests
 from monitor.config import ACK_MODES, SlackConfig
 from monitor.store.acks import Action
+from monitor.store.store_health import STORE_ERRORS, store_error
 
 log = logging.getLogger("invmon.interactions")
 
 SNOOZES = {"1h": timedelta(hours=1), "4h": timedelta(hours=4), "24h": timedelta(hours=24)}
 REPLAY_WINDOW = 5 * 60  # Slack's own limit on a request's age
+# Slack shows the person an error when an interaction's request is not answered within 3
+# seconds. The HTTP endpoint waits this long for the click's work (the replay check, the
+# allowlist, recording it), then answers and lets the work finish: its outcome is said by
+# an ephemeral message, as over Socket Mode.
+ANSWER_WITHIN = 2.0
+# What the person is told when the click could not be recorded.
+NOT_RECORDED = (
+    "Your click on incident #{incident} was not recorded: invmon's state store did not "
+    "answer. Click again in a minute, or use `invmon ack`, `invmon snooze` or `invmon unack` "
+    "from a shell."
+)
 
 
 @dataclass(frozen=True)
@@ -88,7 +100,12 @@ class Interactions:
         self.alerter = alerter
         self.config = config
         self.web = (
-            WebClient(token=config.token, base_url=config.api_url, retry_handlers=[])
+            WebClient(
+                token=config.token,
+                base_url=config.api_url,
+                retry_handlers=[],
+                timeout=max(1, int(config.timeout.total_seconds())),
+            )
             if config.token
             else None
         )
@@ -109,16 +126,28 @@ class Interactions:
                     extra={"fields": {"user": click.action.actor, "incident": click.incident_id}},
                 )
             else:
-                outcome = self.alerter.act(click.incident_id, click.action, source)
-                answer = outcome.message
-                log.info(
-                    "incident %s: %s by %s%s",
-                    click.incident_id,
-                    click.action.kind,
-                    click.action.actor,
-                    "" if outcome.changed else " (no change)",
-                    extra={"fields": {"source": source}},
-                )
+                try:
+                    outcome = self.alerter.act(click.incident_id, click.action, source)
+                except STORE_ERRORS as exc:
+                    # Over Socket Mode the click is acked to Slack already, and over HTTP it
+                    # may be: the person is told, never left to think it was recorded.
+                    log.error(
+                        "a click on incident %s was not recorded: the state store failed: %s",
+                        click.incident_id,
+                        store_error(exc),
+                        extra={"fields": {"source": source, "user": click.action.actor}},
+                    )
+                    answer = NOT_RECORDED.format(incident=click.incident_id)
+                else:
+                    answer = outcome.message
+                    log.info(
+                        "incident %s: %s by %s%s",
+                        click.incident_id,
+                        click.action.kind,
+                        click.action.actor,
+                        "" if outcome.changed else " (no change)",
+                        extra={"fields": {"source": source}},
+                    )
             answers.append(answer)
             self._tell(click, answer)
         return answers
@@ -171,9 +200,6 @@ class Interactions:
             log.warning("rejected a Slack request: missing, wrong or stale signature")
             return 401, "invalid signature"
         lowered = {k.lower(): v for k, v in headers.items()}
-        if self._replayed(lowered.get("x-slack-signature", "")):
-            log.warning("rejected a replayed Slack request")
-            return 401, "replayed request"
         form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
         try:
             payload = json.loads(form["payload"][0])
@@ -183,6 +209,46 @@ class Interactions:
             return 400, "no payload"
         if not isinstance(payload, dict):
             return 400, "the payload is not a JSON object"
+        signature = lowered.get("x-slack-signature", "")
+        answered: list[tuple[int, str]] = []  # the work's own answer, when it has one
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                answered.append(self._accepted(signature, payload))
+            except Exception:
+                log.exception("could not handle a Slack interaction")
+                answered.append((500, "the interaction could not be handled"))
+            finally:
+                done.set()
+
+        # A thread of its own, not a pool's: one held by a hung store must not hold the
+        # interpreter's exit (a daemon thread), nor the next click.
+        threading.Thread(target=work, name="invmon-click", daemon=True).start()
+        if done.wait(ANSWER_WITHIN):
+            return answered[0]
+        log.warning(
+            "answered a Slack click before it was recorded (the state store or Slack is "
+            "slow); the person is told its outcome by message"
+        )
+        return 200, ""
+
+    def _accepted(self, signature: str, payload: Mapping[str, Any]) -> tuple[int, str]:
+        """A signed request's clicks applied, unless it is a replay: (status, text)."""
+        try:
+            replayed = self._replayed(signature)
+        except STORE_ERRORS as exc:
+            log.error(
+                "a Slack request was not handled: the state store failed while checking it "
+                "for a replay: %s",
+                store_error(exc),
+            )
+            for click in parse_clicks(payload):
+                self._tell(click, NOT_RECORDED.format(incident=click.incident_id))
+            return 503, "the state store did not answer"
+        if replayed:
+            log.warning("rejected a replayed Slack request")
+            return 401, "replayed request"
         self.handle(payload, "slack-http")
         return 200, ""
 

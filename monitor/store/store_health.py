@@ -39,6 +39,14 @@ STORE_ERRORS: tuple[type[BaseException], ...] = (
     PoolTimeout,
     OSError,
 )
+
+
+def store_error(exc: BaseException) -> str:
+    """A store error in one line, with any secret in it (a DSN's password) masked."""
+    text = str(exc).strip()
+    return redact(text.splitlines()[0] if text else type(exc).__name__)
+
+
 LOG_EVERY = 60.0  # seconds between two log lines about the same trouble
 # A use failing again and again is retried within a minute (a run's slot every lease); one
 # not tried again for this long says nothing about the store now.
@@ -107,9 +115,7 @@ class StoreHealth:
                 log.info("the state store (%s) works again", self.where)
 
     def _failed(self, doing: str, exc: BaseException) -> None:
-        reason = redact(
-            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        )
+        reason = store_error(exc)
         problem = f"the state store ({self.where}) failed while {doing}: {reason}"
         now = self._monotonic()
         with self._lock:

@@ -21,7 +21,7 @@ from fake_socket_mode import FakeSocketMode
 from helpers import invmon, sql, wait_for
 from scenario import World, script, settle
 
-from alerts.interactions import Interactions, parse_clicks
+from alerts.interactions import NOT_RECORDED, Interactions, parse_clicks
 from monitor.daemon.daemon import Daemon
 from monitor.daemon.http import Listener
 from monitor.store.acks import Action, decide_action
@@ -179,6 +179,67 @@ def test_a_reminder_waiting_on_slack_before_an_ack_from_the_shell_is_never_poste
     assert setup.incident(incident.id).acked_by is not None
     settle(setup.daemon, setup.world.clock, "after the ack")
     assert setup.thread() == []
+
+
+def test_a_click_is_answered_within_slacks_deadline_while_the_store_is_held(
+    setup: Setup,
+) -> None:
+    """The HTTP endpoint answered only once the click was recorded: a store held by a long
+    write (storing a large run) made Slack give up after its 3 s and show the person an
+    error, though the ack was then recorded. The answer no longer waits on the store; the
+    outcome follows by message."""
+    setup.bad(1, 2)
+    settle(setup.daemon, setup.world.clock, "opened")
+    [incident] = setup.world.store.open_incidents()
+    holding, release = threading.Event(), threading.Event()
+
+    def long_write() -> None:
+        with setup.world.store.storage.transaction():
+            holding.set()
+            release.wait(60)
+
+    writer = threading.Thread(target=long_write, daemon=True)
+    writer.start()
+    assert holding.wait(10)
+    try:
+        # Answered while the store is still held: the answer did not wait for it.
+        assert setup.click("invmon_ack_until_resolved", incident.id) == 200
+        assert release.is_set() is False
+        assert setup.fake.ephemerals == []
+    finally:
+        release.set()
+        writer.join(10)
+    wait_for(lambda: setup.incident(incident.id).acked_by == "U_ALICE", 10, "the ack")
+    wait_for(lambda: setup.fake.ephemerals, 10, "the answer")
+    assert setup.fake.ephemerals == [
+        ("C0INVARIANTS", "U_ALICE", f"You acknowledged incident #{incident.id} until resolved.")
+    ]
+
+
+def test_a_click_the_store_cannot_record_is_answered_saying_so(setup: Setup) -> None:
+    """Over Socket Mode a click is acked to Slack before it is recorded: a store that failed
+    then lost it with nothing said to the person (over HTTP, Slack showed an error). Both
+    now answer that it was not recorded."""
+    setup.bad(1, 2)
+    settle(setup.daemon, setup.world.clock, "opened")
+    [incident] = setup.world.store.open_incidents()
+    with setup.world.store.storage.transaction() as tx:  # a store that refuses the write
+        tx.run(
+            "CREATE TRIGGER refuses BEFORE INSERT ON incident_actions"
+            " BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
+        )
+    answers = setup.daemon.interactions.handle(
+        click_payload("invmon_ack_until_resolved", incident.id), "slack-socket"
+    )
+    said = NOT_RECORDED.format(incident=incident.id)
+    assert answers == [said]
+    wait_for(lambda: setup.fake.ephemerals, 10, "the answer")
+    assert setup.fake.ephemerals == [("C0INVARIANTS", "U_ALICE", said)]
+    assert setup.incident(incident.id).acked_by is None
+    with setup.world.store.storage.transaction() as tx:
+        tx.run("DROP TRIGGER refuses")
+    assert setup.click("invmon_ack_until_resolved", incident.id) == 200  # clicked again
+    assert setup.incident(incident.id).acked_by == "U_ALICE"
 
 
 @pytest.mark.parametrize(
