@@ -99,6 +99,19 @@ def invmon_project(pytestconfig: pytest.Config) -> Project:
     pytest.fail(message, pytrace=False)
 
 
+class Dsn(str):
+    """The test database's DSN, as a str whose repr masks its password: pytest prints a
+    fixture's value wherever it shows a frame's locals (`-l`, `--full-trace`), and a test of
+    the application's may take `invmon_dsn` itself."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        from monitor.logs import redact
+
+        return repr(redact(str(self)))
+
+
 @pytest.fixture
 def invmon_dsn(pytestconfig: pytest.Config, invmon_project: Project) -> str:
     """The database the invariants run against. Override it in a conftest.py to return the
@@ -117,7 +130,7 @@ def invmon_dsn(pytestconfig: pytest.Config, invmon_project: Project) -> str:
         check_dsn(dsn)
     except ValueError as exc:
         pytest.fail(f"invmon: the test database's DSN {exc}", pytrace=False)
-    return dsn
+    return Dsn(dsn)
 
 
 @pytest.fixture

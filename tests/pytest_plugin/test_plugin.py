@@ -312,7 +312,16 @@ def test_no_password_is_printed_with_a_failing_tests_arguments_and_locals(
     )
     flagged.assert_outcomes(errors=2)
     assert "--invmon-dsn is not used" in flagged.stdout.str()
-    for result in (failing, flagged):
+    # pytest's own frames, which hold each fixture's value, shown too.
+    (project / "conftest.py").write_text(
+        (project / "conftest.py").read_text().split("\n@pytest.fixture\ndef invmon_dsn")[0]
+    )
+    pytester.makeini("[pytest]\ninvmon_invariants = invariants\n")
+    traced = pytester.runpytest_subprocess(
+        "-vv", "-l", "--full-trace", "--invmon-dsn", test_db, "test_soak.py::test_violated"
+    )
+    traced.assert_outcomes(failed=1)
+    for result in (failing, flagged, traced):
         out = result.stdout.str() + result.stderr.str()
         assert [s for s in secrets if s in out] == []
 
