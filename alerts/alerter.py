@@ -32,7 +32,7 @@ from alerts.slack import SlackTransport
 from alerts.thread_batching import Hold, Merge, decide, first, merged
 from alerts.transport import Transport
 from alerts.worker import DeliveryWorker, WorkerSettings
-from monitor.clock import utc_now
+from monitor.clock import stamp, utc_now
 from monitor.config import SlackConfig
 from monitor.store.acks import Action, Outcome, is_quiet
 from monitor.store.context import IncidentContext
@@ -312,7 +312,8 @@ class Alerter:
         after a snooze, another for when it ends, which nothing else would show."""
         now = self.clock()
         acted = self.store.incident_in(tx, incident.id) or incident
-        ends = acted.snoozed_until if acted.snoozed_until and acted.snoozed_until > now else None
+        # A snooze just given (not an ack or unack during one: its end is planned already).
+        ends = acted.snoozed_until if acted.snoozed_until != incident.snoozed_until else None
         for channel in self.roots.channels(tx, incident.id):
             payload = {"kind": "action", "action_id": action_id}
             specs = [
@@ -323,8 +324,9 @@ class Alerter:
                     payload,
                 )
             ]
-            if ends is not None:
-                key = delivery_key(incident.id, "snooze ends", action_id, channel)
+            if ends is not None and ends > now:
+                # Keyed by its end: one update however often the same end is planned.
+                key = delivery_key(incident.id, "snooze ends", stamp(ends), channel)
                 specs.append(Spec("update_root", key, True, payload, not_before=ends))
             self.planned.enqueue(tx, None, incident.invariant, incident.id, channel, specs, now)
 

@@ -429,6 +429,18 @@ class Ledger:
             rows = tx.rows(f"SELECT {', '.join(COLUMNS)} FROM deliveries ORDER BY id")
         return [delivery_of(r) for r in rows]
 
+    def undelivered(self, now: datetime) -> int:
+        """Rows that should have gone by `now` and have not: tried and refused, of unknown
+        fate, or due and not yet tried. A row planned for later (a held reply, the root's
+        update when a snooze ends) is not one."""
+        with self.storage.transaction() as tx:
+            [(n,)] = tx.rows(
+                "SELECT count(*) FROM deliveries WHERE state = 'UNKNOWN' OR (state = 'PENDING'"
+                " AND (attempts > 0 OR next_attempt_at <= ?))",
+                (stamp(now),),
+            )
+        return int(n)
+
     def counts(self) -> dict[str, int]:
         """The ledger's rows by state (states with none left out), for the metric read
         every alerts turn: SENT, nearly every row, from its count kept as rows become SENT

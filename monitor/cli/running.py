@@ -137,8 +137,7 @@ def _run_once(config: Config) -> int:
     daemon = assemble(config, config.default_dsn(), store)
     try:
         change, results = daemon.run_once()
-        waiting = daemon.alerter.ledger.counts()
-        if note := undelivered_note(waiting.get("PENDING", 0) + waiting.get("UNKNOWN", 0)):
+        if note := undelivered_note(daemon.alerter.ledger.undelivered(daemon.clock())):
             click.echo(note, err=True)
         return exit_code(results, load_failed=bool(change.invalid))
     finally:

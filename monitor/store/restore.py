@@ -31,7 +31,7 @@ class RestoreRefused(Exception):
 
 @dataclass(frozen=True)
 class Restored:
-    backup: StoreReport  # the store as restored: the backup's contents
+    backup: StoreReport  # the store as restored: the backup's contents, as it now holds them
     replaced: StoreReport | None  # what the store held before; None when there was no file
 
 
@@ -55,15 +55,18 @@ def restore_sqlite(backup: Path, store: Path) -> Restored:
                 # A backup is a rollback-journal file (backup_sqlite); the store's mode is WAL.
                 writing.execute("PRAGMA journal_mode=WAL")
                 # Which daemons were alive when the backup was taken is not history: a
-                # daemon started on the store would see them leave the fleet.
-                writing.execute("DELETE FROM daemons")
+                # daemon started on the store would see them leave the fleet. (A backup
+                # from before schema step 8 has no such table: its migration makes it.)
+                if "daemons" in copy.rows:
+                    writing.execute("DELETE FROM daemons")
             finally:
                 writing.close()
         finally:
             reading.close()
+        restored = _current(store)
     finally:
         lock.close()
-    return Restored(copy, replaced)
+    return Restored(restored, replaced)
 
 
 def _checked_backup(backup: Path, store: Path) -> StoreReport:
@@ -85,7 +88,7 @@ def _checked_backup(backup: Path, store: Path) -> StoreReport:
         raise RestoreRefused(f"{str(backup)!r} cannot be read as a SQLite store: {exc}") from None
     finally:
         opened.close()
-    if report.schema_version == 0 or "daemons" not in report.rows:
+    if report.schema_version == 0:
         raise RestoreRefused(f"{str(backup)!r} is not an invmon state store")
     if report.schema_version > schema_version():
         raise RestoreRefused(

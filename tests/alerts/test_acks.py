@@ -377,6 +377,11 @@ def test_the_cli_acks_snoozes_and_unacks_and_slack_reflects_it(setup: Setup) -> 
         f"{until:%Y-%m-%d %H:%M UTC}, then reminders resume."
     ), unacked.stdout
     settle(setup.daemon, setup.world.clock, "cli unack")
+    # One update planned for the snooze's end, whatever was done meanwhile; and it is no
+    # alert "not delivered yet" (`run --once`'s note).
+    later = [d for d in setup.daemon.alerter.ledger.all() if d.state == "PENDING"]
+    assert [d.action for d in later] == ["update_root"]
+    assert setup.daemon.alerter.ledger.undelivered(setup.world.clock()) == 0
     text = setup.root_text()
     assert "👀 Acknowledged" not in text
     assert f"💤 Snoozed until {until:%Y-%m-%d %H:%M} UTC by {getpass.getuser()} (command line)" in (

@@ -521,9 +521,10 @@ def test_a_restore_replaces_what_a_killed_daemon_left_and_waits_for_a_live_one(
     assert in_store == in_copy + 50  # the killed daemon's runs
     done = cli("store", "restore", "copy.db", cwd=tmp_path)
     assert (done.returncode, done.stderr) == (0, "")
+    assert rows_in(tmp_path / "state.db") == in_copy - 1  # the backup's daemons row gone
     assert done.stdout == (
         "restored 'copy.db' to the state store (state.path 'state.db'): schema version "
-        f"{schema_version()}, {in_copy} rows in {len(invmon_tables())} tables (it held "
+        f"{schema_version()}, {in_copy - 1} rows in {len(invmon_tables())} tables (it held "
         f"schema version {schema_version()}, {in_store} rows)\n"
     )
     assert (count("runs"), count("daemons")) == (len(RUNS), 0)
@@ -560,6 +561,16 @@ def test_a_restore_refuses_a_file_that_is_not_an_intact_store_of_this_release_or
         done = cli("store", "restore", name, cwd=tmp_path)
         assert (done.returncode, done.stdout, done.stderr) == (2, "", refusal)
     assert (tmp_path / "state.db").read_bytes() == before
+    # A backup older than the daemons table (schema step 8) is restored, then migrated.
+    at_version(Place("sqlite", tmp_path, tmp_path / "old.db", None), 7)
+    old = cli("store", "restore", "old.db", cwd=tmp_path)
+    assert (old.returncode, old.stderr) == (0, "")
+    assert old.stdout.startswith(
+        "restored 'old.db' to the state store (state.path 'state.db'): schema version 7, "
+    )
+    assert cli("store", "migrate", cwd=tmp_path).stdout == (
+        f"state store migrated 7→{schema_version()} (state.path 'state.db')\n"
+    )
 
 
 @contextmanager
