@@ -38,6 +38,7 @@ REPLAY_WINDOW = 5 * 60  # Slack's own limit on a request's age
 # allowlist, recording it), then answers and lets the work finish: its outcome is said by
 # an ephemeral message, as over Socket Mode.
 ANSWER_WITHIN = 2.0
+MAX_RECENT = 10_000  # signatures remembered in memory (Interactions._sent_lately)
 # What the person is told when the click could not be recorded.
 NOT_RECORDED = (
     "Your click on incident #{incident} was not recorded: invmon's state store did not "
@@ -112,6 +113,11 @@ class Interactions:
         self.verifier = SignatureVerifier(config.signing_secret) if config.signing_secret else None
         self.seen = SeenRequests(alerter.store.storage)
         self._groups: dict[str, tuple[float, set[str]]] = {}
+        # The signatures this process was sent lately (to when, on time.monotonic): a replay
+        # to it is refused at once, before the store's own check, which may be slow and
+        # then finishes after the answer went.
+        self._recent_lock = threading.Lock()  # guards _recent
+        self._recent: dict[str, float] = {}
 
     # --- what a click does ---------------------------------------------------------------
 
@@ -210,6 +216,9 @@ class Interactions:
         if not isinstance(payload, dict):
             return 400, "the payload is not a JSON object"
         signature = lowered.get("x-slack-signature", "")
+        if self._sent_lately(signature):
+            log.warning("rejected a replayed Slack request")
+            return 401, "replayed request"
         answered: list[tuple[int, str]] = []  # the work's own answer, when it has one
         done = threading.Event()
 
@@ -232,6 +241,20 @@ class Interactions:
             "slow); the person is told its outcome by message"
         )
         return 200, ""
+
+    def _sent_lately(self, signature: str) -> bool:
+        """Whether this process was sent `signature` within the replay window; noted now.
+        At most MAX_RECENT are kept, the oldest forgotten first (the store remembers all)."""
+        now = time.monotonic()
+        with self._recent_lock:
+            seen = self._recent.get(signature)
+            if seen is not None and now - seen < 2 * REPLAY_WINDOW:
+                return True
+            self._recent[signature] = now
+            if len(self._recent) > MAX_RECENT:
+                for old in sorted(self._recent, key=self._recent.__getitem__)[: MAX_RECENT // 2]:
+                    del self._recent[old]
+        return False
 
     def _accepted(self, signature: str, payload: Mapping[str, Any]) -> tuple[int, str]:
         """A signed request's clicks applied, unless it is a replay: (status, text)."""

@@ -201,9 +201,12 @@ def test_a_click_is_answered_within_slacks_deadline_while_the_store_is_held(
     writer = threading.Thread(target=long_write, daemon=True)
     writer.start()
     assert holding.wait(10)
+    body, headers = signed_click(click_payload("invmon_ack_until_resolved", incident.id), SECRET)
     try:
         # Answered while the store is still held: the answer did not wait for it.
-        assert setup.click("invmon_ack_until_resolved", incident.id) == 200
+        assert post(setup.url, body, headers) == 200
+        # A replay is refused at once, though the store's own check cannot answer yet.
+        assert post(setup.url, body, headers) == 401
         assert release.is_set() is False
         assert setup.fake.ephemerals == []
     finally:
