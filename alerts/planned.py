@@ -144,10 +144,12 @@ class PlannedDeliveries:
 
     def last_churn_reply(self, tx: Tx, incident_id: int, channel: str) -> LastReply | None:
         """The latest reply about rows appearing and going in the incident's thread here.
-        Looked for among its last replies only: past those, it is long enough ago."""
+        Looked for among its last replies only: past those, it is long enough ago. One an
+        ack or snooze silenced (SENT, never posted: worker.py) is no reply that went out."""
         found = tx.rows(
             "SELECT id, state, updated_at, payload_json FROM deliveries"
             " WHERE incident_id = ? AND channel = ? AND action = 'post_reply'"
+            " AND NOT (state = 'SENT' AND slack_ts IS NULL)"
             " ORDER BY id DESC LIMIT 20",
             (incident_id, channel),
         )

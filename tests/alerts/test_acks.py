@@ -156,6 +156,15 @@ def test_a_change_notice_held_back_before_an_ack_or_snooze_is_never_posted(
     assert setup.thread() == before
     replies = [d for d in setup.daemon.alerter.ledger.all() if d.action == "post_reply"]
     assert {d.state for d in replies} == {"SENT"}  # the held one finished, unposted
+    if click == "invmon_ack_until_resolved":
+        # Unacknowledged, the next change is told at once: the silenced reply went nowhere,
+        # so it does not count as the thread's latest (at most one per interval).
+        assert setup.click("invmon_unack", incident.id) == 200
+        setup.bad(1, 2, 3, 4, 5)
+        setup.daemon.deliver()  # no clock moved: a held reply would wait its interval
+        told = setup.thread()
+        assert told[: len(before)] == before
+        assert [t.split(" ")[0] for t in told[len(before) :]] == ["➕"], told
 
 
 def test_a_reminder_waiting_on_slack_before_an_ack_from_the_shell_is_never_posted(
