@@ -229,6 +229,30 @@ def _header_keys() -> set[str]:
     return {f.alias or name for name, f in InvariantHeader.model_fields.items()}
 
 
+_KEY_COMMENT = re.compile(r"^\s*--\s*([a-z_]+)\s*:(\s|$)")
+
+
+def stray_header_keys(split: SplitFile) -> list[tuple[int, str]]:
+    """Comments in the SQL that read as header keys (`-- severity: critical`), each at its
+    line: the header ends at the first line that is not a `--` comment, so a key after a
+    blank line, or after the query, was read as a plain comment and its default used."""
+    known = _header_keys()
+    ended = split.sql_first_line
+    found = []
+    for number, line in enumerate(split.sql.splitlines(), start=ended):
+        match = _KEY_COMMENT.match(line)
+        if match and match.group(1) in known:
+            found.append(
+                (
+                    number,
+                    f"'{match.group(1)}:' reads as a header key, but the header ended at line "
+                    f"{ended} (the first line that is not a `--` comment): it is not used. "
+                    "Join it to the header (no blank line between), or reword the comment",
+                )
+            )
+    return found
+
+
 def line_of_key(split: SplitFile, key: str) -> int | None:
     pattern = re.compile(rf"^\s*{re.escape(key)}\s*:")
     for number, body in split.header_lines:

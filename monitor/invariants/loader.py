@@ -35,6 +35,7 @@ from monitor.invariants.header import (
     line_of_key,
     parse_header,
     split_file,
+    stray_header_keys,
 )
 from monitor.invariants.validate import check_sql, columns_of
 from monitor.problems import Problem
@@ -296,6 +297,7 @@ def _parse_file(path: Path, name: str, text: str, loading: Loading) -> Loaded:
         problems.extend(Problem(path, line, message) for line, message in exc.problems)
     if header is not None:
         problems += _schedule_warning(path, split, header)
+    problems += [Problem(path, line, message) for line, message in stray_header_keys(split)]
     offset = split.sql_first_line - 1
     analysis, sql_problems = check_sql(split.sql, policy)
     problems.extend(Problem(path, p.line + offset, p.message, p.level) for p in sql_problems)

@@ -130,6 +130,30 @@ def test_header_and_sql_problems_in_one_file_are_both_reported(tmp_path: Path) -
     ]
 
 
+def test_a_header_key_past_the_header_is_an_error_never_a_silent_default(
+    tmp_path: Path,
+) -> None:
+    """A blank line ended the header: the keys after it were read as plain comments, and the
+    file loaded with severity warning, no key and the default timeout, lint saying valid."""
+    write(
+        tmp_path,
+        "gap.sql",
+        "-- description: Orders are never negative.\n-- owner: '@team'\n\n"
+        "-- severity: critical\n-- key: [id]\n"
+        "SELECT id FROM (VALUES (1)) AS o(id) WHERE false\n"
+        "-- timeout: 5s\n-- note: a plain comment\n--keyword: also plain\n",
+    )
+    loaded = load_directory(tmp_path)
+    assert loaded.invariants == []
+    said = "reads as a header key, but the header ended at line 3 (the first line that is not"
+    assert [(p.line, p.level, p.message.split("'")[1]) for p in loaded.problems] == [
+        (4, "error", "severity:"),
+        (5, "error", "key:"),
+        (7, "error", "timeout:"),
+    ]
+    assert all(said in p.message for p in loaded.problems)
+
+
 def test_names_that_differ_only_in_case_are_refused_as_duplicates(tmp_path: Path) -> None:
     write(tmp_path, "Refunds.sql", "-- description: a\nSELECT 1 WHERE false\n")
     write(tmp_path, "refunds.sql", "-- description: b\nSELECT 1 WHERE false\n")
