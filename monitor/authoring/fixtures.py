@@ -388,10 +388,25 @@ class CaseResult:
 
 
 def compare(
-    case: Case, found_keys: list[str], count: int, found_rows: list[dict[str, Any]] | None = None
+    case: Case,
+    found_keys: list[str],
+    count: int,
+    found_rows: list[dict[str, Any]] | None = None,
+    columns: list[str] | None = None,
 ) -> CaseResult:
     """Exact comparison: every expected key, no other, the count when given, and the rows
-    when given (each as multisets: a join that returns one offender twice is a defect)."""
+    when given (each as multisets: a join that returns one offender twice is a defect).
+    An expected row naming a column the query does not return (`columns`) is an error: it
+    was compared as null, and passed where the expected value was null."""
+    if case.rows_expected and columns is not None:
+        named = sorted({c for row in case.rows_expected for c in row} - set(columns))
+        if named:
+            return CaseResult(
+                case,
+                False,
+                error=f"`expect.rows` names {', '.join(named)}, which the query does not "
+                f"return (it returns {', '.join(columns)})",
+            )
     missing, unexpected = [], []
     if case.keys is not None:
         expected, found = Counter(case.keys), Counter(found_keys)

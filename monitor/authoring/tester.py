@@ -282,7 +282,7 @@ def run_case(
             conn.rollback()
         _clear(conn)
     keys = [offending_key(row, invariant.key) for row in evaluation.rows]
-    result = compare(case, keys, evaluation.count, evaluation.rows)
+    result = compare(case, keys, evaluation.count, evaluation.rows, evaluation.columns)
     repeated = sorted(k for k, n in Counter(keys).items() if n > 1) if invariant.key else []
     found_twice = [
         not_unique(case.name, invariant.key, k).replace("is expected", "was returned")

@@ -263,6 +263,30 @@ def test_invmon_test_and_the_daemon_read_the_same_rows_the_same_way(
     )
 
 
+def test_an_expected_row_naming_a_column_the_query_does_not_return_fails(
+    folder: Path, admin_dsn: str
+) -> None:
+    """It was compared as null: `{id: 1, note: null}` passed against a query returning no
+    `note`, and a non-null one failed quoting a column the database never returned."""
+    (folder / "duplicate_settled_refunds.sql").unlink()
+    (folder / "duplicate_settled_refunds.test.yaml").unlink()
+    (folder / "forever.sql").write_text(
+        "-- description: no job holds its lease forever\n-- key: [job_id]\n"
+        "SELECT job_id, kind FROM jobs WHERE lease_until = 'infinity'\n"
+    )
+    (folder / "forever.test.yaml").write_text(
+        "cases:\n  - name: a lease that never ends fires\n    rows:\n      jobs:\n"
+        "        - {job_id: 1, kind: x, state: in_progress, owner: w, lease_until: infinity}\n"
+        "    expect: {rows: [{job_id: 1, note: null}]}\n"
+    )
+    done = run(folder, admin_dsn, "--strict")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        "  ❌ a lease that never ends fires: `expect.rows` names note, which the query does not "
+        "return (it returns job_id, kind)"
+    ) in done.stdout.splitlines(), done.stdout
+
+
 def test_without_a_schema_cases_that_need_tables_are_not_run_and_the_fix_is_named(
     tmp_path: Path, admin_dsn: str
 ) -> None:
