@@ -224,6 +224,22 @@ def test_a_case_runs_the_invariant_read_only_as_the_daemon_does(
     ), done.stdout
 
 
+def forever(folder: Path, column: str, expect: str) -> None:
+    """The folder's only invariant and fixture: jobs holding a lease forever, returning
+    job_id and `column`; one case with one such job, expecting `expect`."""
+    (folder / "duplicate_settled_refunds.sql").unlink()
+    (folder / "duplicate_settled_refunds.test.yaml").unlink()
+    (folder / "forever.sql").write_text(
+        "-- description: no job holds its lease forever\n-- key: [job_id]\n"
+        f"SELECT job_id, {column} FROM jobs WHERE lease_until = 'infinity'\n"
+    )
+    (folder / "forever.test.yaml").write_text(
+        "cases:\n  - name: a lease that never ends fires\n    rows:\n      jobs:\n"
+        "        - {job_id: 1, kind: x, state: in_progress, owner: w, lease_until: infinity}\n"
+        f"    expect: {expect}\n"
+    )
+
+
 def test_invmon_test_and_the_daemon_read_the_same_rows_the_same_way(
     folder: Path, admin_dsn: str, database: str
 ) -> None:
@@ -233,17 +249,7 @@ def test_invmon_test_and_the_daemon_read_the_same_rows_the_same_way(
     from monitor.execution.runner import Runner
     from monitor.invariants.loader import load_directory
 
-    (folder / "duplicate_settled_refunds.sql").unlink()
-    (folder / "duplicate_settled_refunds.test.yaml").unlink()
-    (folder / "forever.sql").write_text(
-        "-- description: no job holds its lease forever\n-- key: [job_id]\n"
-        "SELECT job_id, lease_until::date AS until FROM jobs WHERE lease_until = 'infinity'\n"
-    )
-    (folder / "forever.test.yaml").write_text(
-        "cases:\n  - name: a lease that never ends fires\n    rows:\n      jobs:\n"
-        "        - {job_id: 1, kind: x, state: in_progress, owner: w, lease_until: infinity}\n"
-        "    expect: {keys: [[1]]}\n"
-    )
+    forever(folder, "lease_until::date AS until", "{keys: [[1]]}")
     done = run(folder, admin_dsn, "--strict")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "  ✅ a lease that never ends fires" in done.stdout.splitlines()
@@ -268,17 +274,7 @@ def test_an_expected_row_naming_a_column_the_query_does_not_return_fails(
 ) -> None:
     """It was compared as null: `{id: 1, note: null}` passed against a query returning no
     `note`, and a non-null one failed quoting a column the database never returned."""
-    (folder / "duplicate_settled_refunds.sql").unlink()
-    (folder / "duplicate_settled_refunds.test.yaml").unlink()
-    (folder / "forever.sql").write_text(
-        "-- description: no job holds its lease forever\n-- key: [job_id]\n"
-        "SELECT job_id, kind FROM jobs WHERE lease_until = 'infinity'\n"
-    )
-    (folder / "forever.test.yaml").write_text(
-        "cases:\n  - name: a lease that never ends fires\n    rows:\n      jobs:\n"
-        "        - {job_id: 1, kind: x, state: in_progress, owner: w, lease_until: infinity}\n"
-        "    expect: {rows: [{job_id: 1, note: null}]}\n"
-    )
+    forever(folder, "kind", "{rows: [{job_id: 1, note: null}]}")
     done = run(folder, admin_dsn, "--strict")
     assert done.returncode == 1, done.stdout + done.stderr
     assert (
