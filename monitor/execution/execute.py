@@ -23,11 +23,12 @@ given it:
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -46,11 +47,16 @@ from psycopg.types.json import JsonLoader
 from monitor.durations import IDLE_MARGIN
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, RowLimits
 from monitor.execution.query import (
+    BY_ESTIMATES,
     MAX_COLUMNS,
     Column,
+    KeysFirst,
     bounded_query,
     describing_query,
     jit_settings,
+    keys_first_applies,
+    keys_first_query,
+    plan_cost,
     planning_query,
 )
 from monitor.execution.redaction import Masker
@@ -75,6 +81,8 @@ from monitor.sources.binding import (
     standalone,
 )
 from monitor.text import shorten
+
+log = logging.getLogger("invmon.execute")
 
 # Rounds of LiveFence.learn: each view nesting asks one more, and an answer can lead to one
 # more question (an xml cast found through a function's signature).
@@ -519,12 +527,15 @@ def execute(
     live_fence: LiveFence,
     bound: Bound = NOTHING_BOUND,
     temp_file_limit: str | None = DEFAULT_TEMP_FILE_LIMIT,
+    keys_first: KeysFirst = BY_ESTIMATES,
 ) -> Evaluation:
     """Evaluate one invariant on `conn` (loaders registered, no transaction open): the exact
     count, at most `sample` whole rows, and the keys of at most `track` rows (of `sample`
     rows when the invariant has no key), all within `limits`, masked by `masker`. `bound`
     holds its sources' listings: their CTEs go before both texts sent, and the fence judges
-    the invariant's text with those CTEs before anything is sent."""
+    the invariant's text with those CTEs before anything is sent. `keys_first` says when
+    the keys are read first (query.keys_first_query)."""
+    started = time.monotonic()
     judged, _, user_line = standalone(bound, invariant.sql)
     params = bound.params or None
     with (
@@ -539,6 +550,7 @@ def execute(
         send_one_statement(sending, described, emptied(bound) if params else None)
         columns = _columns(sending, cur, live_fence.catalog)
         given = [c.name for c in sending.description or []]  # as the query names them
+        plan = None
         if not params:
             # Compiled (JIT) as the text alone decides (query.jit_settings). With
             # sources it would be planned without its listing (sent once, below), which
@@ -547,27 +559,82 @@ def execute(
             # keeps a value's text where Python would show it otherwise: rows.exact_json).
             cur.adapters.register_loader("json", JsonLoader)
             send_one_statement(cur, planning_query(invariant.sql))
-            plan = cur.fetchone()
-            settings = jit_settings(plan[0] if plan else None)
+            planned = cur.fetchone()
+            plan = planned[0] if planned else None
+            settings = jit_settings(plan)
             if settings is not None:
                 cur.execute(settings.encode())
         key = _key_positions(columns, invariant, given)
         cell = limits.cell(len(columns))
         fetch = max(sample, track) if key else sample
-        query = bound_text(
-            bound,
-            bounded_query(invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell),
-        )
-        gathering = Gathering(
-            columns,
-            _loads(conn, columns),
-            key,
-            full=sample,
-            cell=cell,
-            limits=limits,
-            masker=masker,
-        )
+
+        def gathering() -> Gathering:
+            return Gathering(
+                columns,
+                _loads(conn, columns),
+                key,
+                full=sample,
+                cell=cell,
+                limits=limits,
+                masker=masker,
+            )
+
+        bounded = bounded_query(invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell)
+        if plan is not None and not bound.prefix and keys_first_applies(columns, key):
+            first = keys_first_query(
+                invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell
+            )
+            if _keys_first_chosen(cur, keys_first, plan, first, bounded):
+                found = gathering()
+                if _found_again(sending.stream(first.encode()), found, sample):
+                    log.debug("%s: read its keys first", invariant.name)
+                    return found.result()
+                log.info(
+                    "%s: read again whole: a row of its sample was not found again by its "
+                    "key, or was found twice (a NULL or shared key, or a volatile function)",
+                    invariant.name,
+                )
+                # Read again, whole, within what is left of the run's timeout.
+                left = invariant.timeout.total_seconds() - (time.monotonic() - started)
+                cur.execute(
+                    sql.SQL("SET LOCAL statement_timeout = {}").format(
+                        f"{max(int(left * 1000), 1)}ms"
+                    )
+                )
+        found = gathering()
         # One row in memory at a time (single-row mode), whatever `fetch` is.
-        for raw in sending.stream(query.encode(), params):
-            gathering.add(raw)
-    return gathering.result()
+        for raw in sending.stream(bound_text(bound, bounded).encode(), params):
+            found.add(raw)
+    return found.result()
+
+
+def _keys_first_chosen(
+    cur: psycopg.Cursor[Any], policy: KeysFirst, plan: object, first: str, bounded: str
+) -> bool:
+    """What `policy` says of reading the keys first, asking the planner for the two
+    queries' estimates only when the text's own `plan` is costly enough to ask."""
+    if not policy.worth_asking(plan_cost(plan)):
+        return False
+    costs = []
+    for query in (first, bounded):
+        send_one_statement(cur, f"EXPLAIN (FORMAT JSON) {query}")
+        explained = cur.fetchone()
+        costs.append(plan_cost(explained[0] if explained else None))
+    return policy.chosen(*costs)
+
+
+def _found_again(rows: Iterable[Sequence[Any]], gathering: Gathering, full: int) -> bool:
+    """Feed keys_first_query's rows to `gathering`; False when its second reading did not
+    give back exactly the first's rows (a numbered row not found again, or found twice),
+    and then the rest is read and dropped (a stream is read to its end)."""
+    last, exact = 0, True
+    for raw in rows:
+        if not exact:
+            continue
+        number = int(raw[2])
+        if number == last or (number <= full and raw[3] is not True):
+            exact = False
+            continue
+        last = number
+        gathering.add(raw)
+    return exact

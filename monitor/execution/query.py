@@ -116,6 +116,15 @@ def jit_settings(explained: object) -> str | None:
     )
 
 
+def plan_cost(explained: object) -> float | None:
+    """The estimated total cost in an `EXPLAIN (FORMAT JSON)` answer; None if not one."""
+    if not isinstance(explained, list) or not explained or not isinstance(explained[0], dict):
+        return None
+    plan = explained[0].get("Plan")
+    cost = plan.get("Total Cost") if isinstance(plan, dict) else None
+    return float(cost) if isinstance(cost, int | float) else None
+
+
 def _as_text(i: int, column: Column) -> str:
     ref = f"s.c{i}"
     if column.via_format:
@@ -130,12 +139,9 @@ def _is_key(key: Sequence[int]) -> str:
     return "(" + " OR ".join(f"u.o {EQ} {i + 1}" for i in key) + ")"
 
 
-def bounded_query(
-    sql: str, columns: Sequence[Column], key: Sequence[int], *, full: int, fetch: int, cell: int
-) -> str:
-    """The query to send: three columns, the row's values (text[], see above), the total
-    count, and the row's number in key order. `key` holds the key columns' positions
-    (0-based)."""
+def _cells(columns: Sequence[Column], key: Sequence[int], *, full: int, cell: int) -> str:
+    """The row's values as one text[] (see above), from a row `s` of columns c1… and the
+    row's number s.invmon_n: whole up to `full`, key values only past it."""
     texts = ", ".join(_as_text(i, c) for i, c in enumerate(columns, start=1))
     value = (
         f"CASE WHEN u.v IS NULL OR NOT (s.{ORDINAL_COLUMN} {LE} {full} OR {_is_key(key)}) "
@@ -144,20 +150,125 @@ def bounded_query(
         f"ELSE pg_catalog.concat('c', pg_catalog.octet_length(u.v), ' ', pg_catalog.md5(u.v), "
         f"' ', pg_catalog.left(u.v, {cell})) END"
     )
-    cells = (
+    return (
         f"(SELECT pg_catalog.array_agg({value} ORDER BY u.o) "
         f"FROM pg_catalog.unnest(ARRAY[{texts}]::{TEXT}[]) WITH ORDINALITY AS u(v, o))"
         f" AS {CELLS_COLUMN}"
     )
+
+
+def _renamed(columns: Sequence[Column]) -> str:
+    return f"({', '.join(f'c{i}' for i in range(1, len(columns) + 1))})" if columns else ""
+
+
+def _numbered(sql: str, columns: Sequence[Column], key: Sequence[int], selected: str) -> str:
+    """`selected` of the invariant's rows (as q), with the count of them all and each one's
+    number in key order."""
     order = ", ".join(f"{SUBQUERY_ALIAS}.c{i + 1}" for i in key)
     window = f"ORDER BY {order}" if order else ""
-    names = f"({', '.join(f'c{i}' for i in range(1, len(columns) + 1))})" if columns else ""
     return (
-        f"SELECT {cells}, s.{TOTAL_COLUMN}, s.{ORDINAL_COLUMN}\n"
-        f"FROM (SELECT {SUBQUERY_ALIAS}.*, pg_catalog.count(*) OVER () AS {TOTAL_COLUMN}, "
+        f"SELECT {selected}, pg_catalog.count(*) OVER () AS {TOTAL_COLUMN}, "
         f"pg_catalog.row_number() OVER ({window}) AS {ORDINAL_COLUMN} FROM (\n"
         f"{sql}\n"
-        f") AS {SUBQUERY_ALIAS}{names}\n"
-        f"ORDER BY {ORDINAL_COLUMN}\nLIMIT {max(fetch, 1)}) AS s\n"
+        f") AS {SUBQUERY_ALIAS}{_renamed(columns)}\n"
+        f"ORDER BY {ORDINAL_COLUMN}"
+    )
+
+
+def bounded_query(
+    sql: str, columns: Sequence[Column], key: Sequence[int], *, full: int, fetch: int, cell: int
+) -> str:
+    """The query to send: three columns, the row's values (text[], see above), the total
+    count, and the row's number in key order. `key` holds the key columns' positions
+    (0-based)."""
+    numbered = _numbered(sql, columns, key, f"{SUBQUERY_ALIAS}.*")
+    return (
+        f"SELECT {_cells(columns, key, full=full, cell=cell)}, s.{TOTAL_COLUMN}, "
+        f"s.{ORDINAL_COLUMN}\n"
+        f"FROM ({numbered}\nLIMIT {max(fetch, 1)}) AS s\n"
+        f"ORDER BY s.{ORDINAL_COLUMN}"
+    )
+
+
+FOUND_COLUMN = "invmon_found"
+# Built-in key types whose pg_catalog `=` is plain equality, so that the rows a key matches
+# are the rows holding that key: bool, int8, int2, int4, text, oid, bpchar, varchar, date,
+# timestamp, timestamptz, numeric, uuid. (Where `=` is looser than the text, as numeric's 1.0
+# and 1.00, or text under a case-insensitive collation, a key matches each of its rows and
+# the run says so: keys_first_query.)
+KEYS_FIRST_TYPES = frozenset({16, 20, 21, 23, 25, 26, 1042, 1043, 1082, 1114, 1184, 1700, 2950})
+
+
+def keys_first_applies(columns: Sequence[Column], key: Sequence[int]) -> bool:
+    """Whether keys_first_query can stand in for bounded_query: a key, all of plain types."""
+    return bool(key) and all(columns[i].oid in KEYS_FIRST_TYPES for i in key)
+
+
+@dataclass(frozen=True)
+class KeysFirst:
+    """When keys_first_query stands in for bounded_query, by the planner's estimates.
+
+    Below `above_cost` (the text's own plan), the text is read once: what reading its keys
+    first could save is less than what two more plans cost. 10,000 is a few tens of
+    milliseconds of a plain scan; each shipped query taking seconds is estimated past 10⁵.
+
+    Past it, keys_first_query is chosen when estimated at most `margin` times the bounded
+    query. The estimate still counts the aggregates the first reading no longer computes,
+    and a row found again for every row fetched where only the sample's are, so it
+    overstates keys_first_query: duplicate_settled_refunds was estimated 0.5% above the
+    bounded query and ran in 439 ms against 1,429; orphaned_receipts, whose key cannot be
+    pushed into its UNION, 117 times above (and ran twice as long)."""
+
+    above_cost: float = 10_000.0
+    margin: float = 1.10
+
+    def worth_asking(self, text_cost: float | None) -> bool:
+        return text_cost is not None and text_cost >= self.above_cost
+
+    def chosen(self, first_cost: float | None, bounded_cost: float | None) -> bool:
+        if first_cost is None or bounded_cost is None:
+            return False
+        return first_cost <= bounded_cost * self.margin
+
+
+BY_ESTIMATES = KeysFirst()
+ALWAYS_KEYS_FIRST = KeysFirst(above_cost=0.0, margin=float("inf"))  # where the key allows
+NEVER_KEYS_FIRST = KeysFirst(above_cost=float("inf"))
+
+
+def keys_first_query(
+    sql: str, columns: Sequence[Column], key: Sequence[int], *, full: int, fetch: int, cell: int
+) -> str:
+    """bounded_query's rows, from two readings of the text in one statement (one snapshot):
+    the count and the numbered keys from the key columns alone, then each of the first
+    `full` rows found again by its key (a LATERAL join). A column nobody reads is not
+    computed: PostgreSQL drops a subquery's unused outputs, so the first reading skips the
+    invariant's costly context (`array_agg(…)` over every group where HAVING keeps a few),
+    and the second computes it for `full` rows only, when the key can be pushed down into
+    the text (an index, a GROUP BY on it). Whether that is cheaper is the planner's estimate
+    to say (execute.py compares the two).
+
+    A fourth column, `invmon_found`, is true on each row found again; a row numbered up to
+    `full` without it (a NULL key, a row a volatile function no longer yields), or a number
+    seen twice (a key two rows share), means the second reading did not give back exactly
+    the first's rows: such a run is read again with bounded_query."""
+    keys = ", ".join(f"{SUBQUERY_ALIAS}.c{i + 1}" for i in key)
+    numbered = _numbered(sql, columns, key, keys)
+    matched = " AND ".join(f"r.c{i + 1} {EQ} k.c{i + 1}" for i in key)
+    picked = ", ".join(
+        f"CASE WHEN l.{FOUND_COLUMN} THEN l.c{i} ELSE k.c{i} END AS c{i}"
+        if i - 1 in key
+        else f"l.c{i}"
+        for i in range(1, len(columns) + 1)
+    )
+    return (
+        f"SELECT {_cells(columns, key, full=full, cell=cell)}, s.{TOTAL_COLUMN}, "
+        f"s.{ORDINAL_COLUMN}, s.{FOUND_COLUMN}\n"
+        f"FROM (SELECT {picked}, k.{TOTAL_COLUMN}, k.{ORDINAL_COLUMN}, l.{FOUND_COLUMN}\n"
+        f"FROM ({numbered}\nLIMIT {max(fetch, 1)}) AS k\n"
+        f"LEFT JOIN LATERAL (SELECT r.*, TRUE AS {FOUND_COLUMN} FROM (\n"
+        f"{sql}\n"
+        f") AS r{_renamed(columns)}\n"
+        f"WHERE k.{ORDINAL_COLUMN} {LE} {full} AND {matched}\nLIMIT 2) AS l ON TRUE) AS s\n"
         f"ORDER BY s.{ORDINAL_COLUMN}"
     )

@@ -1,0 +1,268 @@
+"""Reading an invariant's keys first (query.keys_first_query): the count and the keys from
+the key columns alone, the sample's rows found again by their keys. Whatever the rows, a
+run so read says exactly what a run of the bounded query says; a row not found again, or
+found twice, has the run read again whole."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from helpers import invariant
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from monitor.execution.execute import LiveFence, execute, register_loaders
+from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
+from monitor.execution.query import (
+    ALWAYS_KEYS_FIRST,
+    BY_ESTIMATES,
+    NEVER_KEYS_FIRST,
+    Column,
+    KeysFirst,
+    keys_first_applies,
+    keys_first_query,
+    plan_cost,
+)
+
+READ_FIRST = "read its keys first"
+READ_AGAIN = "read again whole"
+
+
+@pytest.fixture(scope="module")
+def conn(fence_database: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection whose tables each test makes in a transaction it rolls back."""
+    with psycopg.connect(fence_database) as connection:
+        register_loaders(connection)
+        connection.autocommit = True
+        yield connection
+
+
+def run(
+    conn: psycopg.Connection[Any],
+    sql: str,
+    key: tuple[str, ...],
+    policy: KeysFirst,
+    *,
+    sample: int = 3,
+    track: int = 10,
+    limits: RowLimits = DEFAULT_ROW_LIMITS,
+) -> Evaluation:
+    return execute(
+        conn,
+        invariant("keyed", sql, key=key, sample=sample),
+        sample=sample,
+        track=track,
+        lock_timeout=timedelta(seconds=5),
+        live_fence=LiveFence(),
+        keys_first=policy,
+        limits=limits,
+    )
+
+
+def both(
+    conn: psycopg.Connection[Any], sql: str, key: tuple[str, ...], **kwargs: Any
+) -> tuple[Evaluation, Evaluation]:
+    return (
+        run(conn, sql, key, ALWAYS_KEYS_FIRST, **kwargs),
+        run(conn, sql, key, NEVER_KEYS_FIRST, **kwargs),
+    )
+
+
+def said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the runs said of how they were read (each message's clause after the name)."""
+    return [r.getMessage().split(": ")[1] for r in caplog.records if r.name == "invmon.execute"]
+
+
+def make(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
+    """refunds(id, dispute, note, amount): the shape of duplicate_settled_refunds."""
+    conn.execute(
+        "DROP TABLE IF EXISTS kf_refunds; "
+        "CREATE TABLE kf_refunds (id int8, dispute int8, note text, amount numeric)"
+    )
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO kf_refunds VALUES (%s, %s, %s, %s)", rows)
+
+
+GROUPED = """
+SELECT dispute, count(*) AS refunds, sum(amount) AS total,
+       array_agg(note ORDER BY id) AS notes, max(note) AS longest
+FROM kf_refunds GROUP BY dispute HAVING count(*) > 1
+"""
+
+
+def test_a_grouped_invariant_read_keys_first_says_what_the_bounded_query_says(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    rows = [(i, i // 2, f"note {i} " + "x" * (i * 37 % 400), i * 1.25) for i in range(40)]
+    make(conn, [*rows, (99, 7, None, None)])
+    limits = RowLimits(cell_bytes=64)
+    first, whole = both(conn, GROUPED, ("dispute",), sample=4, track=30, limits=limits)
+    assert first == whole
+    assert first.count == 20 and len(first.rows) == 4 and len(first.keys) == 20
+    assert first.cut_values == whole.cut_values > 0  # long notes, cut by the database alike
+    assert [r["dispute"] for r in first.rows] == [0, 1, 2, 3]
+    assert [r["refunds"] for r in first.rows] == [2, 2, 2, 2]
+    assert said(caplog) == [READ_FIRST]
+
+
+def test_a_key_of_two_columns_and_every_kind_of_key_type(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    conn.execute(
+        "DROP TABLE IF EXISTS kf_kinds; CREATE TABLE kf_kinds AS SELECT i, "
+        "(i % 3 = 0) AS b, i::int2 AS s, ('k' || i)::varchar AS v, ('c' || i)::char(5) AS c,"
+        " DATE '2026-01-01' + i AS d, TIMESTAMP '2026-01-01' + i * interval '1h' AS ts,"
+        " TIMESTAMPTZ '2026-01-01 00:00+00' + i * interval '1s' AS tz, (i / 7.0)::numeric AS n,"
+        " md5(i::text)::uuid AS u, i::oid AS o, repeat('z', i) AS payload"
+        " FROM generate_series(1, 12) AS i"
+    )
+    for key in (("b", "s"), ("v",), ("c",), ("d", "ts"), ("tz",), ("n",), ("u",), ("o",)):
+        first, whole = both(conn, "SELECT * FROM kf_kinds", key, sample=5)
+        assert first == whole, key
+        assert first.count == 12 and len(first.rows) == 5, key
+    assert said(caplog) == [READ_FIRST] * 8
+
+
+@pytest.mark.parametrize(
+    "rows, why",
+    [
+        ([(1, None, "a", 1), (2, None, "b", 2), (3, 5, "c", 3), (4, 5, "d", 4)], "a NULL key"),
+        ([(1, 5, "a", 1), (2, 5, "b", 2), (3, 6, "c", 3)], "a key two rows share"),
+    ],
+)
+def test_a_row_not_found_again_or_found_twice_has_the_run_read_again_whole(
+    conn: psycopg.Connection[Any],
+    caplog: pytest.LogCaptureFixture,
+    rows: list[tuple[Any, ...]],
+    why: str,
+) -> None:
+    """Read keys first, a NULL key finds no row again (NULL = NULL is not true), and a
+    shared key finds both rows for each: the sample would have shown NULLs, or one row twice,
+    where the database held other values."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    make(conn, rows)
+    sql = "SELECT dispute, id, note FROM kf_refunds"
+    first, whole = both(conn, sql, ("dispute",))
+    assert first == whole, why
+    assert first.count == len(rows)
+    assert said(caplog) == [READ_AGAIN]
+
+
+def test_equal_keys_written_differently_are_read_again_whole(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """numeric's 1.0 = 1.00: two keys to invmon (their text), one to `=`."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    sql = "SELECT * FROM (VALUES (1.0::numeric, 'a'), (1.00, 'b'), (2, 'c')) AS v(k, note)"
+    first, whole = both(conn, sql, ("k",))
+    assert first == whole
+    assert sorted(row["note"] for row in first.rows) == ["a", "b", "c"]
+    assert said(caplog) == [READ_AGAIN]
+
+
+def test_past_the_sample_a_shared_key_needs_no_second_reading(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rows past the sample carry their keys only: none is found again."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    make(conn, [(1, 1, "a", 1), (2, 2, "b", 2), (3, 9, "c", 3), (4, 9, "d", 4)])
+    first, whole = both(conn, "SELECT dispute, note FROM kf_refunds", ("dispute",), sample=2)
+    assert first == whole and first.count == 4 and len(first.keys) == 3
+    assert said(caplog) == [READ_FIRST]
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    derandomize=True,
+)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.none() | st.integers(0, 6),
+            st.none()
+            | st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=30),
+        ),
+        max_size=12,
+    ),
+    sample=st.integers(0, 4),
+    track=st.integers(0, 8),
+    cell=st.integers(8, 40),
+)
+def test_any_rows_read_keys_first_say_what_the_bounded_query_says(
+    conn: psycopg.Connection[Any],
+    rows: list[tuple[int | None, str | None]],
+    sample: int,
+    track: int,
+    cell: int,
+) -> None:
+    make(conn, [(i, key, note, i) for i, (key, note) in enumerate(rows)])
+    limits = RowLimits(cell_bytes=cell)
+    sql = "SELECT dispute, note, id FROM kf_refunds"
+    first, whole = both(conn, sql, ("dispute",), sample=sample, track=track, limits=limits)
+    assert first == whole, (rows, sample, track, cell)
+
+
+def test_only_a_key_of_plain_types_is_read_first() -> None:
+    columns = [Column("a", 20), Column("doc", 3802), Column("tags", 1009, array=True)]
+    assert keys_first_applies(columns, [0]) is True
+    assert keys_first_applies(columns, [0, 1]) is False  # jsonb: no pg_catalog `=` to trust
+    assert keys_first_applies(columns, [2]) is False
+    assert keys_first_applies(columns, []) is False  # no key: nothing to find a row by
+
+
+def test_the_text_read_keys_first_compares_with_pg_catalog_s_equality_and_limits_each_find() -> (
+    None
+):
+    text = keys_first_query(
+        "SELECT 1 AS a, 2 AS b", [Column("a", 23), Column("b", 23)], [0], full=3, fetch=9, cell=64
+    )
+    assert "r.c1 OPERATOR(pg_catalog.=) k.c1" in text
+    assert "WHERE k.invmon_n OPERATOR(pg_catalog.<=) 3 AND" in text
+    assert "LIMIT 2) AS l ON TRUE" in text and "LIMIT 9) AS k" in text
+    assert text.count("SELECT 1 AS a, 2 AS b") == 2
+
+
+def test_the_choice_follows_the_planner_s_estimates() -> None:
+    assert plan_cost([{"Plan": {"Total Cost": 12.5}}]) == 12.5
+    assert plan_cost([{"Plan": {}}]) is None and plan_cost("no") is None
+    policy = KeysFirst(above_cost=100.0, margin=1.1)
+    assert (policy.worth_asking(99.9), policy.worth_asking(100.0)) == (False, True)
+    assert policy.worth_asking(None) is False
+    assert (policy.chosen(110.0, 100.0), policy.chosen(110.1, 100.0)) == (True, False)
+    assert policy.chosen(None, 100.0) is False
+    assert NEVER_KEYS_FIRST.worth_asking(1e300) is False
+
+
+def test_the_planner_chooses_keys_first_where_the_key_reaches_an_index(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Costly enough to ask (past 10,000): an aggregate whose key an index finds is read
+    keys first; a UNION whose key is made in the query is not (each row found again would
+    read it all)."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    conn.execute(
+        "DROP TABLE IF EXISTS kf_big; CREATE TABLE kf_big AS SELECT i AS id, i / 2 AS grp,"
+        " md5(i::text) AS note FROM generate_series(1, 400000) AS i;"
+        " CREATE INDEX ON kf_big (grp); ANALYZE kf_big"
+    )
+    grouped = (
+        "SELECT grp, array_agg(note ORDER BY id) AS notes FROM kf_big"
+        " GROUP BY grp HAVING count(*) > 1 AND min(id) % 2000 = 0"
+    )
+    chosen = run(conn, grouped, ("grp",), BY_ESTIMATES)
+    assert chosen.count == 199 and said(caplog) == [READ_FIRST]
+    caplog.clear()
+    union = (
+        "SELECT 'a' || grp AS k FROM kf_big GROUP BY grp HAVING min(id) % 2000 = 0"
+        " UNION ALL SELECT 'b' || grp FROM kf_big GROUP BY grp HAVING min(id) % 2000 = 0"
+    )
+    assert run(conn, union, ("k",), BY_ESTIMATES).count == 400 and said(caplog) == []
