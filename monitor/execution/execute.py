@@ -44,7 +44,7 @@ from psycopg.types.datetime import (
 )
 from psycopg.types.json import JsonLoader
 
-from monitor.durations import IDLE_MARGIN
+from monitor.durations import IDLE_MARGIN, format_duration
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, Gathering, Load, RowLimits
 from monitor.execution.query import (
     BY_ESTIMATES,
@@ -320,7 +320,11 @@ class LiveFence:
         self._verdicts: dict[str, tuple[float, list[SqlProblem]]] = {}
         self._readings: OrderedDict[str, Analysis] = OrderedDict()
         self.catalog = CatalogMemory(self._remember, clock)
-        self._lock = threading.Lock()
+        # Texts whose keys did not find their sample's rows again exactly once (a NULL or
+        # shared key: query.keys_first_query), by when that was seen: read whole for a
+        # while, not twice at every run.
+        self._read_whole: dict[str, float] = {}
+        self._lock = threading.Lock()  # guards _verdicts, _readings and _read_whole
 
     def _reading(self, text: str) -> Analysis:
         with self._lock:
@@ -334,6 +338,22 @@ class LiveFence:
             while len(self._readings) > self.MAX_READINGS:
                 self._readings.popitem(last=False)
         return reading
+
+    # How long a text whose keys did not find its rows again is read whole: its data may
+    # change (the NULL key fixed), and then reading its keys first pays again.
+    READ_WHOLE_FOR = timedelta(hours=1)
+
+    def keys_first_allowed(self, text: str) -> bool:
+        with self._lock:
+            seen = self._read_whole.get(text)
+        return seen is None or self._clock() - seen >= self.READ_WHOLE_FOR.total_seconds()
+
+    def keys_not_found_again(self, text: str) -> None:
+        now = self._clock()
+        with self._lock:
+            if len(self._read_whole) >= self.MAX_READINGS:
+                self._read_whole.clear()  # at worst, each of them is tried once more
+            self._read_whole[text] = now
 
     def problems(self, conn: psycopg.Connection[Any], text: str) -> list[SqlProblem]:
         now = self._clock()
@@ -580,7 +600,12 @@ def execute(
             )
 
         bounded = bounded_query(invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell)
-        if plan is not None and not bound.prefix and keys_first_applies(columns, key):
+        if (
+            plan is not None
+            and not bound.prefix
+            and keys_first_applies(columns, key)
+            and live_fence.keys_first_allowed(invariant.sql)
+        ):
             first = keys_first_query(
                 invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell
             )
@@ -589,10 +614,13 @@ def execute(
                 if _found_again(sending.stream(first.encode()), found, sample):
                     log.debug("%s: read its keys first", invariant.name)
                     return found.result()
+                live_fence.keys_not_found_again(invariant.sql)
                 log.info(
                     "%s: read again whole: a row of its sample was not found again by its "
-                    "key, or was found twice (a NULL or shared key, or a volatile function)",
+                    "key, or was found twice (a NULL or shared key, or a volatile function); "
+                    "read whole for the next %s",
                     invariant.name,
+                    format_duration(LiveFence.READ_WHOLE_FOR),
                 )
                 # Read again, whole, within what is left of the run's timeout.
                 left = invariant.timeout.total_seconds() - (time.monotonic() - started)

@@ -51,6 +51,7 @@ def run(
     sample: int = 3,
     track: int = 10,
     limits: RowLimits = DEFAULT_ROW_LIMITS,
+    fence: LiveFence | None = None,
 ) -> Evaluation:
     return execute(
         conn,
@@ -58,7 +59,7 @@ def run(
         sample=sample,
         track=track,
         lock_timeout=timedelta(seconds=5),
-        live_fence=LiveFence(),
+        live_fence=fence or LiveFence(),
         keys_first=policy,
         limits=limits,
     )
@@ -153,6 +154,27 @@ def test_a_row_not_found_again_or_found_twice_has_the_run_read_again_whole(
     assert first == whole, why
     assert first.count == len(rows)
     assert said(caplog) == [READ_AGAIN]
+
+
+def test_a_text_read_again_whole_is_read_whole_for_an_hour(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not twice at every run: its keys are tried first again an hour later (the NULL key
+    may have been fixed)."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    make(conn, [(1, None, "a", 1), (2, 5, "b", 2)])
+    now = [1000.0]
+    fence = LiveFence(clock=lambda: now[0])
+    sql = "SELECT dispute, note FROM kf_refunds"
+    counts = [run(conn, sql, ("dispute",), ALWAYS_KEYS_FIRST, fence=fence).count]
+    now[0] += 3599
+    counts.append(run(conn, sql, ("dispute",), ALWAYS_KEYS_FIRST, fence=fence).count)
+    assert said(caplog) == [READ_AGAIN]
+    conn.execute("UPDATE kf_refunds SET dispute = 4 WHERE dispute IS NULL")
+    now[0] += 1
+    counts.append(run(conn, sql, ("dispute",), ALWAYS_KEYS_FIRST, fence=fence).count)
+    assert counts == [2, 2, 2]
+    assert said(caplog) == [READ_AGAIN, READ_FIRST]
 
 
 def test_equal_keys_written_differently_are_read_again_whole(
