@@ -38,7 +38,13 @@ LIVE: dict[str, tuple[str, ...]] = {
         "ack_allowlist",
     ),
     "http": ("page_token", "page_refresh"),
-    "database": ("lock_timeout", "recovery_conflict_retries", "retry_backoff", "temp_file_limit"),
+    "database": (
+        "lock_timeout",
+        "recovery_conflict_retries",
+        "retry_backoff",
+        "temp_file_limit",
+        "keys_first",
+    ),
 }
 # A target's own session settings, for each target both configs have.
 LIVE_TARGET: tuple[str, ...] = ("lock_timeout", "temp_file_limit")

@@ -60,6 +60,10 @@ class DatabaseConfig(Model):
     # Run even as a role that can change the database (a superuser, an owner of its
     # objects, …; monitor/fence/role_check.py), which is refused otherwise. A deliberate exception.
     allow_privileged_role: bool = False
+    # Read an invariant's keys first where the planner expects that no costlier: its other
+    # columns computed for the sample's rows only (docs/how-it-works.md, "Keys first").
+    # false: every invariant is read whole, in one reading.
+    keys_first: bool = True
 
     _t = field_validator("connect_timeout", "lock_timeout", "retry_backoff", mode="before")(
         as_duration

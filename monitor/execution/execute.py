@@ -33,7 +33,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from psycopg import pq, sql
+from psycopg import errors, pq, sql
 from psycopg.adapt import Dumper, Loader
 from psycopg.types.datetime import (
     DateLoader,
@@ -321,8 +321,8 @@ class LiveFence:
         self._readings: OrderedDict[str, Analysis] = OrderedDict()
         self.catalog = CatalogMemory(self._remember, clock)
         # Texts whose keys did not find their sample's rows again exactly once (a NULL or
-        # shared key: query.keys_first_query), by when that was seen: read whole for a
-        # while, not twice at every run.
+        # shared key: query.keys_first_query), or failed to: read whole until the time
+        # each maps to (the clock's), not twice at every run.
         self._read_whole: dict[str, float] = {}
         self._lock = threading.Lock()  # guards _verdicts, _readings and _read_whole
 
@@ -339,21 +339,17 @@ class LiveFence:
                 self._readings.popitem(last=False)
         return reading
 
-    # How long a text whose keys did not find its rows again is read whole: its data may
-    # change (the NULL key fixed), and then reading its keys first pays again.
-    READ_WHOLE_FOR = timedelta(hours=1)
-
     def keys_first_allowed(self, text: str) -> bool:
         with self._lock:
-            seen = self._read_whole.get(text)
-        return seen is None or self._clock() - seen >= self.READ_WHOLE_FOR.total_seconds()
+            until = self._read_whole.get(text)
+        return until is None or self._clock() >= until
 
-    def keys_not_found_again(self, text: str) -> None:
-        now = self._clock()
+    def keys_not_found_again(self, text: str, read_whole_for: timedelta) -> None:
+        until = self._clock() + read_whole_for.total_seconds()
         with self._lock:
             if len(self._read_whole) >= self.MAX_READINGS:
                 self._read_whole.clear()  # at worst, each of them is tried once more
-            self._read_whole[text] = now
+            self._read_whole[text] = until
 
     def problems(self, conn: psycopg.Connection[Any], text: str) -> list[SqlProblem]:
         now = self._clock()
@@ -606,29 +602,31 @@ def execute(
             and keys_first_applies(columns, key)
             and live_fence.keys_first_allowed(invariant.sql)
         ):
-            first = keys_first_query(
-                invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell
+            # Priced with every lookup of the sample's rows made in full (query.py).
+            priced = keys_first_query(
+                invariant.sql, columns, key, full=sample, fetch=sample, cell=cell, priced=True
             )
-            if _keys_first_chosen(cur, keys_first, plan, first, bounded):
+            if _keys_first_chosen(cur, keys_first, plan, priced, bounded):
+                first = keys_first_query(
+                    invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell
+                )
                 found = gathering()
-                if _found_again(sending.stream(first.encode()), found, sample):
+                cap = invariant.timeout * KEYS_FIRST_SHARE
+                why = _keys_first_reading(cur, sending, first, found, sample, cap)
+                if why is None:
                     log.debug("%s: read its keys first", invariant.name)
                     return found.result()
-                live_fence.keys_not_found_again(invariant.sql)
+                reason, read_whole_for = why
+                live_fence.keys_not_found_again(invariant.sql, read_whole_for)
                 log.info(
-                    "%s: read again whole: a row of its sample was not found again by its "
-                    "key, or was found twice (a NULL or shared key, or a volatile function); "
-                    "read whole for the next %s",
+                    "%s: read again whole: %s; read whole for the next %s",
                     invariant.name,
-                    format_duration(LiveFence.READ_WHOLE_FOR),
+                    reason,
+                    format_duration(read_whole_for),
                 )
-                # Read again, whole, within what is left of the run's timeout.
-                left = invariant.timeout.total_seconds() - (time.monotonic() - started)
-                cur.execute(
-                    sql.SQL("SET LOCAL statement_timeout = {}").format(
-                        f"{max(int(left * 1000), 1)}ms"
-                    )
-                )
+                # Within what is left of the run's timeout: at least the rest of its share.
+                left = invariant.timeout - timedelta(seconds=time.monotonic() - started)
+                _statement_timeout(cur, left)
         found = gathering()
         # One row in memory at a time (single-row mode), whatever `fetch` is.
         for raw in sending.stream(bound_text(bound, bounded).encode(), params):
@@ -649,6 +647,59 @@ def _keys_first_chosen(
         explained = cur.fetchone()
         costs.append(plan_cost(explained[0] if explained else None))
     return policy.chosen(*costs)
+
+
+# What reading the keys first may take of a run's timeout: the rest is left for reading
+# the invariant whole, should the keys not find their rows again.
+KEYS_FIRST_SHARE = 0.5
+# How long a text is read whole after its keys did not find the sample's rows again exactly
+# once (a NULL or shared key: its data may change), and after reading them first failed
+# (an error, or past its share of the timeout: its query and plan are what they are).
+READ_WHOLE_AFTER_MISMATCH = timedelta(hours=1)
+READ_WHOLE_AFTER_FAILURE = timedelta(days=1)
+
+
+def _statement_timeout(cur: psycopg.Cursor[Any], limit: timedelta) -> None:
+    milliseconds = max(int(limit.total_seconds() * 1000), 1)
+    cur.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(f"{milliseconds}ms"))
+
+
+def _keys_first_reading(
+    cur: psycopg.Cursor[Any],
+    sending: psycopg.Cursor[Any],
+    first: str,
+    gathering: Gathering,
+    full: int,
+    cap: timedelta,
+) -> tuple[str, timedelta] | None:
+    """Read keys_first_query `first` into `gathering` within `cap`, under a savepoint: None
+    when it gave back exactly the first reading's rows, else why not and for how long to
+    read the text whole. An error of the second reading's alone is one: PostgreSQL pushes
+    the key's comparison into the text, where it can meet rows the text's own join would
+    have dropped first (`r.v::int` on a row whose v is not a number)."""
+    try:
+        with cur.connection.transaction():  # a savepoint: its errors leave the run usable
+            _statement_timeout(cur, cap)
+            if _found_again(sending.stream(first.encode()), gathering, full):
+                return None
+    except errors.QueryCanceled as exc:
+        if exc.diag.message_primary != "canceling statement due to statement timeout":
+            raise  # cancelled by a stop, not by our cap: the run is over
+        return (
+            f"reading its keys first took more than {format_duration(cap)}, "
+            f"{KEYS_FIRST_SHARE:.0%} of its timeout",
+            READ_WHOLE_AFTER_FAILURE,
+        )
+    except psycopg.DataError as exc:  # class 22: a value an expression could not take
+        return (
+            f"reading its keys first failed ({exc.sqlstate} {type(exc).__name__})",
+            READ_WHOLE_AFTER_FAILURE,
+        )
+    return (
+        "a row of its sample was not found again by its key, or was found twice "
+        "(a NULL or shared key, or a volatile function)",
+        READ_WHOLE_AFTER_MISMATCH,
+    )
 
 
 def _found_again(rows: Iterable[Sequence[Any]], gathering: Gathering, full: int) -> bool:

@@ -237,7 +237,14 @@ NEVER_KEYS_FIRST = KeysFirst(above_cost=float("inf"))
 
 
 def keys_first_query(
-    sql: str, columns: Sequence[Column], key: Sequence[int], *, full: int, fetch: int, cell: int
+    sql: str,
+    columns: Sequence[Column],
+    key: Sequence[int],
+    *,
+    full: int,
+    fetch: int,
+    cell: int,
+    priced: bool = False,
 ) -> str:
     """bounded_query's rows, from two readings of the text in one statement (one snapshot):
     the count and the numbered keys from the key columns alone, then each of the first
@@ -251,7 +258,14 @@ def keys_first_query(
     A fourth column, `invmon_found`, is true on each row found again; a row numbered up to
     `full` without it (a NULL key, a row a volatile function no longer yields), or a number
     seen twice (a key two rows share), means the second reading did not give back exactly
-    the first's rows: such a run is read again with bounded_query."""
+    the first's rows: such a run is read again with bounded_query.
+
+    Each row is found again with `LIMIT 2` (a second is all it takes to know a key is
+    shared), which the planner prices as stopping early: after 2 of the rows it expects a
+    key to match, where a key that is an expression without an index matches few and each
+    lookup reads all. `priced` writes `OFFSET 0` instead (which, like the LIMIT, keeps the
+    lookup a subquery of its own, run once per row), for an estimate of lookups made in
+    full; with `fetch` = `full`, of as many lookups as are made."""
     keys = ", ".join(f"{SUBQUERY_ALIAS}.c{i + 1}" for i in key)
     numbered = _numbered(sql, columns, key, keys)
     matched = " AND ".join(f"r.c{i + 1} {EQ} k.c{i + 1}" for i in key)
@@ -269,6 +283,7 @@ def keys_first_query(
         f"LEFT JOIN LATERAL (SELECT r.*, TRUE AS {FOUND_COLUMN} FROM (\n"
         f"{sql}\n"
         f") AS r{_renamed(columns)}\n"
-        f"WHERE k.{ORDINAL_COLUMN} {LE} {full} AND {matched}\nLIMIT 2) AS l ON TRUE) AS s\n"
+        f"WHERE k.{ORDINAL_COLUMN} {LE} {full} AND {matched}\n{'OFFSET 0' if priced else 'LIMIT 2'}"
+        f") AS l ON TRUE) AS s\n"
         f"ORDER BY s.{ORDINAL_COLUMN}"
     )

@@ -47,6 +47,7 @@ from monitor.execution.execute import (
     register_loaders,
 )
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
+from monitor.execution.query import BY_ESTIMATES, NEVER_KEYS_FIRST
 from monitor.execution.redaction import NO_REDACTION, Masker, Redaction
 from monitor.execution.replica import ReplicaStatus, read_replica_status
 from monitor.execution.results import RunResult
@@ -663,6 +664,7 @@ class Runner:
                 live_fence=self.fence,
                 bound=bound,
                 temp_file_limit=self.database.temp_file_limit,
+                keys_first=BY_ESTIMATES if self.database.keys_first else NEVER_KEYS_FIRST,
             )
 
     def _masker(self, invariant: Invariant) -> Masker:

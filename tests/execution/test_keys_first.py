@@ -16,6 +16,7 @@ from helpers import invariant
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from monitor.config import DatabaseConfig
 from monitor.execution.execute import LiveFence, execute, register_loaders
 from monitor.execution.offending import DEFAULT_ROW_LIMITS, Evaluation, RowLimits
 from monitor.execution.query import (
@@ -28,6 +29,7 @@ from monitor.execution.query import (
     keys_first_query,
     plan_cost,
 )
+from monitor.execution.runner import Runner
 
 READ_FIRST = "read its keys first"
 READ_AGAIN = "read again whole"
@@ -52,10 +54,11 @@ def run(
     track: int = 10,
     limits: RowLimits = DEFAULT_ROW_LIMITS,
     fence: LiveFence | None = None,
+    timeout: float = 30,
 ) -> Evaluation:
     return execute(
         conn,
-        invariant("keyed", sql, key=key, sample=sample),
+        invariant("keyed", sql, key=key, sample=sample, timeout=timeout),
         sample=sample,
         track=track,
         lock_timeout=timedelta(seconds=5),
@@ -72,6 +75,10 @@ def both(
         run(conn, sql, key, ALWAYS_KEYS_FIRST, **kwargs),
         run(conn, sql, key, NEVER_KEYS_FIRST, **kwargs),
     )
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "invmon.execute"]
 
 
 def said(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -251,6 +258,10 @@ def test_the_text_read_keys_first_compares_with_pg_catalog_s_equality_and_limits
     assert "WHERE k.invmon_n OPERATOR(pg_catalog.<=) 3 AND" in text
     assert "LIMIT 2) AS l ON TRUE" in text and "LIMIT 9) AS k" in text
     assert text.count("SELECT 1 AS a, 2 AS b") == 2
+    priced = keys_first_query(
+        "SELECT 1 AS a", [Column("a", 23)], [0], full=3, fetch=3, cell=64, priced=True
+    )
+    assert "OFFSET 0) AS l ON TRUE" in priced and "LIMIT 2" not in priced
 
 
 def test_the_choice_follows_the_planner_s_estimates() -> None:
@@ -264,22 +275,29 @@ def test_the_choice_follows_the_planner_s_estimates() -> None:
     assert NEVER_KEYS_FIRST.worth_asking(1e300) is False
 
 
-def test_the_planner_chooses_keys_first_where_the_key_reaches_an_index(
-    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
-) -> None:
-    """Costly enough to ask (past 10,000): an aggregate whose key an index finds is read
-    keys first; a UNION whose key is made in the query is not (each row found again would
-    read it all)."""
-    caplog.set_level(logging.DEBUG, "invmon.execute")
+def make_big(conn: psycopg.Connection[Any]) -> None:
+    """Costly enough to ask the planner (past 10,000): 400,000 rows, two to a group."""
     conn.execute(
         "DROP TABLE IF EXISTS kf_big; CREATE TABLE kf_big AS SELECT i AS id, i / 2 AS grp,"
         " md5(i::text) AS note FROM generate_series(1, 400000) AS i;"
         " CREATE INDEX ON kf_big (grp); ANALYZE kf_big"
     )
-    grouped = (
-        "SELECT grp, array_agg(note ORDER BY id) AS notes FROM kf_big"
-        " GROUP BY grp HAVING count(*) > 1 AND min(id) % 2000 = 0"
-    )
+
+
+GROUPED_BIG = (
+    "SELECT grp, array_agg(note ORDER BY id) AS notes FROM kf_big"
+    " GROUP BY grp HAVING count(*) > 1 AND min(id) % 2000 = 0"
+)
+
+
+def test_the_planner_chooses_keys_first_where_the_key_reaches_an_index(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An aggregate whose key an index finds is read keys first; a UNION whose key is made
+    in the query is not (each row found again would read it all)."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    make_big(conn)
+    grouped = GROUPED_BIG
     chosen = run(conn, grouped, ("grp",), BY_ESTIMATES)
     assert chosen.count == 199 and said(caplog) == [READ_FIRST]
     caplog.clear()
@@ -288,3 +306,80 @@ def test_the_planner_chooses_keys_first_where_the_key_reaches_an_index(
         " UNION ALL SELECT 'b' || grp FROM kf_big GROUP BY grp HAVING min(id) % 2000 = 0"
     )
     assert run(conn, union, ("k",), BY_ESTIMATES).count == 400 and said(caplog) == []
+
+
+@pytest.mark.parametrize("keys_first, told", [(True, [READ_FIRST]), (False, [])])
+def test_the_config_turns_keys_first_off(
+    conn: psycopg.Connection[Any],
+    fence_database: str,
+    caplog: pytest.LogCaptureFixture,
+    keys_first: bool,
+    told: list[str],
+) -> None:
+    """`database.keys_first: false` has every invariant read whole, in one reading."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    make_big(conn)
+    database = DatabaseConfig(keys_first=keys_first)
+    with Runner(fence_database, concurrency=1, track_keys=10, database=database) as runner:
+        result = runner.run_one(invariant("grouped", GROUPED_BIG, key=("grp",), sample=3))
+    assert (result.status, result.count, len(result.rows)) == ("violated", 199, 3)
+    assert said(caplog) == told
+
+
+def test_an_error_only_the_second_reading_meets_has_the_run_read_whole_for_a_day(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The key's comparison is pushed into the text, below its join: `r.v::int = k.k` met
+    'bad10', a row the join drops before the text itself casts it. The run failed at every
+    run where read whole it holds rows."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    conn.execute(
+        "DROP TABLE IF EXISTS kf_raw, kf_ok; CREATE TABLE kf_raw (id int, v text);"
+        " INSERT INTO kf_raw SELECT i, CASE WHEN i % 10 = 0 THEN 'bad' || i ELSE i::text END"
+        " FROM generate_series(1, 50) AS i;"
+        " CREATE TABLE kf_ok AS SELECT id FROM kf_raw WHERE v !~ 'bad'"
+    )
+    sql = "SELECT r.v::int AS k, r.id FROM kf_raw r JOIN kf_ok o ON o.id = r.id"
+    now = [0.0]
+    fence = LiveFence(clock=lambda: now[0])
+    first = run(conn, sql, ("k",), ALWAYS_KEYS_FIRST, fence=fence)
+    assert first == run(conn, sql, ("k",), NEVER_KEYS_FIRST) and first.count == 45
+    assert logged(caplog) == [
+        "keyed: read again whole: reading its keys first failed (22P02 "
+        "InvalidTextRepresentation); read whole for the next 1d"
+    ]
+    caplog.clear()
+    now[0] += 86399
+    assert run(conn, sql, ("k",), ALWAYS_KEYS_FIRST, fence=fence).count == 45
+    assert said(caplog) == []
+
+
+def test_reading_keys_first_stops_at_half_the_timeout_and_the_run_reads_whole(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each of the sample's 200 rows found again by a key made in the query reads the whole
+    table (about 200 times the text's own reading): stopped at 500 ms, half the run's
+    timeout, the run reads the text whole in the other half."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    make_big(conn)
+    sql = "SELECT 'r' || id AS k, note FROM kf_big WHERE id % 2000 = 0"
+    done = run(conn, sql, ("k",), ALWAYS_KEYS_FIRST, sample=200, track=0, timeout=1)
+    assert done == run(conn, sql, ("k",), NEVER_KEYS_FIRST, sample=200, track=0, timeout=1)
+    assert done.count == 200 and len(done.rows) == 200
+    assert logged(caplog) == [
+        "keyed: read again whole: reading its keys first took more than 500ms, 50% of its "
+        "timeout; read whole for the next 1d"
+    ]
+
+
+def test_a_lookup_that_reads_everything_is_priced_so(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found again with LIMIT 2, a row of a key the planner expects 0.5% of the table to
+    match was priced as stopping after 2 of them: 9% under the bounded query, where each
+    lookup read the whole table and the run took 7 times as long."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    make_big(conn)
+    sql = "SELECT 'r' || id AS k, note FROM kf_big WHERE note <> md5(id::text) OR id % 100000 = 0"
+    assert run(conn, sql, ("k",), BY_ESTIMATES, sample=20, track=0).count == 4
+    assert said(caplog) == []
