@@ -357,18 +357,44 @@ def _key_problems(
     if not header.key:
         return []
     columns = columns_of(analysis.statement)
-    missing = [k for k in header.key if columns is not None and k not in columns]
-    if not missing:
+    if columns is None:
         return []
-    return [
+    line = line_of_key(split, "key") or 1
+    problems = [
+        # What the run would refuse (execute._key_positions): half a key read.
         Problem(
             path,
-            line_of_key(split, "key") or 1,
-            f"key column{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))} "
-            f"not among the query's output columns ({', '.join(columns or [])}); "
-            "unquoted names are lower-cased by PostgreSQL" + _misspelt(missing, columns or []),
+            line,
+            f"key column {k!r} names {columns.count(k)} of the query's output columns; "
+            "give them distinct names (AS …)",
         )
+        for k in dict.fromkeys(header.key)
+        if columns.count(k) > 1
     ]
+    missing = [k for k in header.key if k not in columns]
+    if missing:
+        problems.append(
+            Problem(
+                path,
+                line,
+                f"key column{'s' * (len(missing) > 1)} {', '.join(map(repr, missing))} "
+                f"not among the query's output columns ({', '.join(columns)})"
+                + _folded(missing, columns)
+                + _misspelt([k for k in missing if k.lower() not in columns], columns),
+            )
+        )
+    return problems
+
+
+def _folded(missing: list[str], columns: list[str]) -> str:
+    """The lower-casing hint, only for a key it explains: one with capitals in it."""
+    folded = [(m, m.lower()) for m in missing if m != m.lower()]
+    if not folded:
+        return ""
+    found = [f"the query's {low!r} is {m!r} unquoted" for m, low in folded if low in columns]
+    return "; unquoted names are lower-cased by PostgreSQL" + (
+        f" ({', '.join(found)})" if found else ""
+    )
 
 
 def _unknown_target(

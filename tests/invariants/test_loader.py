@@ -112,6 +112,37 @@ def test_a_broken_file_is_reported_at_its_line(
     assert str(problem).startswith(f"{path}:{line}: ")
 
 
+@pytest.mark.parametrize(
+    ("key", "select", "message"),
+    [
+        (  # capitals in the key: the lower-casing hint, naming the column it explains
+            "[Email]",
+            "SELECT email FROM t",
+            "key column 'Email' not among the query's output columns (email); unquoted names "
+            "are lower-cased by PostgreSQL (the query's 'email' is 'Email' unquoted)",
+        ),
+        (  # none: a typo, and no word of lower-casing, which explains nothing here
+            "[emial]",
+            "SELECT email FROM t",
+            "key column 'emial' not among the query's output columns (email); is the query's "
+            "'email' a misspelling of 'emial'?",
+        ),
+        (  # two output columns of the key's name: the run reads half a key and refuses
+            "[id]",
+            "SELECT a.id, b.id FROM a JOIN b USING (x)",
+            "key column 'id' names 2 of the query's output columns; give them distinct names "
+            "(AS …)",
+        ),
+    ],
+)
+def test_lint_says_of_a_key_what_the_run_would(
+    tmp_path: Path, key: str, select: str, message: str
+) -> None:
+    write(tmp_path, "k.sql", f"-- description: x\n-- key: {key}\n{select}\n")
+    loaded = load_directory(tmp_path)
+    assert [(p.line, p.message) for p in loaded.problems] == [(2, message)]
+
+
 def test_one_broken_file_does_not_stop_the_others_from_loading(tmp_path: Path) -> None:
     write(tmp_path, "a.sql", "-- description: a\nSELECT 1 WHERE false\n")
     write(tmp_path, "b.sql", "-- description: b\nUPDATE t SET x = 1\n")
