@@ -100,6 +100,18 @@ def _line(sql: str, name: str, default: int) -> int:
     return code.count("\n", 0, match.start()) + 1 if match else default
 
 
+_PLAIN = re.compile(r"[a-z_][a-z0-9_$]*")
+
+
+def _in_sql(key: str) -> str:
+    """A table's key as SQL names it: a part PostgreSQL would fold or misread, quoted
+    (`billing."LedgerEntries"`; unquoted, it names billing.ledgerentries)."""
+    return ".".join(
+        part if _PLAIN.fullmatch(part) else '"' + part.replace('"', '""') + '"'
+        for part in key.split(".")
+    )
+
+
 def check_against_schema(sql: str, tables: Tables, start: int = 1) -> list[SqlProblem]:
     try:
         [statement] = parse_statements(sql)
@@ -123,7 +135,7 @@ def check_against_schema(sql: str, tables: Tables, start: int = 1) -> list[SqlPr
         ):
             elsewhere = [k for k in tables if "." in k and k.split(".", 1)[1] == key]
             hint = (
-                f"; it is in schema {elsewhere[0].split('.')[0]}: write {elsewhere[0]}"
+                f"; it is in schema {elsewhere[0].split('.')[0]}: write {_in_sql(elsewhere[0])}"
                 if elsewhere
                 else _did_you_mean(key, {k for k in tables if "." not in k})
             )
@@ -221,7 +233,9 @@ def _table_name(scope: Scope, alias: str) -> str:
     while chain is not None:
         for name, source in chain.sources.items():
             if name == alias:
-                return f"table {source.name}" if isinstance(source, exp.Table) else f"{name!r}"
+                return (
+                    f"table {table_key(source)}" if isinstance(source, exp.Table) else f"{name!r}"
+                )
         chain = chain.parent
     return repr(alias)
 

@@ -36,13 +36,15 @@ def test_names_fold_as_postgresql_folds_them() -> None:
         "unknown table 'billing.ledgerentries': not in the schema file"
     ]
     assert problems('SELECT le.InvoiceId FROM billing."LedgerEntries" AS le') == [
-        "unknown column le.invoiceid: table LedgerEntries has no column 'invoiceid'; "
+        "unknown column le.invoiceid: table billing.LedgerEntries has no column 'invoiceid'; "
         "did you mean 'InvoiceId'?"
     ]
+    # Written as it says, the name is found: unquoted, LedgerEntries is ledgerentries.
     assert problems('SELECT entry_id FROM "LedgerEntries"') == [
         "unknown table 'LedgerEntries': not in the schema file; it is in schema billing: "
-        "write billing.LedgerEntries"
+        'write billing."LedgerEntries"'
     ]
+    assert problems('SELECT entry_id FROM billing."LedgerEntries"') == []
 
 
 def test_whole_rows_added_columns_and_ambiguity_are_judged_as_postgresql_does() -> None:
