@@ -153,6 +153,9 @@ def parse_header(split: SplitFile) -> InvariantHeader:
     try:
         data = yamlsafe.load(text, MAX_HEADER_BYTES)
     except YamlProblem as exc:
+        indented = _indented_key(split, exc.line)
+        if indented is not None:
+            raise HeaderError(*indented) from None
         line = split.header_lines[min(exc.line, len(split.header_lines)) - 1][0]
         raise HeaderError(line, f"header {exc.message}") from None
     if not isinstance(data, dict):
@@ -223,6 +226,24 @@ def _describe(split: SplitFile, error: Any, first: int) -> tuple[int, str]:
     if ", got " in reason or "(got " in reason:  # the reason quotes what it was given
         return line, f"header key {field!r}: {reason}"
     return line, f"header key {field!r}: {reason} (got {shorten(error.get('input'), 60)})"
+
+
+_INDENTED_KEY = re.compile(r"(\s+)([A-Za-z_]+)\s*:(?:\s|$)")
+
+
+def _indented_key(split: SplitFile, failed_at: int) -> tuple[int, str] | None:
+    """A header key written indented, at or before the line YAML failed on: YAML reads it
+    as more of the value above (`--   severity: critical`), and its own advice, to quote a
+    value holding ": ", would be wrong. None when no such line explains the failure."""
+    for line, body in split.header_lines[: max(failed_at, 1)]:
+        match = _INDENTED_KEY.match(body)
+        if match and match.group(2) in _header_keys():
+            key = match.group(2)
+            return line, (
+                f"header key {key!r} is indented, so YAML reads it as more of the value "
+                f"above; start it right after the dashes, as the others: `-- {key}: …`"
+            )
+    return None
 
 
 def _header_keys() -> set[str]:

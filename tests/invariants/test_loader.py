@@ -90,6 +90,17 @@ def test_unset_header_keys_take_the_configured_defaults(tmp_path: Path) -> None:
         ("-- description: x\n-- sample: -1\nSELECT 1\n", 2, "header key 'sample'"),
         ("-- description: x\n-- for: 0\nSELECT 1\n", 2, "header key 'for'"),
         ("-- description: [unclosed\nSELECT 1\n", 1, "not valid YAML"),
+        (  # an indented key is more of the value above: not a quoting matter
+            "-- description: x\n-- owner: me\n--   severity: critical\nSELECT 1\n",
+            3,
+            "header key 'severity' is indented, so YAML reads it as more of the value above; "
+            "start it right after the dashes, as the others: `-- severity: …`",
+        ),
+        (  # an indented line that is no key: the ": " in a value, which quoting fixes
+            "-- description: Every order has\n--   exactly: one payment\nSELECT 1\n",
+            2,
+            'a value that contains ": " must be quoted',
+        ),
         ("-- description: x\nSELECT 1;\nSELECT 2\n", 3, "exactly one statement"),
         ("-- description: x\n\nDELETE FROM t\n", 3, "DELETE statement is not allowed"),
         (
