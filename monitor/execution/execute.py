@@ -29,6 +29,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -266,10 +267,12 @@ def begin_read_only(
     invariant: Invariant,
     lock_timeout: timedelta,
     temp_file_limit: str | None = DEFAULT_TEMP_FILE_LIMIT,
+    timeout: timedelta | None = None,
 ) -> None:
     """Inside a transaction just begun: READ ONLY, and the invariant's limits, in one trip.
     `temp_file_limit` bounds a superuser's run (None: the session's own setting stays); a
-    limit the session already has that is lower is kept."""
+    limit the session already has that is lower is kept. `timeout`: what is left of the
+    invariant's, for a run's second transaction."""
     if conn.info.encoding != "utf-8":
         # The text is sent as UTF-8; in another client encoding the server would read other
         # characters than the fence did (a multi-byte SJIS character can swallow a quote).
@@ -283,7 +286,11 @@ def begin_read_only(
                 )
             ]
         )
-    settings = read_only_settings(invariant.timeout, lock_timeout, f"invmon:{invariant.name}")
+    settings = read_only_settings(
+        invariant.timeout if timeout is None else timeout,
+        lock_timeout,
+        f"invmon:{invariant.name}",
+    )
     if temp_file_limit is not None and may_set_temp_file_limit(conn):
         # A superuser has no temp_file_limit unless someone set one: `generate_series(1,
         # 1e12)` wrote 300 MB of temporary files in 3 s. pg_settings holds it in kB (-1:
@@ -552,86 +559,129 @@ def execute(
     the invariant's text with those CTEs before anything is sent. `keys_first` says when
     the keys are read first (query.keys_first_query)."""
     started = time.monotonic()
+
+    def left() -> timedelta:
+        return invariant.timeout - timedelta(seconds=time.monotonic() - started)
+
     judged, _, user_line = standalone(bound, invariant.sql)
     params = bound.params or None
-    with (
-        conn.transaction(),
-        conn.cursor() as cur,
-        listing_cursor(conn) if params else conn.cursor() as sending,
-    ):
-        begin_read_only(conn, invariant, lock_timeout, temp_file_limit)
-        live_fence.refuse_unless_allowed(conn, judged, invariant, user_line)
-        described = bound_text(bound, describing_query(invariant.sql))
-        # Its types are all the describing query returns: the listing is sent once, below.
-        send_one_statement(sending, described, emptied(bound) if params else None)
-        columns = _columns(sending, cur, live_fence.catalog)
-        given = [c.name for c in sending.description or []]  # as the query names them
-        plan = None
-        if not params:
-            # Compiled (JIT) as the text alone decides (query.jit_settings). With
-            # sources it would be planned without its listing (sent once, below), which
-            # says nothing of its cost: the server's own settings stay.
-            # A plan is data of ours, read as psycopg reads json (the connection's loader
-            # keeps a value's text where Python would show it otherwise: rows.exact_json).
-            cur.adapters.register_loader("json", JsonLoader)
-            send_one_statement(cur, planning_query(invariant.sql))
-            planned = cur.fetchone()
-            plan = planned[0] if planned else None
-            settings = jit_settings(plan)
-            if settings is not None:
-                cur.execute(settings.encode())
-        key = _key_positions(columns, invariant, given)
-        cell = limits.cell(len(columns))
-        fetch = max(sample, track) if key else sample
-
-        def gathering() -> Gathering:
-            return Gathering(
-                columns,
-                _loads(conn, columns),
-                key,
-                full=sample,
-                cell=cell,
-                limits=limits,
-                masker=masker,
-            )
-
-        bounded = bounded_query(invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell)
-        if (
-            plan is not None
-            and not bound.prefix
-            and keys_first_applies(columns, key)
-            and live_fence.keys_first_allowed(invariant.sql)
+    settings: str | None = None
+    try:
+        with (
+            conn.transaction(),
+            conn.cursor() as cur,
+            listing_cursor(conn) if params else conn.cursor() as sending,
         ):
-            # Priced with every lookup of the sample's rows made in full (query.py).
-            priced = keys_first_query(
-                invariant.sql, columns, key, full=sample, fetch=sample, cell=cell, priced=True
+            begin_read_only(conn, invariant, lock_timeout, temp_file_limit)
+            live_fence.refuse_unless_allowed(conn, judged, invariant, user_line)
+            described = bound_text(bound, describing_query(invariant.sql))
+            # Its types are all the describing query returns: the listing is sent once, below.
+            send_one_statement(sending, described, emptied(bound) if params else None)
+            columns = _columns(sending, cur, live_fence.catalog)
+            given = [c.name for c in sending.description or []]  # as the query names them
+            plan = None
+            if not params:
+                # Compiled (JIT) as the text alone decides (query.jit_settings). With
+                # sources it would be planned without its listing (sent once, below), which
+                # says nothing of its cost: the server's own settings stay.
+                # A plan is data of ours, read as psycopg reads json (the connection's
+                # loader keeps a value's text where Python would show it otherwise:
+                # rows.exact_json).
+                cur.adapters.register_loader("json", JsonLoader)
+                send_one_statement(cur, planning_query(invariant.sql))
+                planned = cur.fetchone()
+                plan = planned[0] if planned else None
+                settings = jit_settings(plan)
+                if settings is not None:
+                    cur.execute(settings.encode())
+            key = _key_positions(columns, invariant, given)
+            cell = limits.cell(len(columns))
+            fetch = max(sample, track) if key else sample
+            reading = _Reading(
+                conn,
+                columns,
+                key,
+                sample,
+                fetch,
+                cell,
+                limits,
+                masker,
+                bounded_query(invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell),
             )
-            if _keys_first_chosen(cur, keys_first, plan, priced, bounded):
-                first = keys_first_query(
-                    invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell
+            if (
+                plan is not None
+                and not bound.prefix
+                and keys_first_applies(columns, key)
+                and live_fence.keys_first_allowed(invariant.sql)
+            ):
+                # Priced with every lookup of the sample's rows made in full (query.py).
+                priced = keys_first_query(
+                    invariant.sql, columns, key, full=sample, fetch=sample, cell=cell, priced=True
                 )
-                found = gathering()
-                cap = invariant.timeout * KEYS_FIRST_SHARE
-                why = _keys_first_reading(cur, sending, first, found, sample, cap)
-                if why is None:
-                    log.debug("%s: read its keys first", invariant.name)
-                    return found.result()
-                reason, read_whole_for = why
-                live_fence.keys_not_found_again(invariant.sql, read_whole_for)
-                log.info(
-                    "%s: read again whole: %s; read whole for the next %s",
-                    invariant.name,
-                    reason,
-                    format_duration(read_whole_for),
-                )
-                # Within what is left of the run's timeout: at least the rest of its share.
-                left = invariant.timeout - timedelta(seconds=time.monotonic() - started)
-                _statement_timeout(cur, left)
-        found = gathering()
+                if _keys_first_chosen(cur, keys_first, plan, priced, reading.bounded):
+                    first = keys_first_query(
+                        invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell
+                    )
+                    found = reading.gathering()
+                    cap = max(
+                        min(invariant.timeout * KEYS_FIRST_SHARE, left()),
+                        timedelta(milliseconds=1),
+                    )
+                    if _keys_first_reading(cur, sending, first, found, sample, cap, lock_timeout):
+                        log.debug("%s: read its keys first", invariant.name)
+                        return found.result()
+                    _read_whole(live_fence, invariant, MISMATCH, READ_WHOLE_AFTER_MISMATCH)
+                    _limits(cur, left(), lock_timeout)
+            return reading.whole(sending, bound, params)
+    except _KeysFirstFailed as failed:
+        why = failed.why()
+        if why is None:
+            raise failed.error from None
+        _read_whole(live_fence, invariant, why, READ_WHOLE_AFTER_FAILURE)
+    # The first reading failed, and its transaction with it: read whole in one of its own
+    # (not under a savepoint: on a standby, a recovery conflict inside one ends the whole
+    # connection, where it cancels only the statement outside), in what is left.
+    with conn.transaction(), conn.cursor() as cur, conn.cursor() as sending:
+        begin_read_only(conn, invariant, lock_timeout, temp_file_limit, left())
+        if settings is not None:
+            cur.execute(settings.encode())
+        return reading.whole(sending, bound, params)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What a run has learnt of its invariant before reading its rows: enough to read them
+    whole, in this transaction or the next."""
+
+    conn: psycopg.Connection[Any]
+    columns: list[Column]
+    key: list[int]
+    full: int
+    fetch: int
+    cell: int
+    limits: RowLimits
+    masker: Masker | None
+    bounded: str
+
+    def gathering(self) -> Gathering:
+        return Gathering(
+            self.columns,
+            _loads(self.conn, self.columns),
+            self.key,
+            full=self.full,
+            cell=self.cell,
+            limits=self.limits,
+            masker=self.masker,
+        )
+
+    def whole(
+        self, sending: psycopg.Cursor[Any], bound: Bound, params: list[ArrayParam] | None
+    ) -> Evaluation:
+        found = self.gathering()
         # One row in memory at a time (single-row mode), whatever `fetch` is.
-        for raw in sending.stream(bound_text(bound, bounded).encode(), params):
+        for raw in sending.stream(bound_text(bound, self.bounded).encode(), params):
             found.add(raw)
-    return found.result()
+        return found.result()
 
 
 def _keys_first_chosen(
@@ -657,11 +707,43 @@ KEYS_FIRST_SHARE = 0.5
 # (an error, or past its share of the timeout: its query and plan are what they are).
 READ_WHOLE_AFTER_MISMATCH = timedelta(hours=1)
 READ_WHOLE_AFTER_FAILURE = timedelta(days=1)
+MISMATCH = (
+    "a row of its sample was not found again by its key, or was found twice "
+    "(a NULL or shared key, or a volatile function)"
+)
+# A cancel this close to the cap is the cap's: 57014 is also a stop's cancel, and the
+# server's words for the two are in its own language (lc_messages).
+CAP_REACHED = 0.9
 
 
-def _statement_timeout(cur: psycopg.Cursor[Any], limit: timedelta) -> None:
-    milliseconds = max(int(limit.total_seconds() * 1000), 1)
-    cur.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(f"{milliseconds}ms"))
+def _limits(cur: psycopg.Cursor[Any], timeout: timedelta, lock_timeout: timedelta) -> None:
+    """The statements that follow in the transaction take at most `timeout`, and wait for a
+    lock at most lock_bound of it (a wait is then told as one)."""
+    cur.execute(
+        sql.SQL("SET LOCAL statement_timeout = {}; SET LOCAL lock_timeout = {}").format(
+            sql.Literal(_ms(timeout)), sql.Literal(_ms(lock_bound(timeout, lock_timeout)))
+        )
+    )
+
+
+class _KeysFirstFailed(Exception):
+    """Reading the keys first raised `error` after `spent` of its `cap`."""
+
+    def __init__(self, error: psycopg.Error, spent: timedelta, cap: timedelta) -> None:
+        super().__init__(str(error))
+        self.error, self.spent, self.cap = error, spent, cap
+
+    def why(self) -> str | None:
+        """Why the run reads its text whole, or None when the error is the run's own (a
+        stop's cancel)."""
+        if isinstance(self.error, errors.QueryCanceled):
+            if self.spent < self.cap * CAP_REACHED:
+                return None
+            return (
+                f"reading its keys first took all of the {format_duration(self.cap)} it may "
+                "take (half the run's timeout, or what was left of it)"
+            )
+        return f"reading its keys first failed ({self.error.sqlstate} {type(self.error).__name__})"
 
 
 def _keys_first_reading(
@@ -671,34 +753,29 @@ def _keys_first_reading(
     gathering: Gathering,
     full: int,
     cap: timedelta,
-) -> tuple[str, timedelta] | None:
-    """Read keys_first_query `first` into `gathering` within `cap`, under a savepoint: None
-    when it gave back exactly the first reading's rows, else why not and for how long to
-    read the text whole. An error of the second reading's alone is one: PostgreSQL pushes
-    the key's comparison into the text, where it can meet rows the text's own join would
-    have dropped first (`r.v::int` on a row whose v is not a number)."""
+    lock_timeout: timedelta,
+) -> bool:
+    """Read keys_first_query `first` into `gathering` within `cap`: whether it gave back
+    exactly the first reading's rows. Raises _KeysFirstFailed for what reading the text
+    whole may not meet: past `cap`, or an error of the second reading's alone. PostgreSQL
+    pushes the key's comparison into the text, where it can meet rows the text's own join
+    would have dropped first (`r.v::int` on a row whose v is not a number)."""
+    _limits(cur, cap, lock_timeout)
+    began = time.monotonic()
     try:
-        with cur.connection.transaction():  # a savepoint: its errors leave the run usable
-            _statement_timeout(cur, cap)
-            if _found_again(sending.stream(first.encode()), gathering, full):
-                return None
-    except errors.QueryCanceled as exc:
-        if exc.diag.message_primary != "canceling statement due to statement timeout":
-            raise  # cancelled by a stop, not by our cap: the run is over
-        return (
-            f"reading its keys first took more than {format_duration(cap)}, "
-            f"{KEYS_FIRST_SHARE:.0%} of its timeout",
-            READ_WHOLE_AFTER_FAILURE,
-        )
-    except psycopg.DataError as exc:  # class 22: a value an expression could not take
-        return (
-            f"reading its keys first failed ({exc.sqlstate} {type(exc).__name__})",
-            READ_WHOLE_AFTER_FAILURE,
-        )
-    return (
-        "a row of its sample was not found again by its key, or was found twice "
-        "(a NULL or shared key, or a volatile function)",
-        READ_WHOLE_AFTER_MISMATCH,
+        return _found_again(sending.stream(first.encode()), gathering, full)
+    except (errors.QueryCanceled, psycopg.DataError) as exc:  # DataError: class 22
+        spent = timedelta(seconds=time.monotonic() - began)
+        raise _KeysFirstFailed(exc, spent, cap) from exc
+
+
+def _read_whole(live_fence: LiveFence, invariant: Invariant, why: str, until: timedelta) -> None:
+    live_fence.keys_not_found_again(invariant.sql, until)
+    log.info(
+        "%s: read again whole: %s; read whole for the next %s",
+        invariant.name,
+        why,
+        format_duration(until),
     )
 
 

@@ -6,13 +6,14 @@ found twice, has the run read again whole."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from helpers import invariant
+from helpers import invariant, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -367,8 +368,8 @@ def test_reading_keys_first_stops_at_half_the_timeout_and_the_run_reads_whole(
     assert done == run(conn, sql, ("k",), NEVER_KEYS_FIRST, sample=200, track=0, timeout=1)
     assert done.count == 200 and len(done.rows) == 200
     assert logged(caplog) == [
-        "keyed: read again whole: reading its keys first took more than 500ms, 50% of its "
-        "timeout; read whole for the next 1d"
+        "keyed: read again whole: reading its keys first took all of the 500ms it may take "
+        "(half the run's timeout, or what was left of it); read whole for the next 1d"
     ]
 
 
@@ -383,3 +384,36 @@ def test_a_lookup_that_reads_everything_is_priced_so(
     sql = "SELECT 'r' || id AS k, note FROM kf_big WHERE note <> md5(id::text) OR id % 100000 = 0"
     assert run(conn, sql, ("k",), BY_ESTIMATES, sample=20, track=0).count == 4
     assert said(caplog) == []
+
+
+def test_a_stop_s_cancel_while_reading_keys_first_ends_the_run(
+    conn: psycopg.Connection[Any], fence_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """57014 is the cap's and a stop's alike (and worded in the server's language): a
+    cancel well before the cap is the run's end, never a reason to read it again whole."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    make_big(conn)
+    sql = "SELECT 'r' || id AS k, note FROM kf_big WHERE id % 2000 = 0"
+    fence = LiveFence()
+
+    def cancel_when_reading() -> None:
+        with psycopg.connect(fence_database, autocommit=True) as watcher:
+            wait_for(
+                lambda: watcher.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE application_name = 'invmon:keyed'"
+                    " AND state = 'active' AND query LIKE '%invmon_found%'"
+                ).fetchone(),
+                30,
+                "the keys to be read first",
+            )
+        conn.cancel_safe()
+
+    canceller = threading.Thread(target=cancel_when_reading)
+    canceller.start()
+    try:
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            run(conn, sql, ("k",), ALWAYS_KEYS_FIRST, sample=200, track=0, timeout=60, fence=fence)
+    finally:
+        canceller.join(timeout=60)
+    assert not canceller.is_alive()
+    assert said(caplog) == [] and fence.keys_first_allowed(sql)
