@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -125,11 +126,19 @@ def canonical_key(values: Any) -> str:
     return json.dumps(values, ensure_ascii=False)
 
 
-def _hint(raw: bytes, line: int) -> str:
+# What the `!sql` check says of a value it could not read as one expression: what YAML
+# left of one cut at a comma. Any other word of it (the fence's refusal of a function) is
+# about the expression as written, which quoting would not change.
+_CUT_SHORT = ("not a valid SQL expression", "must be a single expression")
+
+
+def _hint(raw: bytes, line: int, message: str) -> str:
     """YAML reads `{at: !sql f(1, 2)}` as a mapping cut at each comma; say how to write it."""
     lines = raw.decode("utf-8", "replace").splitlines()
     text = lines[line - 1] if 0 < line <= len(lines) else ""
-    if "!sql" in text and "{" in text:
+    judged = "!sql " in message and not any(cut in message for cut in _CUT_SHORT)
+    unquoted = re.search(r"!sql\s+[^\s\"']", text) is not None  # a quoted one is not cut
+    if unquoted and "{" in text and not judged:
         return (
             "; inside {…} a `!sql` value with commas must be quoted, "
             "e.g. {placed_at: !sql 'make_timestamptz(2026, 1, 1, 0, 0, 0)'}"
@@ -148,7 +157,8 @@ def load_fixture(
             raw = handle.read(MAX_FIXTURE_BYTES + 1)
         document = yamlsafe.load(raw.decode("utf-8-sig"), MAX_FIXTURE_BYTES, _Loader)
     except YamlProblem as exc:
-        fixture.problems.append(Problem(path, exc.line, exc.message + _hint(raw, exc.line)))
+        hint = _hint(raw, exc.line, exc.message)
+        fixture.problems.append(Problem(path, exc.line, exc.message + hint))
         return fixture
     except UnicodeDecodeError as exc:
         fixture.problems.append(Problem(path, 1, f"not UTF-8 text (byte {exc.start})"))

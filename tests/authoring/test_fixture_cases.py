@@ -184,6 +184,8 @@ def test_fixture_files_that_would_make_a_case_vacuous_are_refused(tmp_path: Path
         assert fixture.cases == [], name
         assert len(fixture.problems) == 1, (name, fixture.problems)
         assert fragment in str(fixture.problems[0]), (name, str(fixture.problems[0]))
+        # Refused as written, quoting would change nothing: no advice to quote it.
+        assert "must be quoted" not in str(fixture.problems[0]), name
 
 
 def test_a_key_returned_twice_must_be_expected_twice() -> None:
