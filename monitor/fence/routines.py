@@ -151,7 +151,14 @@ def judge_routines(ref: Reference, routines: list[Routine], allow: Allowances) -
     elif ref.kind == "relation":
         what = f"reading {display(ref.name)} runs {routine.signature}{part}, which"
     else:
-        what = f"operator {display(ref.name)}{resolved}"
+        # Not "operator = is citext_eq": for `id = 1` on integers that read as a claim
+        # about the query. Without its operands' types, every function an operator of
+        # that name may run is judged: each one's code, and the planner's estimators.
+        what = (
+            f"operator {display(ref.name)} may run {routine.signature} (the fence cannot "
+            "see the types of its operands, so it judges every function an operator of "
+            "that name may run, and the planner's estimators), which"
+        )
     return SqlProblem(ref.line, f"{what} {reason}", level)
 
 
