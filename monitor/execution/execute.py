@@ -635,14 +635,17 @@ def execute(
             return reading.whole(sending, bound, params)
     except _KeysFirstFailed as failed:
         why = failed.why()
-        if why is None:
-            raise failed.error from None
+        spent = left() <= timedelta(0) and isinstance(failed.error, errors.QueryCanceled)
+        if why is None or spent:
+            raise failed.error from None  # a stop's cancel, or no time left to read again
         _read_whole(live_fence, invariant, why, READ_WHOLE_AFTER_FAILURE)
     # The first reading failed, and its transaction with it: read whole in one of its own
     # (not under a savepoint: on a standby, a recovery conflict inside one ends the whole
     # connection, where it cancels only the statement outside), in what is left.
     with conn.transaction(), conn.cursor() as cur, conn.cursor() as sending:
-        begin_read_only(conn, invariant, lock_timeout, temp_file_limit, left())
+        begin_read_only(
+            conn, invariant, lock_timeout, temp_file_limit, max(left(), timedelta(milliseconds=1))
+        )
         if settings is not None:
             cur.execute(settings.encode())
         return reading.whole(sending, bound, params)
