@@ -127,8 +127,8 @@ def canonical_key(values: Any) -> str:
 
 
 # What the `!sql` check says of a value it could not read as one expression: what YAML
-# left of one cut at a comma. Any other word of it (the fence's refusal of a function) is
-# about the expression as written, which quoting would not change.
+# left of one cut at a comma. Any other problem (the fence's refusal of a function, a key
+# written twice) is not one that quoting would change.
 _CUT_SHORT = ("not a valid SQL expression", "must be a single expression")
 
 
@@ -136,9 +136,9 @@ def _hint(raw: bytes, line: int, message: str) -> str:
     """YAML reads `{at: !sql f(1, 2)}` as a mapping cut at each comma; say how to write it."""
     lines = raw.decode("utf-8", "replace").splitlines()
     text = lines[line - 1] if 0 < line <= len(lines) else ""
-    judged = "!sql " in message and not any(cut in message for cut in _CUT_SHORT)
+    cut = any(words in message for words in _CUT_SHORT)
     unquoted = re.search(r"!sql\s+[^\s\"']", text) is not None  # a quoted one is not cut
-    if unquoted and "{" in text and not judged:
+    if unquoted and "{" in text and cut:
         return (
             "; inside {…} a `!sql` value with commas must be quoted, "
             "e.g. {placed_at: !sql 'make_timestamptz(2026, 1, 1, 0, 0, 0)'}"

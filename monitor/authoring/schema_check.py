@@ -11,6 +11,7 @@ import difflib
 import re
 
 import sqlglot
+from pglast.keywords import RESERVED_KEYWORDS, TYPE_FUNC_NAME_KEYWORDS
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, TokenError
 from sqlglot.optimizer.scope import Scope, traverse_scope
@@ -101,14 +102,19 @@ def _line(sql: str, name: str, default: int) -> int:
 
 
 _PLAIN = re.compile(r"[a-z_][a-z0-9_$]*")
+# Words a table name cannot be unquoted (PostgreSQL's grammar: ColId).
+_NOT_A_TABLE_NAME = RESERVED_KEYWORDS | TYPE_FUNC_NAME_KEYWORDS
 
 
 def _in_sql(key: str) -> str:
-    """A table's key as SQL names it: a part PostgreSQL would fold or misread, quoted
-    (`billing."LedgerEntries"`; unquoted, it names billing.ledgerentries)."""
+    """A table's key (`schema.name`) as SQL names it: a part PostgreSQL would fold or
+    misread quoted (`billing."LedgerEntries"`: unquoted, it names billing.ledgerentries),
+    a reserved word too (`"user".accounts`)."""
     return ".".join(
-        part if _PLAIN.fullmatch(part) else '"' + part.replace('"', '""') + '"'
-        for part in key.split(".")
+        part
+        if _PLAIN.fullmatch(part) and part not in _NOT_A_TABLE_NAME
+        else '"' + part.replace('"', '""') + '"'
+        for part in key.split(".", 1)
     )
 
 

@@ -232,18 +232,22 @@ _INDENTED_KEY = re.compile(r"(\s+)([A-Za-z_]+)\s*:(?:\s|$)")
 
 
 def _indented_key(split: SplitFile, failed_at: int) -> tuple[int, str] | None:
-    """A header key written indented, at or before the line YAML failed on: YAML reads it
-    as more of the value above (`--   severity: critical`), and its own advice, to quote a
-    value holding ": ", would be wrong. None when no such line explains the failure."""
-    for line, body in split.header_lines[: max(failed_at, 1)]:
-        match = _INDENTED_KEY.match(body)
-        if match and match.group(2) in _header_keys():
-            key = match.group(2)
-            return line, (
-                f"header key {key!r} is indented, so YAML reads it as more of the value "
-                f"above; start it right after the dashes, as the others: `-- {key}: …`"
-            )
-    return None
+    """A header key written indented on the line YAML failed on: YAML read it as more of
+    the plain value above (`--   severity: critical`), and its own advice, to quote a
+    value holding ": ", would be wrong. Only that line: an indented key elsewhere is in its
+    place (a source's `timeout:`, a line of a `|` description), or YAML would have failed
+    there. None when that line is no indented header key."""
+    if not 0 < failed_at <= len(split.header_lines):
+        return None
+    line, body = split.header_lines[failed_at - 1]
+    match = _INDENTED_KEY.match(body)
+    if match is None or match.group(2) not in _header_keys():
+        return None
+    key = match.group(2)
+    return line, (
+        f"header key {key!r} is indented, so YAML reads it as more of the value above; "
+        f"start it right after the dashes, as the others: `-- {key}: …`"
+    )
 
 
 def _header_keys() -> set[str]:

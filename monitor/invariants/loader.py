@@ -387,14 +387,16 @@ def _key_problems(
 
 
 def _folded(missing: list[str], columns: list[str]) -> str:
-    """The lower-casing hint, only for a key it explains: one with capitals in it."""
-    folded = [(m, m.lower()) for m in missing if m != m.lower()]
-    if not folded:
+    """The lower-casing hint, only for a key it explains: one with capitals that names a
+    column once lower-cased."""
+    found = [
+        f"the query's {m.lower()!r} is {m!r} unquoted"
+        for m in missing
+        if m != m.lower() and m.lower() in columns
+    ]
+    if not found:
         return ""
-    found = [f"the query's {low!r} is {m!r} unquoted" for m, low in folded if low in columns]
-    return "; unquoted names are lower-cased by PostgreSQL" + (
-        f" ({', '.join(found)})" if found else ""
-    )
+    return f"; unquoted names are lower-cased by PostgreSQL ({', '.join(found)})"
 
 
 def _unknown_target(

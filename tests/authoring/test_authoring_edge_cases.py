@@ -47,6 +47,20 @@ def test_names_fold_as_postgresql_folds_them() -> None:
     assert problems('SELECT entry_id FROM billing."LedgerEntries"') == []
 
 
+def test_advice_to_qualify_a_table_is_written_as_sql_reads_it() -> None:
+    """A reserved word, a name with a dot: each part quoted where SQL needs it."""
+    tables = {"auth.user": {"id": "int"}, "billing.weird.name": {"id": "int"}}
+    said = [p.message for p in check_against_schema('SELECT id FROM "user"', tables)]
+    assert said == [
+        "unknown table 'user': not in the schema file; it is in schema auth: write auth.\"user\""
+    ]
+    said = [p.message for p in check_against_schema('SELECT id FROM "weird.name"', tables)]
+    assert said == [
+        "unknown table 'weird.name': not in the schema file; it is in schema billing: "
+        'write billing."weird.name"'
+    ]
+
+
 def test_whole_rows_added_columns_and_ambiguity_are_judged_as_postgresql_does() -> None:
     assert problems("SELECT to_jsonb(i) AS doc FROM invoices AS i") == []
     assert problems("SELECT i.due_on FROM invoices i") == []  # ALTER TABLE … ADD COLUMN

@@ -171,6 +171,11 @@ def test_fixture_files_that_would_make_a_case_vacuous_are_refused(tmp_path: Path
             "    expect: {count: 0}\n",
             "!sql",
         ),
+        "twice_inline.yaml": (  # no comma cut: quoting the !sql value would not help
+            "cases:\n  - name: a\n    rows:\n      t: [{id: 1, at: !sql now(), id: 2}]\n"
+            "    expect: {count: 0}\n",
+            "'id' appears twice",
+        ),
         "side_effect.yaml": (
             'cases:\n  - name: a\n    rows:\n      t: [{x: !sql "pg_sleep(1)"}]\n'
             "    expect: {count: 0}\n",

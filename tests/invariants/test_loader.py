@@ -96,6 +96,18 @@ def test_unset_header_keys_take_the_configured_defaults(tmp_path: Path) -> None:
             "header key 'severity' is indented, so YAML reads it as more of the value above; "
             "start it right after the dashes, as the others: `-- severity: …`",
         ),
+        (  # a source's own timeout is in its place: the failure is the owner line's
+            "-- description: x\n-- source:\n--   receipts:\n--     kind: s3\n"
+            "--     timeout: 20m\n-- owner: a: b\nSELECT 1\n",
+            6,
+            'a value that contains ": " must be quoted',
+        ),
+        (  # a line of a `|` description that reads like a key is the description's
+            "-- description: |\n--   Refunds settle once.\n--   severity: see runbook\n"
+            "-- owner: a: b\nSELECT 1\n",
+            4,
+            'a value that contains ": " must be quoted',
+        ),
         (  # an indented line that is no key: the ": " in a value, which quoting fixes
             "-- description: Every order has\n--   exactly: one payment\nSELECT 1\n",
             2,
@@ -131,6 +143,11 @@ def test_a_broken_file_is_reported_at_its_line(
             "SELECT email FROM t",
             "key column 'Email' not among the query's output columns (email); unquoted names "
             "are lower-cased by PostgreSQL (the query's 'email' is 'Email' unquoted)",
+        ),
+        (  # capitals, but no column they fold to: no word of lower-casing
+            "[Zzz]",
+            "SELECT id FROM t",
+            "key column 'Zzz' not among the query's output columns (id)",
         ),
         (  # none: a typo, and no word of lower-casing, which explains nothing here
             "[emial]",
