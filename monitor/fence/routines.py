@@ -154,10 +154,11 @@ def judge_routines(ref: Reference, routines: list[Routine], allow: Allowances) -
         # Not "operator = is citext_eq": for `id = 1` on integers that read as a claim
         # about the query. Without its operands' types, every function an operator of
         # that name may run is judged: each one's code, and the planner's estimators.
-        what = (
-            f"operator {display(ref.name)} may run {routine.signature} (the fence cannot "
-            "see the types of its operands, so it judges every function an operator of "
-            "that name may run, and the planner's estimators), which"
+        what = f"using operator {display(ref.name)} may run {routine.signature}, which"
+        reason += (
+            f" (the fence cannot see the types of an operator's operands, so it judges "
+            f"every function using one named {display(ref.name)} may run, the planner's "
+            "estimators included)"
         )
     return SqlProblem(ref.line, f"{what} {reason}", level)
 

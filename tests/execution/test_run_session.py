@@ -96,11 +96,11 @@ def test_the_invariants_own_use_of_a_volatile_look_alike_is_still_refused_at_its
         result = runner.run_one(invariant("uses", "SELECT id\nFROM t\nWHERE note <= 3"))
     assert result.status == "error"
     assert result.error == (
-        "refused by the read-only fence: uses.sql:4: operator <= may run "
-        "le_text_int(text,integer) (the fence cannot see the types of its operands, so it "
-        "judges every function an operator of that name may run, and the planner's "
-        "estimators), which is VOLATILE: PostgreSQL's catalog says it may change the database "
-        "or act outside the query; not allowed"
+        "refused by the read-only fence: uses.sql:4: using operator <= may run "
+        "le_text_int(text,integer), which is VOLATILE: PostgreSQL's catalog says it may "
+        "change the database or act outside the query; not allowed (the fence cannot see the "
+        "types of an operator's operands, so it judges every function using one named <= may "
+        "run, the planner's estimators included)"
     )
 
 
