@@ -551,13 +551,16 @@ def execute(
     bound: Bound = NOTHING_BOUND,
     temp_file_limit: str | None = DEFAULT_TEMP_FILE_LIMIT,
     keys_first: KeysFirst = BY_ESTIMATES,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> Evaluation:
     """Evaluate one invariant on `conn` (loaders registered, no transaction open): the exact
     count, at most `sample` whole rows, and the keys of at most `track` rows (of `sample`
     rows when the invariant has no key), all within `limits`, masked by `masker`. `bound`
     holds its sources' listings: their CTEs go before both texts sent, and the fence judges
     the invariant's text with those CTEs before anything is sent. `keys_first` says when
-    the keys are read first (query.keys_first_query)."""
+    the keys are read first (query.keys_first_query); `stopping`, whether a cancel that
+    ended that reading was a stop's (the runner's interrupt), which no second reading
+    follows."""
     started = time.monotonic()
 
     def left() -> timedelta:
@@ -635,8 +638,8 @@ def execute(
             return reading.whole(sending, bound, params)
     except _KeysFirstFailed as failed:
         why = failed.why()
-        spent = left() <= timedelta(0) and isinstance(failed.error, errors.QueryCanceled)
-        if why is None or spent:
+        canceled = isinstance(failed.error, errors.QueryCanceled)
+        if why is None or (canceled and (stopping() or left() <= timedelta(0))):
             raise failed.error from None  # a stop's cancel, or no time left to read again
         _read_whole(live_fence, invariant, why, READ_WHOLE_AFTER_FAILURE)
     # The first reading failed, and its transaction with it: read whole in one of its own

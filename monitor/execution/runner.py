@@ -325,6 +325,11 @@ class Runner:
         ):
             return read_role(conn)
 
+    def interrupted(self) -> bool:
+        """Whether interrupt was called: no run is to start, nor to read again."""
+        with self._active_lock:
+            return self._interrupted
+
     def interrupt(self) -> int:
         """No run starts on this runner from now on, and each run in flight has its query
         cancelled on the server, where it would have gone on until its statement timeout.
@@ -665,6 +670,7 @@ class Runner:
                 bound=bound,
                 temp_file_limit=self.database.temp_file_limit,
                 keys_first=BY_ESTIMATES if self.database.keys_first else NEVER_KEYS_FIRST,
+                stopping=self.interrupted,
             )
 
     def _masker(self, invariant: Invariant) -> Masker:

@@ -56,6 +56,7 @@ def run(
     limits: RowLimits = DEFAULT_ROW_LIMITS,
     fence: LiveFence | None = None,
     timeout: float = 30,
+    stopping: bool = False,
 ) -> Evaluation:
     return execute(
         conn,
@@ -66,6 +67,7 @@ def run(
         live_fence=fence or LiveFence(),
         keys_first=policy,
         limits=limits,
+        stopping=lambda: stopping,
     )
 
 
@@ -417,3 +419,16 @@ def test_a_stop_s_cancel_while_reading_keys_first_ends_the_run(
         canceller.join(timeout=60)
     assert not canceller.is_alive()
     assert said(caplog) == [] and fence.keys_first_allowed(sql)
+
+
+def test_no_second_reading_once_a_stop_is_asked(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cancel late in the reading looks like the cap's own: when the runner was asked to
+    stop (its interrupt), the cancel ends the run, read whole or not."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    make_big(conn)
+    sql = "SELECT 'r' || id AS k, note FROM kf_big WHERE id % 2000 = 0"
+    with pytest.raises(psycopg.errors.QueryCanceled):
+        run(conn, sql, ("k",), ALWAYS_KEYS_FIRST, sample=200, track=0, timeout=1, stopping=True)
+    assert said(caplog) == []
