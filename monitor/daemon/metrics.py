@@ -141,7 +141,9 @@ class Metrics:
         ).set_function(lambda: 1.0 if store_ok() else 0.0)
         self.deliveries = Gauge(
             "invmon_deliveries",
-            "Alert deliveries in the ledger, by state (PENDING, UNKNOWN, SENT, FAILED).",
+            "Alert deliveries in the ledger, by state (PENDING, UNKNOWN, SENT, FAILED). SENT "
+            "is finished: posted, or a thread reply an acknowledgement or snooze silenced "
+            "before it went out (finished with nothing posted).",
             ["state"],
             registry=self.registry,
         )
