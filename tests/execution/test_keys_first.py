@@ -5,15 +5,17 @@ found twice, has the run read again whole."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from helpers import invariant, wait_for
+from helpers import cli, invariant, wait_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -82,6 +84,10 @@ def both(
 
 def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "invmon.execute"]
+
+
+def said_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return said(caplog)
 
 
 def said(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -432,3 +438,45 @@ def test_no_second_reading_once_a_stop_is_asked(
     with pytest.raises(psycopg.errors.QueryCanceled):
         run(conn, sql, ("k",), ALWAYS_KEYS_FIRST, sample=200, track=0, timeout=1, stopping=True)
     assert said(caplog) == []
+
+
+def test_invmon_check_says_the_same_with_keys_first_on_and_off(
+    conn: psycopg.Connection[Any],
+    fence_database: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """End to end, from the config to the JSON: the shipped shape of a costly grouped
+    invariant, once read keys first (the planner's choice) and once whole."""
+    make_big(conn)
+    folder = tmp_path / "invariants"
+    folder.mkdir()
+    (folder / "pairs.sql").write_text(
+        "-- description: every group has one row\n-- key: [grp]\n-- sample: 5\n" + GROUPED_BIG
+    )
+    said, told = {}, {}
+    for keys_first in ("true", "false"):
+        caplog.clear()
+        caplog.set_level(logging.DEBUG, "invmon.execute")
+        config = tmp_path / f"invmon-{keys_first}.yaml"
+        config.write_text(f"database:\n  keys_first: {keys_first}\n")
+        ran = cli(
+            "check",
+            "--config",
+            str(config),
+            "--invariants",
+            str(folder),
+            "--dsn",
+            fence_database,
+            "--allow-privileged-role",
+            "--format",
+            "json",
+            "--show-values",  # unmasked: each call masks with a key of its own
+        )
+        assert ran.returncode == 1, ran.stderr
+        [result] = json.loads(ran.stdout)["results"]
+        result.pop("duration_ms")
+        said[keys_first], told[keys_first] = result, said_of(caplog)
+    assert said["true"] == said["false"]
+    assert told == {"true": [READ_FIRST], "false": []}
+    assert (said["true"]["count"], len(said["true"]["rows"])) == (199, 5)
