@@ -327,11 +327,12 @@ class LiveFence:
         self._verdicts: dict[str, tuple[float, list[SqlProblem]]] = {}
         self._readings: OrderedDict[str, Analysis] = OrderedDict()
         self.catalog = CatalogMemory(self._remember, clock)
-        # Texts whose keys did not find their sample's rows again exactly once (a NULL or
-        # shared key: query.keys_first_query), or failed to: read whole until the time
-        # each maps to (the clock's), not twice at every run.
-        self._read_whole: dict[str, float] = {}
-        self._lock = threading.Lock()  # guards _verdicts, _readings and _read_whole
+        # Whether to read each text's keys first (query.keys_first_query), and until when
+        # (the clock's): what the planner's estimates said, kept so that its two plans are
+        # not asked for at every run; or no, after its keys did not find the sample's rows
+        # again exactly once (a NULL or shared key), or failed to.
+        self._keys_first: dict[str, tuple[float, bool]] = {}
+        self._lock = threading.Lock()  # guards _verdicts, _readings and _keys_first
 
     def _reading(self, text: str) -> Analysis:
         with self._lock:
@@ -346,17 +347,18 @@ class LiveFence:
                 self._readings.popitem(last=False)
         return reading
 
-    def keys_first_allowed(self, text: str) -> bool:
+    def keys_first_choice(self, text: str) -> bool | None:
+        """Whether `text` is read keys first, while that is known; None: ask the planner."""
         with self._lock:
-            until = self._read_whole.get(text)
-        return until is None or self._clock() >= until
+            known = self._keys_first.get(text)
+        return None if known is None or self._clock() >= known[0] else known[1]
 
-    def keys_not_found_again(self, text: str, read_whole_for: timedelta) -> None:
-        until = self._clock() + read_whole_for.total_seconds()
+    def remember_keys_first(self, text: str, choice: bool, kept_for: timedelta) -> None:
+        until = self._clock() + kept_for.total_seconds()
         with self._lock:
-            if len(self._read_whole) >= self.MAX_READINGS:
-                self._read_whole.clear()  # at worst, each of them is tried once more
-            self._read_whole[text] = until
+            if len(self._keys_first) >= self.MAX_READINGS:
+                self._keys_first.clear()  # at worst, the planner is asked once more each
+            self._keys_first[text] = (until, choice)
 
     def problems(self, conn: psycopg.Connection[Any], text: str) -> list[SqlProblem]:
         now = self._clock()
@@ -615,13 +617,23 @@ def execute(
                 plan is not None
                 and not bound.prefix
                 and keys_first_applies(columns, key)
-                and live_fence.keys_first_allowed(invariant.sql)
+                and keys_first.worth_asking(plan_cost(plan))
             ):
-                # Priced with every lookup of the sample's rows made in full (query.py).
-                priced = keys_first_query(
-                    invariant.sql, columns, key, full=sample, fetch=sample, cell=cell, priced=True
-                )
-                if _keys_first_chosen(cur, keys_first, plan, priced, reading.bounded):
+                choice = live_fence.keys_first_choice(invariant.sql)
+                if choice is None:
+                    # Priced with every lookup of the sample's rows made in full (query.py).
+                    priced = keys_first_query(
+                        invariant.sql,
+                        columns,
+                        key,
+                        full=sample,
+                        fetch=sample,
+                        cell=cell,
+                        priced=True,
+                    )
+                    choice = _keys_first_chosen(cur, keys_first, invariant, priced, reading.bounded)
+                    live_fence.remember_keys_first(invariant.sql, choice, ESTIMATES_KEPT)
+                if choice:
                     first = keys_first_query(
                         invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell
                     )
@@ -690,19 +702,30 @@ class _Reading:
         return found.result()
 
 
+# How long what the planner's estimates said of reading a text's keys first is kept: its
+# two plans cost a text planned three times (a join of many tables can take longer to plan
+# than to run), and estimates move with the data, slowly.
+ESTIMATES_KEPT = timedelta(hours=1)
+
+
 def _keys_first_chosen(
-    cur: psycopg.Cursor[Any], policy: KeysFirst, plan: object, first: str, bounded: str
+    cur: psycopg.Cursor[Any], policy: KeysFirst, invariant: Invariant, first: str, bounded: str
 ) -> bool:
-    """What `policy` says of reading the keys first, asking the planner for the two
-    queries' estimates only when the text's own `plan` is costly enough to ask."""
-    if not policy.worth_asking(plan_cost(plan)):
-        return False
+    """What `policy` says of reading the keys first, by the planner's estimates of `first`
+    (keys_first_query, priced) and of `bounded`."""
     costs = []
     for query in (first, bounded):
         send_one_statement(cur, f"EXPLAIN (FORMAT JSON) {query}")
         explained = cur.fetchone()
         costs.append(plan_cost(explained[0] if explained else None))
-    return policy.chosen(*costs)
+    chosen = policy.chosen(*costs)
+    log.debug(
+        "%s: the planner estimates reading keys first at %s, reading whole at %s: %s",
+        invariant.name,
+        *(f"{c:,.0f}" if c is not None else "unknown" for c in costs),
+        "keys first" if chosen else "whole",
+    )
+    return chosen
 
 
 # What reading the keys first may take of a run's timeout: the rest is left for reading
@@ -776,7 +799,7 @@ def _keys_first_reading(
 
 
 def _read_whole(live_fence: LiveFence, invariant: Invariant, why: str, until: timedelta) -> None:
-    live_fence.keys_not_found_again(invariant.sql, until)
+    live_fence.remember_keys_first(invariant.sql, False, until)
     log.info(
         "%s: read again whole: %s; read whole for the next %s",
         invariant.name,

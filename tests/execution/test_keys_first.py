@@ -82,8 +82,16 @@ def both(
     )
 
 
+ESTIMATES = "the planner estimates"
+
+
 def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "invmon.execute"]
+    """What the runs said of how they were read, but for the planner's estimates."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "invmon.execute" and ESTIMATES not in r.getMessage()
+    ]
 
 
 def said_of(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -92,7 +100,12 @@ def said_of(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 def said(caplog: pytest.LogCaptureFixture) -> list[str]:
     """What the runs said of how they were read (each message's clause after the name)."""
-    return [r.getMessage().split(": ")[1] for r in caplog.records if r.name == "invmon.execute"]
+    return [message.split(": ")[1] for message in logged(caplog)]
+
+
+def asked(caplog: pytest.LogCaptureFixture) -> int:
+    """How many times the planner was asked for its estimates."""
+    return sum(ESTIMATES in r.getMessage() for r in caplog.records if r.name == "invmon.execute")
 
 
 def make(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
@@ -424,7 +437,7 @@ def test_a_stop_s_cancel_while_reading_keys_first_ends_the_run(
     finally:
         canceller.join(timeout=60)
     assert not canceller.is_alive()
-    assert said(caplog) == [] and fence.keys_first_allowed(sql)
+    assert said(caplog) == [] and fence.keys_first_choice(sql) is True
 
 
 def test_no_second_reading_once_a_stop_is_asked(
@@ -480,3 +493,24 @@ def test_invmon_check_says_the_same_with_keys_first_on_and_off(
     assert said["true"] == said["false"]
     assert told == {"true": [READ_FIRST], "false": []}
     assert (said["true"]["count"], len(said["true"]["rows"])) == (199, 5)
+
+
+def test_the_planner_is_asked_once_an_hour_per_text(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its two plans plan the text three times, which for a join of many tables can cost
+    more than the run: what it said is kept for an hour, either way."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    make_big(conn)
+    now = [0.0]
+    fence = LiveFence(clock=lambda: now[0])
+    union = (
+        "SELECT 'a' || grp AS k FROM kf_big GROUP BY grp HAVING min(id) % 2000 = 0"
+        " UNION ALL SELECT 'b' || grp FROM kf_big GROUP BY grp HAVING min(id) % 2000 = 0"
+    )
+    for sql, key, told in ((GROUPED_BIG, "grp", [READ_FIRST]), (union, "k", [])):
+        for step in (0, 3599, 1):
+            now[0] += step
+            caplog.clear()
+            run(conn, sql, (key,), BY_ESTIMATES, fence=fence)
+            assert (asked(caplog), said(caplog)) == (int(step != 3599), told), (sql, step)
