@@ -305,6 +305,11 @@ def begin_read_only(
     conn.execute(settings.as_bytes(conn))
 
 
+# What a keys-first choice is made for: the invariant's text, its key's positions, and the
+# rows it reads whole and in all (query.keys_first_query; each changes the estimates).
+Reading = tuple[str, tuple[int, ...], int, int]
+
+
 class LiveFence:
     """The fence against the database a connection is on. Cheap to ask again: each text is
     parsed once (its reading is kept, without the tree), each verdict is remembered for a
@@ -331,7 +336,7 @@ class LiveFence:
         # (the clock's): what the planner's estimates said, kept so that its two plans are
         # not asked for at every run; or no, after its keys did not find the sample's rows
         # again exactly once (a NULL or shared key), or failed to.
-        self._keys_first: dict[str, tuple[float, bool]] = {}
+        self._keys_first: dict[Reading, tuple[float, bool]] = {}
         self._lock = threading.Lock()  # guards _verdicts, _readings and _keys_first
 
     def _reading(self, text: str) -> Analysis:
@@ -347,18 +352,26 @@ class LiveFence:
                 self._readings.popitem(last=False)
         return reading
 
-    def keys_first_choice(self, text: str) -> bool | None:
-        """Whether `text` is read keys first, while that is known; None: ask the planner."""
+    def keys_first_choice(self, reading: Reading) -> bool | None:
+        """Whether `reading` is made keys first, while that is known; None: ask the planner."""
+        now = self._clock()
         with self._lock:
-            known = self._keys_first.get(text)
-        return None if known is None or self._clock() >= known[0] else known[1]
+            known = self._keys_first.get(reading)
+        return None if known is None or now >= known[0] else known[1]
 
-    def remember_keys_first(self, text: str, choice: bool, kept_for: timedelta) -> None:
-        until = self._clock() + kept_for.total_seconds()
+    def remember_keys_first(self, reading: Reading, choice: bool, kept_for: timedelta) -> None:
+        """Keep `choice` for `kept_for`; a yes never replaces a no still kept (a run that
+        failed to read keys first, while another of the same reading asked the planner)."""
+        now = self._clock()
         with self._lock:
+            known = self._keys_first.get(reading)
+            if choice and known is not None and not known[1] and now < known[0]:
+                return
+            if len(self._keys_first) >= self.MAX_READINGS:
+                self._keys_first = {r: k for r, k in self._keys_first.items() if now < k[0]}
             if len(self._keys_first) >= self.MAX_READINGS:
                 self._keys_first.clear()  # at worst, the planner is asked once more each
-            self._keys_first[text] = (until, choice)
+            self._keys_first[reading] = (now + kept_for.total_seconds(), choice)
 
     def problems(self, conn: psycopg.Connection[Any], text: str) -> list[SqlProblem]:
         now = self._clock()
@@ -619,7 +632,8 @@ def execute(
                 and keys_first_applies(columns, key)
                 and keys_first.worth_asking(plan_cost(plan))
             ):
-                choice = live_fence.keys_first_choice(invariant.sql)
+                which: Reading = (invariant.sql, tuple(key), sample, fetch)
+                choice = live_fence.keys_first_choice(which)
                 if choice is None:
                     # Priced with every lookup of the sample's rows made in full (query.py).
                     priced = keys_first_query(
@@ -632,7 +646,7 @@ def execute(
                         priced=True,
                     )
                     choice = _keys_first_chosen(cur, keys_first, invariant, priced, reading.bounded)
-                    live_fence.remember_keys_first(invariant.sql, choice, ESTIMATES_KEPT)
+                    live_fence.remember_keys_first(which, choice, ESTIMATES_KEPT)
                 if choice:
                     first = keys_first_query(
                         invariant.sql, columns, key, full=sample, fetch=fetch, cell=cell
@@ -642,10 +656,12 @@ def execute(
                         min(invariant.timeout * KEYS_FIRST_SHARE, left()),
                         timedelta(milliseconds=1),
                     )
-                    if _keys_first_reading(cur, sending, first, found, sample, cap, lock_timeout):
+                    if _keys_first_reading(
+                        cur, sending, which, first, found, sample, cap, lock_timeout
+                    ):
                         log.debug("%s: read its keys first", invariant.name)
                         return found.result()
-                    _read_whole(live_fence, invariant, MISMATCH, READ_WHOLE_AFTER_MISMATCH)
+                    _read_whole(live_fence, which, invariant, MISMATCH, READ_WHOLE_AFTER_MISMATCH)
                     _limits(cur, left(), lock_timeout)
             return reading.whole(sending, bound, params)
     except _KeysFirstFailed as failed:
@@ -653,7 +669,7 @@ def execute(
         canceled = isinstance(failed.error, errors.QueryCanceled)
         if why is None or (canceled and (stopping() or left() <= timedelta(0))):
             raise failed.error from None  # a stop's cancel, or no time left to read again
-        _read_whole(live_fence, invariant, why, READ_WHOLE_AFTER_FAILURE)
+        _read_whole(live_fence, failed.which, invariant, why, READ_WHOLE_AFTER_FAILURE)
     # The first reading failed, and its transaction with it: read whole in one of its own
     # (not under a savepoint: on a standby, a recovery conflict inside one ends the whole
     # connection, where it cancels only the statement outside), in what is left.
@@ -756,11 +772,13 @@ def _limits(cur: psycopg.Cursor[Any], timeout: timedelta, lock_timeout: timedelt
 
 
 class _KeysFirstFailed(Exception):
-    """Reading the keys first raised `error` after `spent` of its `cap`."""
+    """Reading `which` keys first raised `error` after `spent` of its `cap`."""
 
-    def __init__(self, error: psycopg.Error, spent: timedelta, cap: timedelta) -> None:
+    def __init__(
+        self, which: Reading, error: psycopg.Error, spent: timedelta, cap: timedelta
+    ) -> None:
         super().__init__(str(error))
-        self.error, self.spent, self.cap = error, spent, cap
+        self.which, self.error, self.spent, self.cap = which, error, spent, cap
 
     def why(self) -> str | None:
         """Why the run reads its text whole, or None when the error is the run's own (a
@@ -778,6 +796,7 @@ class _KeysFirstFailed(Exception):
 def _keys_first_reading(
     cur: psycopg.Cursor[Any],
     sending: psycopg.Cursor[Any],
+    which: Reading,
     first: str,
     gathering: Gathering,
     full: int,
@@ -795,11 +814,13 @@ def _keys_first_reading(
         return _found_again(sending.stream(first.encode()), gathering, full)
     except (errors.QueryCanceled, psycopg.DataError) as exc:  # DataError: class 22
         spent = timedelta(seconds=time.monotonic() - began)
-        raise _KeysFirstFailed(exc, spent, cap) from exc
+        raise _KeysFirstFailed(which, exc, spent, cap) from exc
 
 
-def _read_whole(live_fence: LiveFence, invariant: Invariant, why: str, until: timedelta) -> None:
-    live_fence.remember_keys_first(invariant.sql, False, until)
+def _read_whole(
+    live_fence: LiveFence, which: Reading, invariant: Invariant, why: str, until: timedelta
+) -> None:
+    live_fence.remember_keys_first(which, False, until)
     log.info(
         "%s: read again whole: %s; read whole for the next %s",
         invariant.name,

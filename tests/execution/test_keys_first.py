@@ -437,7 +437,7 @@ def test_a_stop_s_cancel_while_reading_keys_first_ends_the_run(
     finally:
         canceller.join(timeout=60)
     assert not canceller.is_alive()
-    assert said(caplog) == [] and fence.keys_first_choice(sql) is True
+    assert said(caplog) == [] and fence.keys_first_choice((sql, (0,), 200, 200)) is True
 
 
 def test_no_second_reading_once_a_stop_is_asked(
@@ -514,3 +514,27 @@ def test_the_planner_is_asked_once_an_hour_per_text(
             caplog.clear()
             run(conn, sql, (key,), BY_ESTIMATES, fence=fence)
             assert (asked(caplog), said(caplog)) == (int(step != 3599), told), (sql, step)
+
+
+def test_a_choice_is_kept_for_its_key_and_sample_and_a_no_outlives_a_late_yes(
+    conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same text with another key, or another sample, is estimated anew (a reload
+    that changes the header keeps the runner's fence); and a run's estimate never replaces
+    the no a failed run of the same reading left."""
+    caplog.set_level(logging.DEBUG, "invmon.execute")
+    make_big(conn)
+    sql = (
+        "SELECT grp, 'k' || grp AS k, array_agg(note ORDER BY id) AS notes FROM kf_big"
+        " GROUP BY grp HAVING count(*) > 1 AND min(id) % 2000 = 0"
+    )
+    fence, asks = LiveFence(), []
+    for key, sample in (("grp", 3), ("grp", 3), ("grp", 4), ("k", 4)):
+        caplog.clear()
+        assert run(conn, sql, (key,), BY_ESTIMATES, fence=fence, sample=sample).count == 199
+        asks.append(asked(caplog))
+    assert asks == [1, 0, 1, 1]
+    which = (sql, (0,), 3, 10)
+    fence.remember_keys_first(which, False, timedelta(days=1))
+    fence.remember_keys_first(which, True, timedelta(hours=1))
+    assert fence.keys_first_choice(which) is False
